@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The quick start's main job: builds `iwarp` and runs its embedded demo,
+# which needs no NIC and no hugepages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --bin iwarp
+exec target/release/iwarp demo "$@"

@@ -1,0 +1,1 @@
+//! Deterministic network simulation on virtual time.

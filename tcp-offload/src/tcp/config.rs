@@ -1,0 +1,87 @@
+//! Per-connection configuration and the peer profiles used in tests.
+
+use core::time::Duration;
+
+/// Configuration of a connection. `Config::default()` behaves like a Linux
+/// peer; [`Config::iwarp_hardware`] like the TCP of a hardware iWARP NIC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// MSS we announce: the largest payload we accept in one segment
+    /// (interface MTU − 40).
+    pub mss: u16,
+    /// Receive buffer: the most payload (in order but not yet read, plus
+    /// out of order) the connection holds. The advertised window never
+    /// exceeds what is left of it.
+    pub recv_buffer: usize,
+    /// At most this many out-of-order segments are held (each is a buffer
+    /// reference); more are dropped. Bounds memory per connection together
+    /// with `recv_buffer`.
+    pub max_ooo_segments: usize,
+    /// Offer window scaling (RFC 7323 §2). The shift is the smallest that
+    /// covers `recv_buffer`.
+    pub window_scaling: bool,
+    /// Offer and use timestamps (RFC 7323 §3, §5: RTTM and PAWS).
+    pub timestamps: bool,
+    /// Offer and use SACK (RFC 2018, RFC 6675).
+    pub sack: bool,
+    /// Initial RTO (RFC 6298 §2.1: 1 s).
+    pub rto_initial: Duration,
+    /// Lower bound on the RTO (RFC 6298 says 1 s; Linux uses 200 ms).
+    pub rto_min: Duration,
+    /// Upper bound on the RTO after backoff (RFC 6298 §2.5 allows ≥ 60 s).
+    pub rto_max: Duration,
+    /// Retransmissions of one segment before the connection times out.
+    pub max_retransmits: u32,
+    /// SYN (or SYN-ACK) retransmissions before the open times out.
+    pub max_syn_retransmits: u32,
+    /// Delayed-ACK timeout (RFC 9293 §3.8.6.3: under 500 ms; Linux 40 ms).
+    /// Zero disables delayed ACKs.
+    pub delayed_ack: Duration,
+    /// Keepalive idle time before the first probe; `None` disables
+    /// keepalive.
+    pub keepalive: Option<Duration>,
+    /// Interval between keepalive probes.
+    pub keepalive_interval: Duration,
+    /// Unanswered keepalive probes before the connection times out.
+    pub keepalive_probes: u32,
+    /// Time in TIME-WAIT (2 × MSL).
+    pub time_wait: Duration,
+    /// Initial congestion window in segments (RFC 6928: 10).
+    pub initial_window_segments: u32,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            mss: 1460,
+            recv_buffer: 256 * 1024,
+            max_ooo_segments: 256,
+            window_scaling: true,
+            timestamps: true,
+            sack: true,
+            rto_initial: Duration::from_secs(1),
+            rto_min: Duration::from_millis(200),
+            rto_max: Duration::from_secs(60),
+            max_retransmits: 15,
+            max_syn_retransmits: 6,
+            delayed_ack: Duration::from_millis(40),
+            keepalive: None,
+            keepalive_interval: Duration::from_secs(75),
+            keepalive_probes: 9,
+            time_wait: Duration::from_secs(60),
+            initial_window_segments: 10,
+        }
+    }
+}
+
+impl Config {
+    /// The TCP of a hardware iWARP NIC (Chelsio T5/T6, Intel X722/E810):
+    /// MSS and window scale only, no SACK, no timestamps; 256 KB window.
+    pub fn iwarp_hardware() -> Config {
+        Config {
+            timestamps: false,
+            sack: false,
+            ..Config::default()
+        }
+    }
+}

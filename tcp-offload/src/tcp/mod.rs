@@ -1,0 +1,241 @@
+//! The TCP engine: one [`Connection`] per TCB, and a [`Stack`] that owns a
+//! connection table keyed by 4-tuple, listeners and SYN cookies.
+//!
+//! Sans-IO, in the quinn-proto style. Inputs are `handle_*` calls, outputs
+//! are `poll_*` calls, and `now` is always an argument. The order of calls
+//! for a driver is:
+//!
+//! 1. for each received segment, `handle_segment(now, …)`;
+//! 2. `handle_timeout(now)` when `now >= poll_timeout()`;
+//! 3. drain `poll_event()` (acknowledged records, state changes) and
+//!    `recv()` (in-order payload);
+//! 4. offer new records while `send_capacity()` is non-zero;
+//! 5. drain `poll_transmit(now)` and put each segment on the wire.
+//!
+//! Shaped for iWARP: a *record* (an MPA FPDU) is sent as exactly one
+//! segment, never split and never merged with another, a retransmission
+//! resends the same boundaries, and the acknowledgment of each record is
+//! reported upward as [`Event::RecordAcked`] so that a zero-copy sender
+//! knows when its buffer is free. Received payload is handed up as
+//! [`Payload`]s that borrow the buffer it arrived in (an mbuf, in the
+//! dataplane), in order, without a copy.
+//!
+//! The state machine is split by sub-machine: `handshake` (RFC 9293
+//! §3.5, SYN-SENT and SYN-RECEIVED), `established` (data, flow control,
+//! RFC 7323 window scaling, timestamps and PAWS), `close` (FIN, RST,
+//! TIME-WAIT), `timers` (RFC 6298 RTO, delayed ACK, persist, keepalive) and
+//! `recovery` (fast retransmit and NewReno, RFC 6582; the SACK scoreboard
+//! and loss recovery of RFC 2018 and RFC 6675).
+
+pub mod assembler;
+pub mod config;
+pub mod connection;
+pub mod cookie;
+pub mod isn;
+pub mod table;
+
+pub use assembler::Assembler;
+pub use config::Config;
+pub use connection::{ConnStats, Connection};
+pub use table::{ConnId, FourTuple, Stack, StackError};
+
+use crate::wire::TcpRepr;
+use core::ops::Range;
+
+/// Connection states, named as RFC 9293 §3.3.2 names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum State {
+    Closed,
+    Listen,
+    SynSent,
+    SynReceived,
+    Established,
+    FinWait1,
+    FinWait2,
+    CloseWait,
+    Closing,
+    LastAck,
+    TimeWait,
+}
+
+impl State {
+    /// The RFC's name for the state, as `ss` and `netstat` print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Closed => "CLOSED",
+            State::Listen => "LISTEN",
+            State::SynSent => "SYN-SENT",
+            State::SynReceived => "SYN-RECEIVED",
+            State::Established => "ESTABLISHED",
+            State::FinWait1 => "FIN-WAIT-1",
+            State::FinWait2 => "FIN-WAIT-2",
+            State::CloseWait => "CLOSE-WAIT",
+            State::Closing => "CLOSING",
+            State::LastAck => "LAST-ACK",
+            State::TimeWait => "TIME-WAIT",
+        }
+    }
+}
+
+/// Received payload, kept by reference to the buffer it arrived in.
+///
+/// `buf` is the whole received frame (or any buffer); the payload is
+/// `buf.as_ref()[start..start + len]`. Trimming an overlap moves `start` or
+/// shrinks `len`; the bytes are never copied.
+#[derive(Debug, Clone)]
+pub struct Payload<B> {
+    buf: B,
+    start: usize,
+    len: usize,
+}
+
+impl<B: AsRef<[u8]>> Payload<B> {
+    /// The payload `range` of `buf`, or `None` if the range lies outside it.
+    pub fn new(buf: B, range: Range<usize>) -> Option<Payload<B>> {
+        if range.start > range.end || range.end > buf.as_ref().len() {
+            return None;
+        }
+        Some(Payload {
+            buf,
+            start: range.start,
+            len: range.end - range.start,
+        })
+    }
+
+    /// The whole of `buf`.
+    pub fn whole(buf: B) -> Payload<B> {
+        let len = buf.as_ref().len();
+        Payload { buf, start: 0, len }
+    }
+
+    /// The payload bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf.as_ref()[self.start..self.start + self.len]
+    }
+
+    /// Payload length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Drops the first `n` bytes (all of them if `n` exceeds the length).
+    pub fn trim_front(&mut self, n: usize) {
+        let n = n.min(self.len);
+        self.start += n;
+        self.len -= n;
+    }
+
+    /// Keeps only the first `n` bytes.
+    pub fn truncate(&mut self, n: usize) {
+        self.len = self.len.min(n);
+    }
+
+    /// Offset of the payload within the buffer.
+    pub fn offset(&self) -> usize {
+        self.start
+    }
+
+    /// The buffer the payload lives in.
+    pub fn buffer(&self) -> &B {
+        &self.buf
+    }
+
+    /// Gives the buffer back (for an mbuf: to free it).
+    pub fn into_buffer(self) -> B {
+        self.buf
+    }
+}
+
+/// One record handed to [`Connection::send_record`]: in iWARP, one MPA FPDU.
+/// The engine does not need the bytes themselves, only the length; it keeps
+/// the record until it is acknowledged and hands it back then, so that a
+/// zero-copy sender can keep its memory referenced for retransmissions.
+pub trait Record {
+    /// Length of the record in bytes (sequence space it occupies).
+    fn len(&self) -> usize;
+
+    /// Whether the record is empty (never true for a record the engine
+    /// accepts).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies `dst.len()` bytes of the record, starting at `offset`, into
+    /// `dst`. Used by drivers that build whole frames (the simulator, the
+    /// kernel-interop test, ports without multi-segment transmit).
+    fn copy_to(&self, offset: usize, dst: &mut [u8]);
+}
+
+impl Record for Vec<u8> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn copy_to(&self, offset: usize, dst: &mut [u8]) {
+        dst.copy_from_slice(&self[offset..offset + dst.len()]);
+    }
+}
+
+impl Record for Box<[u8]> {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+    fn copy_to(&self, offset: usize, dst: &mut [u8]) {
+        dst.copy_from_slice(&self[offset..offset + dst.len()]);
+    }
+}
+
+impl Record for &'static [u8] {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+    fn copy_to(&self, offset: usize, dst: &mut [u8]) {
+        dst.copy_from_slice(&self[offset..offset + dst.len()]);
+    }
+}
+
+/// A segment to transmit: the header, and the part of a record it carries.
+#[derive(Debug)]
+pub struct Segment<'a, R> {
+    /// The header. Its options are final; the window is already scaled.
+    pub repr: TcpRepr,
+    /// The record bytes this segment carries, if any. Normally the whole
+    /// record (`range == 0..record.len()`); only a retransmission after the
+    /// MSS shrank below the record's length carries a part (see
+    /// [`Connection::send_record`]).
+    pub payload: Option<(&'a R, Range<usize>)>,
+}
+
+impl<R: Record> Segment<'_, R> {
+    /// Bytes of payload the segment carries.
+    pub fn payload_len(&self) -> usize {
+        self.payload.as_ref().map_or(0, |(_, r)| r.end - r.start)
+    }
+}
+
+/// What a connection reports upward, drained with
+/// [`Connection::poll_event`].
+#[derive(Debug)]
+pub enum Event<R> {
+    /// The three-way handshake completed (ESTABLISHED).
+    Connected,
+    /// Every byte of this record is acknowledged. Records are reported in
+    /// the order they were sent, each exactly once.
+    RecordAcked(R),
+    /// The peer sent FIN: no more payload will arrive.
+    PeerClosed,
+    /// The connection is gone (both FINs exchanged and acknowledged, or
+    /// TIME-WAIT expired).
+    Closed,
+    /// The connection was reset: by the peer (RST), or locally.
+    Reset,
+    /// Retransmissions (or keepalive probes, or the handshake) gave up.
+    ///
+    /// After `Reset` or `TimedOut`, records still unacknowledged are
+    /// dropped: their `Drop` releases whatever they hold.
+    TimedOut,
+}

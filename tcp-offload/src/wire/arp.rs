@@ -1,0 +1,1 @@
+//! arp (to be written)

@@ -1,0 +1,1 @@
+//! checksum (to be written)

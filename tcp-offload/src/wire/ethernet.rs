@@ -1,0 +1,1 @@
+//! ethernet (to be written)

@@ -1,0 +1,1 @@
+//! icmp (to be written)

@@ -1,0 +1,1 @@
+//! ipv4 (to be written)
