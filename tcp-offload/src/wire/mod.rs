@@ -13,10 +13,10 @@ pub mod icmp;
 pub mod ipv4;
 pub mod tcp;
 
-// The other headers' re-exports land with their modules:
-// arp::{ArpOperation, ArpPacket, ArpRepr}, ethernet::{EtherType,
-// EthernetAddress, EthernetFrame, EthernetRepr}, icmp::{Icmpv4Packet,
-// Icmpv4Repr}, ipv4::{IpProtocol, Ipv4Packet, Ipv4Repr}.
+pub use arp::{ArpOperation, ArpPacket, ArpRepr};
+pub use ethernet::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr};
+pub use icmp::{Icmpv4Packet, Icmpv4Repr};
+pub use ipv4::{IpProtocol, Ipv4Packet, Ipv4Repr};
 pub use tcp::{SackBlocks, TcpFlags, TcpOptions, TcpPacket, TcpRepr, TcpTimestamp};
 
 /// Why a frame or header was rejected. One small `Copy` enum for the whole
