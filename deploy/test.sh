@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 need_pkgs=()
 command -v ip >/dev/null || need_pkgs+=(iproute2)
 command -v ethtool >/dev/null || need_pkgs+=(ethtool)
+# The kernel-interop test pings our engine from inside its namespace.
+command -v ping >/dev/null || need_pkgs+=(iputils-ping)
 command -v pkg-config >/dev/null || need_pkgs+=(pkg-config)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
