@@ -1,1 +1,0 @@
-//! Deterministic network simulation on virtual time.
