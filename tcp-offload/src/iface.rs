@@ -1,5 +1,994 @@
-//! A sans-IO host interface: Ethernet II, ARP (resolver and responder),
-//! IPv4 (fragments refused and counted) and ICMP echo around a TCP
-//! [`Stack`](crate::tcp::Stack). It turns received frames into stack input
-//! and stack output into frames; the simulator and the kernel-interop test
-//! drive it, and the dataplane's slow path follows the same logic.
+//! A sans-IO host interface: Ethernet II, ARP (RFC 826 resolver and
+//! responder), IPv4 (RFC 791; fragments refused and counted) and ICMP echo
+//! (RFC 792) around a TCP [`Stack`]. It turns received frames into stack
+//! input and stack output into frames; the simulator and the kernel-interop
+//! test drive it, and the dataplane's slow path follows the same logic.
+//!
+//! Order of calls for a driver:
+//!
+//! 1. for each received frame, [`Interface::handle_frame`];
+//! 2. [`Interface::handle_timeout`] when `now >= poll_timeout()`;
+//! 3. work with connections through [`Interface::stack_mut`] (accept,
+//!    events, `recv`, records);
+//! 4. call [`Interface::poll_frame`] until it returns `None`, putting each
+//!    frame on the wire.
+//!
+//! Received TCP payload stays in the frame it arrived in: the stack gets a
+//! [`Payload`] over the frame buffer `B`. Outgoing frames are built into a
+//! buffer the driver lends, with the record bytes copied in by
+//! [`Record::copy_to`] (the dataplane's zero-copy transmit path attaches
+//! them instead).
+//!
+//! Everything is on-link: the next hop of every destination is the
+//! destination itself (one subnet, no gateway). When its MAC address is
+//! unknown, the segment is dropped (TCP retransmits it) and an ARP request
+//! goes out instead, at most once per [`ARP_RETRY`] per address.
+
+use core::net::Ipv4Addr;
+use core::time::Duration;
+use std::collections::VecDeque;
+
+use crate::tcp::{Config, Payload, Record, Stack};
+use crate::time::Instant;
+use crate::wire::{
+    ArpOperation, ArpPacket, ArpRepr, Checksum, EtherType, EthernetAddress, EthernetFrame,
+    EthernetRepr, Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Packet, Ipv4Repr, TcpPacket, TcpRepr,
+    WireError,
+};
+
+/// Entries in the ARP cache. A host talks to few neighbours; the cache is
+/// a small array searched linearly, the least recently learned entry
+/// replaced when full (static entries never are).
+pub const ARP_CACHE_SIZE: usize = 64;
+
+/// Addresses being resolved at once; more unresolved destinations wait for
+/// a free entry (their segments are dropped and retransmitted meanwhile).
+pub const ARP_PENDING: usize = 16;
+
+/// Minimum interval between ARP requests for one address.
+pub const ARP_RETRY: Duration = Duration::from_secs(1);
+
+/// Requests sent for one address before giving up until traffic asks
+/// again.
+pub const ARP_MAX_TRIES: u32 = 3;
+
+/// Budget of the slow-path queue (ARP replies and requests, ICMP echo
+/// replies): a ping flood costs this many buffered replies, no more.
+pub const SLOW_QUEUE: usize = 32;
+
+/// Time to live of every datagram we send (Linux's default).
+pub const TTL: u8 = 64;
+
+/// The Ethernet minimum frame length without FCS; shorter frames are
+/// padded with zeros.
+pub const MIN_FRAME: usize = 60;
+
+/// Every [`WireError`], in the order of [`IfaceStats::drops`].
+pub const WIRE_ERRORS: [WireError; 7] = [
+    WireError::Truncated,
+    WireError::BadLength,
+    WireError::BadChecksum,
+    WireError::BadOption,
+    WireError::BadVersion,
+    WireError::Fragmented,
+    WireError::Unsupported,
+];
+
+fn reason_index(e: WireError) -> usize {
+    match e {
+        WireError::Truncated => 0,
+        WireError::BadLength => 1,
+        WireError::BadChecksum => 2,
+        WireError::BadOption => 3,
+        WireError::BadVersion => 4,
+        WireError::Fragmented => 5,
+        WireError::Unsupported => 6,
+    }
+}
+
+/// Configuration of an [`Interface`].
+#[derive(Debug, Clone)]
+pub struct InterfaceConfig {
+    /// Our MAC address.
+    pub mac: EthernetAddress,
+    /// Our IPv4 address.
+    pub ip: Ipv4Addr,
+    /// IP MTU: the largest datagram, headers included (1500 on Ethernet).
+    /// The TCP MSS is clamped to `mtu − 40`.
+    pub mtu: usize,
+    /// Configuration of every TCP connection.
+    pub tcp: Config,
+    /// Secret for ISNs, SYN cookies and hashing; draw it from the OS.
+    pub key: [u8; 16],
+    /// Most TCP connections held at once (half-open included).
+    pub max_connections: usize,
+}
+
+impl InterfaceConfig {
+    /// A configuration with an Ethernet MTU, the default TCP
+    /// configuration and room for 1024 connections.
+    pub fn new(mac: EthernetAddress, ip: Ipv4Addr, key: [u8; 16]) -> InterfaceConfig {
+        InterfaceConfig {
+            mac,
+            ip,
+            mtu: 1500,
+            tcp: Config::default(),
+            key,
+            max_connections: 1024,
+        }
+    }
+}
+
+/// Counters of an [`Interface`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IfaceStats {
+    pub rx_frames: u64,
+    pub tx_frames: u64,
+    /// Frames dropped for a wire-format reason, indexed like
+    /// [`WIRE_ERRORS`] (see [`IfaceStats::drops_for`]).
+    pub drops: [u64; 7],
+    /// Well-formed frames addressed to another host (MAC or IP), or to a
+    /// broadcast or multicast address above ARP.
+    pub not_for_us: u64,
+    /// Frames carrying a VLAN tag (this host is untagged).
+    pub vlan_drops: u64,
+    pub arp_in: u64,
+    pub arp_out: u64,
+    pub icmp_in: u64,
+    pub icmp_out: u64,
+    pub tcp_in: u64,
+    pub tcp_out: u64,
+    /// TCP segments dropped because the next hop's MAC was unknown.
+    pub arp_miss_drops: u64,
+    /// Slow-path frames dropped because [`SLOW_QUEUE`] was full.
+    pub slow_queue_drops: u64,
+    /// Outgoing frames dropped because they exceed the MTU or the buffer
+    /// `poll_frame` was given.
+    pub tx_too_large: u64,
+}
+
+impl IfaceStats {
+    /// Frames dropped for reason `e`.
+    pub fn drops_for(&self, e: WireError) -> u64 {
+        self.drops[reason_index(e)]
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ArpEntry {
+    ip: Ipv4Addr,
+    mac: EthernetAddress,
+    learned: Instant,
+    is_static: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    ip: Ipv4Addr,
+    next: Instant,
+    tries: u32,
+}
+
+/// A frame waiting in the slow-path queue.
+#[derive(Debug)]
+enum SlowFrame {
+    Arp {
+        dst_mac: EthernetAddress,
+        repr: ArpRepr,
+    },
+    EchoReply {
+        dst_mac: EthernetAddress,
+        dst_ip: Ipv4Addr,
+        ident: u16,
+        seq_no: u16,
+        data: Vec<u8>,
+    },
+}
+
+/// One IPv4 host on one Ethernet port.
+#[derive(Debug)]
+pub struct Interface<B, R> {
+    config: InterfaceConfig,
+    stack: Stack<B, R>,
+    arp_cache: Vec<ArpEntry>,
+    pending: Vec<Pending>,
+    slow: VecDeque<SlowFrame>,
+    ident: u16,
+    stats: IfaceStats,
+}
+
+impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
+    /// An interface and its TCP stack.
+    pub fn new(mut config: InterfaceConfig) -> Interface<B, R> {
+        let max_mss = u16::try_from(config.mtu.saturating_sub(40)).unwrap_or(u16::MAX);
+        config.tcp.mss = config.tcp.mss.min(max_mss);
+        let stack = Stack::new(config.tcp.clone(), config.key, config.max_connections);
+        Interface {
+            config,
+            stack,
+            arp_cache: Vec::with_capacity(ARP_CACHE_SIZE),
+            pending: Vec::with_capacity(ARP_PENDING),
+            slow: VecDeque::with_capacity(SLOW_QUEUE),
+            ident: 0,
+            stats: IfaceStats::default(),
+        }
+    }
+
+    /// The configuration (with the MSS as clamped to the MTU).
+    pub fn config(&self) -> &InterfaceConfig {
+        &self.config
+    }
+
+    /// Our IPv4 address.
+    pub fn ip(&self) -> Ipv4Addr {
+        self.config.ip
+    }
+
+    /// Our MAC address.
+    pub fn mac(&self) -> EthernetAddress {
+        self.config.mac
+    }
+
+    /// The TCP stack.
+    pub fn stack(&self) -> &Stack<B, R> {
+        &self.stack
+    }
+
+    /// The TCP stack, to listen, connect, accept and use connections.
+    pub fn stack_mut(&mut self) -> &mut Stack<B, R> {
+        &mut self.stack
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &IfaceStats {
+        &self.stats
+    }
+
+    /// Adds a permanent ARP entry (simulations, static neighbours).
+    pub fn add_static_arp(&mut self, ip: Ipv4Addr, mac: EthernetAddress) {
+        self.learn(Instant::ZERO, ip, mac, true, true);
+    }
+
+    /// The MAC address cached for `ip`.
+    pub fn arp_lookup(&self, ip: Ipv4Addr) -> Option<EthernetAddress> {
+        self.arp_cache.iter().find(|e| e.ip == ip).map(|e| e.mac)
+    }
+
+    fn drop_frame(&mut self, e: WireError) {
+        self.stats.drops[reason_index(e)] += 1;
+    }
+
+    /// Records `ip → mac`. An existing entry is always updated (RFC 826's
+    /// merge); a new one is added only when `create` (the packet was for
+    /// us), replacing the oldest dynamic entry when full.
+    fn learn(&mut self, now: Instant, ip: Ipv4Addr, mac: EthernetAddress, create: bool, st: bool) {
+        if ip.is_unspecified() || !mac.is_unicast() {
+            return;
+        }
+        self.pending.retain(|p| p.ip != ip);
+        if let Some(e) = self.arp_cache.iter_mut().find(|e| e.ip == ip) {
+            if !e.is_static || st {
+                e.mac = mac;
+                e.learned = now;
+                e.is_static |= st;
+            }
+            return;
+        }
+        if !create {
+            return;
+        }
+        let entry = ArpEntry {
+            ip,
+            mac,
+            learned: now,
+            is_static: st,
+        };
+        if self.arp_cache.len() < ARP_CACHE_SIZE {
+            self.arp_cache.push(entry);
+        } else if let Some(oldest) = self
+            .arp_cache
+            .iter_mut()
+            .filter(|e| !e.is_static)
+            .min_by_key(|e| e.learned)
+        {
+            *oldest = entry;
+        }
+    }
+
+    fn queue_slow(&mut self, f: SlowFrame) {
+        if self.slow.len() >= SLOW_QUEUE {
+            self.stats.slow_queue_drops += 1;
+        } else {
+            self.slow.push_back(f);
+        }
+    }
+
+    /// Processes one received frame (without FCS).
+    pub fn handle_frame(&mut self, now: Instant, frame: B) {
+        self.stats.rx_frames += 1;
+        match self.classify(now, frame.as_ref()) {
+            Err(e) => self.drop_frame(e),
+            Ok(None) => {}
+            Ok(Some(tcp)) => {
+                self.stats.tcp_in += 1;
+                let payload = if tcp.payload.is_empty() {
+                    None
+                } else {
+                    Payload::new(frame, tcp.payload)
+                };
+                self.stack
+                    .handle_segment(now, tcp.src, self.config.ip, &tcp.repr, payload);
+            }
+        }
+    }
+
+    /// Parses a frame and handles everything but TCP, which it returns
+    /// (the frame is still borrowed here).
+    fn classify(&mut self, now: Instant, frame: &[u8]) -> Result<Option<TcpIn>, WireError> {
+        let eth_frame = EthernetFrame::new_checked(frame)?;
+        let eth = EthernetRepr::parse(&eth_frame)?;
+        if eth.dst_addr != self.config.mac && !eth.dst_addr.is_broadcast() {
+            self.stats.not_for_us += 1;
+            return Ok(None);
+        }
+        if eth.vlan.is_some() {
+            self.stats.vlan_drops += 1;
+            return Ok(None);
+        }
+        let eth_hl = eth.header_len();
+        match eth.ethertype {
+            EtherType::Arp => {
+                let repr = ArpRepr::parse(&ArpPacket::new_checked(eth_frame.payload())?)?;
+                self.stats.arp_in += 1;
+                self.handle_arp(now, eth.src_addr, repr);
+                Ok(None)
+            }
+            EtherType::Ipv4 => {
+                let ip_packet = Ipv4Packet::new_checked(eth_frame.payload())?;
+                let ip = Ipv4Repr::parse(&ip_packet, Checksum::Verify)?;
+                if ip.dst_addr != self.config.ip || !eth.dst_addr.is_unicast() {
+                    self.stats.not_for_us += 1;
+                    return Ok(None);
+                }
+                let ip_hl = ip_packet.header_len();
+                match ip.next_header {
+                    IpProtocol::Icmp => {
+                        let p = Icmpv4Packet::new_checked(ip_packet.payload())?;
+                        let repr = Icmpv4Repr::parse(&p, Checksum::Verify)?;
+                        self.stats.icmp_in += 1;
+                        if let Icmpv4Repr::EchoRequest { ident, seq_no, .. } = repr {
+                            // The slow path: the data is copied.
+                            self.queue_slow(SlowFrame::EchoReply {
+                                dst_mac: eth.src_addr,
+                                dst_ip: ip.src_addr,
+                                ident,
+                                seq_no,
+                                data: p.data().to_vec(),
+                            });
+                        }
+                        Ok(None)
+                    }
+                    IpProtocol::Tcp => {
+                        let p = TcpPacket::new_checked(ip_packet.payload())?;
+                        let repr = TcpRepr::parse(&p, ip.src_addr, ip.dst_addr, Checksum::Verify)?;
+                        let start = eth_hl + ip_hl + p.header_len();
+                        let end = eth_hl + ip_hl + ip.payload_len;
+                        Ok(Some(TcpIn {
+                            src: ip.src_addr,
+                            repr,
+                            payload: start..end,
+                        }))
+                    }
+                    _ => Err(WireError::Unsupported),
+                }
+            }
+            _ => Err(WireError::Unsupported),
+        }
+    }
+
+    fn handle_arp(&mut self, now: Instant, from: EthernetAddress, repr: ArpRepr) {
+        let ArpRepr::EthernetIpv4 {
+            operation,
+            source_hardware_addr,
+            source_protocol_addr,
+            target_protocol_addr,
+            ..
+        } = repr;
+        let for_us = target_protocol_addr == self.config.ip;
+        self.learn(
+            now,
+            source_protocol_addr,
+            source_hardware_addr,
+            for_us,
+            false,
+        );
+        if operation == ArpOperation::Request && for_us {
+            self.queue_slow(SlowFrame::Arp {
+                dst_mac: from,
+                repr: ArpRepr::EthernetIpv4 {
+                    operation: ArpOperation::Reply,
+                    source_hardware_addr: self.config.mac,
+                    source_protocol_addr: self.config.ip,
+                    target_hardware_addr: source_hardware_addr,
+                    target_protocol_addr: source_protocol_addr,
+                },
+            });
+        }
+    }
+
+    /// Queues an ARP request for `ip` unless one went out less than
+    /// [`ARP_RETRY`] ago.
+    fn resolve(&mut self, now: Instant, ip: Ipv4Addr) {
+        let room = self.pending.len() < ARP_PENDING;
+        let due = match self.pending.iter_mut().find(|p| p.ip == ip) {
+            Some(p) if now < p.next => false,
+            Some(p) => {
+                // Traffic asks again: a fresh round of tries.
+                p.tries = p.tries.min(ARP_MAX_TRIES - 1) + 1;
+                p.next = now + ARP_RETRY;
+                true
+            }
+            None if room => {
+                self.pending.push(Pending {
+                    ip,
+                    next: now + ARP_RETRY,
+                    tries: 1,
+                });
+                true
+            }
+            None => false,
+        };
+        if due {
+            self.queue_arp_request(ip);
+        }
+    }
+
+    fn queue_arp_request(&mut self, ip: Ipv4Addr) {
+        self.queue_slow(SlowFrame::Arp {
+            dst_mac: EthernetAddress::BROADCAST,
+            repr: ArpRepr::EthernetIpv4 {
+                operation: ArpOperation::Request,
+                source_hardware_addr: self.config.mac,
+                source_protocol_addr: self.config.ip,
+                target_hardware_addr: EthernetAddress([0; 6]),
+                target_protocol_addr: ip,
+            },
+        });
+    }
+
+    /// When `handle_timeout` must next be called: the stack's timers and
+    /// ARP retries.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let arp = self
+            .pending
+            .iter()
+            .filter(|p| p.tries < ARP_MAX_TRIES)
+            .map(|p| p.next)
+            .min();
+        match (self.stack.poll_timeout(), arp) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Runs the stack's timers and retries ARP requests that are due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.stack.handle_timeout(now);
+        let mut due = [Ipv4Addr::UNSPECIFIED; ARP_PENDING];
+        let mut n = 0;
+        for p in &mut self.pending {
+            if p.tries < ARP_MAX_TRIES && p.next <= now {
+                p.tries += 1;
+                p.next = now + ARP_RETRY;
+                due[n] = p.ip;
+                n += 1;
+            }
+        }
+        for &ip in &due[..n] {
+            self.queue_arp_request(ip);
+        }
+    }
+
+    fn next_ident(&mut self) -> u16 {
+        self.ident = self.ident.wrapping_add(1);
+        self.ident
+    }
+
+    /// Writes the next outgoing frame into `buf` and returns its length:
+    /// ARP and ICMP first, then TCP segments. A segment whose frame would
+    /// exceed the MTU or `buf` is dropped and counted.
+    pub fn poll_frame(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        loop {
+            if let Some(f) = self.slow.pop_front() {
+                match self.emit_slow(f, buf) {
+                    Some(n) => {
+                        self.stats.tx_frames += 1;
+                        return Some(n);
+                    }
+                    None => {
+                        self.stats.tx_too_large += 1;
+                        continue;
+                    }
+                }
+            }
+            let ident = self.ident.wrapping_add(1);
+            let (tuple, seg) = self.stack.poll_transmit(now)?;
+            let dst_ip = *tuple.remote.ip();
+            let Some(dst_mac) = self
+                .arp_cache
+                .iter()
+                .find(|e| e.ip == dst_ip)
+                .map(|e| e.mac)
+            else {
+                self.stats.arp_miss_drops += 1;
+                self.resolve(now, dst_ip);
+                continue;
+            };
+            let eth = EthernetRepr {
+                src_addr: self.config.mac,
+                dst_addr: dst_mac,
+                ethertype: EtherType::Ipv4,
+                vlan: None,
+            };
+            let tcp_hl = seg.repr.header_len();
+            let payload_len = seg.payload_len();
+            let ip = Ipv4Repr {
+                src_addr: *tuple.local.ip(),
+                dst_addr: dst_ip,
+                next_header: IpProtocol::Tcp,
+                payload_len: tcp_hl + payload_len,
+                hop_limit: TTL,
+                tos: 0,
+                ident,
+                dont_frag: true,
+            };
+            let eth_hl = eth.header_len();
+            let len = eth_hl + ip.buffer_len();
+            if ip.buffer_len() > self.config.mtu || len.max(MIN_FRAME) > buf.len() {
+                self.stats.tx_too_large += 1;
+                continue;
+            }
+            eth.emit(buf);
+            ip.emit(&mut buf[eth_hl..]);
+            let tcp_at = eth_hl + ip.header_len();
+            let (head, rest) = buf[tcp_at..len].split_at_mut(tcp_hl);
+            if let Some((record, range)) = &seg.payload {
+                record.copy_to(range.start, rest);
+            }
+            seg.repr.emit(head, ip.src_addr, ip.dst_addr, rest);
+            buf[len..len.max(MIN_FRAME)].fill(0);
+            self.ident = ident;
+            self.stats.tcp_out += 1;
+            self.stats.tx_frames += 1;
+            return Some(len.max(MIN_FRAME));
+        }
+    }
+
+    /// Builds a slow-path frame; `None` if `buf` is too small.
+    fn emit_slow(&mut self, f: SlowFrame, buf: &mut [u8]) -> Option<usize> {
+        let (dst_mac, ethertype) = match &f {
+            SlowFrame::Arp { dst_mac, .. } => (*dst_mac, EtherType::Arp),
+            SlowFrame::EchoReply { dst_mac, .. } => (*dst_mac, EtherType::Ipv4),
+        };
+        let eth = EthernetRepr {
+            src_addr: self.config.mac,
+            dst_addr: dst_mac,
+            ethertype,
+            vlan: None,
+        };
+        let hl = eth.header_len();
+        let len = match &f {
+            SlowFrame::Arp { repr, .. } => hl + repr.buffer_len(),
+            SlowFrame::EchoReply { data, .. } => hl + 20 + 8 + data.len(),
+        };
+        if len.max(MIN_FRAME) > buf.len() || len - hl > self.config.mtu {
+            return None;
+        }
+        eth.emit(buf);
+        match f {
+            SlowFrame::Arp { repr, .. } => {
+                repr.emit(&mut buf[hl..]);
+                self.stats.arp_out += 1;
+            }
+            SlowFrame::EchoReply {
+                dst_ip,
+                ident,
+                seq_no,
+                data,
+                ..
+            } => {
+                let icmp = Icmpv4Repr::EchoReply {
+                    ident,
+                    seq_no,
+                    data_len: data.len(),
+                };
+                let ip = Ipv4Repr {
+                    src_addr: self.config.ip,
+                    dst_addr: dst_ip,
+                    next_header: IpProtocol::Icmp,
+                    payload_len: icmp.buffer_len(),
+                    hop_limit: TTL,
+                    tos: 0,
+                    ident: self.next_ident(),
+                    dont_frag: true,
+                };
+                ip.emit(&mut buf[hl..]);
+                let at = hl + ip.header_len();
+                let (head, rest) = buf[at..len].split_at_mut(icmp.header_len());
+                rest.copy_from_slice(&data);
+                icmp.emit(head, rest);
+                self.stats.icmp_out += 1;
+            }
+        }
+        buf[len..len.max(MIN_FRAME)].fill(0);
+        Some(len.max(MIN_FRAME))
+    }
+}
+
+/// A received TCP segment, parsed, whose payload is `payload` of the frame.
+#[derive(Debug)]
+struct TcpIn {
+    src: Ipv4Addr,
+    repr: TcpRepr,
+    payload: core::ops::Range<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::seq::SeqNumber;
+    use crate::tcp::Event;
+    use crate::wire::{TcpFlags, TcpOptions};
+    use core::net::SocketAddrV4;
+
+    type Iface = Interface<Vec<u8>, Vec<u8>>;
+
+    const MAC_A: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x0a]);
+    const MAC_B: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x0b]);
+    const IP_A: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
+    const IP_B: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 2);
+
+    fn iface(mac: EthernetAddress, ip: Ipv4Addr) -> Iface {
+        Interface::new(InterfaceConfig::new(mac, ip, [3; 16]))
+    }
+
+    fn eth(src: EthernetAddress, dst: EthernetAddress, ty: EtherType, payload: &[u8]) -> Vec<u8> {
+        let e = EthernetRepr {
+            src_addr: src,
+            dst_addr: dst,
+            ethertype: ty,
+            vlan: None,
+        };
+        let mut b = vec![0u8; e.buffer_len(payload.len())];
+        e.emit(&mut b);
+        b[e.header_len()..].copy_from_slice(payload);
+        b
+    }
+
+    fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, proto: IpProtocol, payload: &[u8]) -> Vec<u8> {
+        let r = Ipv4Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: proto,
+            payload_len: payload.len(),
+            hop_limit: 64,
+            tos: 0,
+            ident: 7,
+            dont_frag: true,
+        };
+        let mut b = vec![0u8; r.buffer_len()];
+        r.emit(&mut b);
+        b[20..].copy_from_slice(payload);
+        b
+    }
+
+    fn tcp_frame(repr: &TcpRepr, payload: &[u8]) -> Vec<u8> {
+        let mut t = vec![0u8; repr.header_len() + payload.len()];
+        let (h, p) = t.split_at_mut(repr.header_len());
+        p.copy_from_slice(payload);
+        repr.emit(h, IP_B, IP_A, p);
+        eth(
+            MAC_B,
+            MAC_A,
+            EtherType::Ipv4,
+            &ipv4(IP_B, IP_A, IpProtocol::Tcp, &t),
+        )
+    }
+
+    fn syn_to(port: u16) -> TcpRepr {
+        TcpRepr {
+            src_port: 40000,
+            dst_port: port,
+            seq: SeqNumber(1000),
+            ack_number: SeqNumber(0),
+            flags: TcpFlags::SYN,
+            window: 1000,
+            urgent: 0,
+            options: TcpOptions {
+                mss: Some(1460),
+                ..TcpOptions::default()
+            },
+        }
+    }
+
+    fn poll_all(i: &mut Iface, now: Instant) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 2048];
+        while let Some(n) = i.poll_frame(now, &mut buf) {
+            out.push(buf[..n].to_vec());
+        }
+        out
+    }
+
+    fn arp_of(frame: &[u8]) -> (EthernetRepr, ArpRepr) {
+        let f = EthernetFrame::new_checked(frame).unwrap();
+        let e = EthernetRepr::parse(&f).unwrap();
+        assert_eq!(e.ethertype, EtherType::Arp);
+        (
+            e,
+            ArpRepr::parse(&ArpPacket::new_checked(f.payload()).unwrap()).unwrap(),
+        )
+    }
+
+    #[test]
+    fn arp_request_answered_and_sender_learned() {
+        let mut a = iface(MAC_A, IP_A);
+        let now = Instant::from_millis(1);
+        let req = |target| ArpRepr::EthernetIpv4 {
+            operation: ArpOperation::Request,
+            source_hardware_addr: MAC_B,
+            source_protocol_addr: IP_B,
+            target_hardware_addr: EthernetAddress([0; 6]),
+            target_protocol_addr: target,
+        };
+        // For another host: neither answered nor learned.
+        let mut p = [0u8; 28];
+        req(Ipv4Addr::new(10, 9, 0, 77)).emit(&mut p);
+        a.handle_frame(
+            now,
+            eth(MAC_B, EthernetAddress::BROADCAST, EtherType::Arp, &p),
+        );
+        assert!(poll_all(&mut a, now).is_empty());
+        assert_eq!(a.arp_lookup(IP_B), None);
+        // For us.
+        req(IP_A).emit(&mut p);
+        a.handle_frame(
+            now,
+            eth(MAC_B, EthernetAddress::BROADCAST, EtherType::Arp, &p),
+        );
+        let out = poll_all(&mut a, now);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].len(), MIN_FRAME);
+        let (e, r) = arp_of(&out[0]);
+        assert_eq!((e.src_addr, e.dst_addr), (MAC_A, MAC_B));
+        assert_eq!(
+            r,
+            ArpRepr::EthernetIpv4 {
+                operation: ArpOperation::Reply,
+                source_hardware_addr: MAC_A,
+                source_protocol_addr: IP_A,
+                target_hardware_addr: MAC_B,
+                target_protocol_addr: IP_B,
+            }
+        );
+        assert_eq!(a.arp_lookup(IP_B), Some(MAC_B));
+        assert_eq!((a.stats().arp_in, a.stats().arp_out), (2, 1));
+    }
+
+    #[test]
+    fn icmp_echo_answered_with_valid_checksum() {
+        let mut a = iface(MAC_A, IP_A);
+        let now = Instant::from_millis(1);
+        let data: Vec<u8> = (0..100u8).collect();
+        let req = Icmpv4Repr::EchoRequest {
+            ident: 0x1234,
+            seq_no: 9,
+            data_len: data.len(),
+        };
+        let mut m = vec![0u8; req.buffer_len()];
+        let (h, d) = m.split_at_mut(8);
+        d.copy_from_slice(&data);
+        req.emit(h, d);
+        a.handle_frame(
+            now,
+            eth(
+                MAC_B,
+                MAC_A,
+                EtherType::Ipv4,
+                &ipv4(IP_B, IP_A, IpProtocol::Icmp, &m),
+            ),
+        );
+        let out = poll_all(&mut a, now);
+        assert_eq!(out.len(), 1);
+        let f = EthernetFrame::new_checked(&out[0][..]).unwrap();
+        assert_eq!(f.dst_addr(), MAC_B);
+        let ipp = Ipv4Packet::new_checked(f.payload()).unwrap();
+        let ip = Ipv4Repr::parse(&ipp, Checksum::Verify).unwrap();
+        assert_eq!((ip.src_addr, ip.dst_addr), (IP_A, IP_B));
+        assert!(ip.dont_frag);
+        let icmp = Icmpv4Packet::new_checked(ipp.payload()).unwrap();
+        let r = Icmpv4Repr::parse(&icmp, Checksum::Verify).unwrap();
+        assert_eq!(
+            r,
+            Icmpv4Repr::EchoReply {
+                ident: 0x1234,
+                seq_no: 9,
+                data_len: 100
+            }
+        );
+        assert_eq!(icmp.data(), &data[..]);
+        assert_eq!((a.stats().icmp_in, a.stats().icmp_out), (1, 1));
+    }
+
+    #[test]
+    fn fragments_bad_checksums_and_strangers_are_counted() {
+        let mut a = iface(MAC_A, IP_A);
+        let now = Instant::from_millis(1);
+        // A first fragment (MF set).
+        let mut ip = ipv4(IP_B, IP_A, IpProtocol::Tcp, &[0u8; 40]);
+        {
+            let mut p = Ipv4Packet::new_unchecked(&mut ip[..]);
+            p.set_frag(false, true, 0);
+            p.fill_checksum();
+        }
+        a.handle_frame(now, eth(MAC_B, MAC_A, EtherType::Ipv4, &ip));
+        assert_eq!(a.stats().drops_for(WireError::Fragmented), 1);
+        // A bad IPv4 header checksum.
+        let mut ip = ipv4(IP_B, IP_A, IpProtocol::Tcp, &[0u8; 40]);
+        ip[10] ^= 0x40;
+        a.handle_frame(now, eth(MAC_B, MAC_A, EtherType::Ipv4, &ip));
+        assert_eq!(a.stats().drops_for(WireError::BadChecksum), 1);
+        // A bad TCP checksum: counted, never reaches the stack.
+        let mut f = tcp_frame(&syn_to(80), b"data");
+        let last = f.len() - 1;
+        f[last] ^= 0x01;
+        a.handle_frame(now, f);
+        assert_eq!(a.stats().drops_for(WireError::BadChecksum), 2);
+        assert_eq!(a.stack().stats().segments_in, 0);
+        // Truncated frame, another host's MAC, another host's IP, IPv6.
+        a.handle_frame(now, vec![0u8; 10]);
+        assert_eq!(a.stats().drops_for(WireError::Truncated), 1);
+        a.handle_frame(now, eth(MAC_B, MAC_B, EtherType::Ipv4, &ip));
+        let other = ipv4(IP_B, Ipv4Addr::new(10, 9, 0, 99), IpProtocol::Tcp, &[0; 20]);
+        a.handle_frame(now, eth(MAC_B, MAC_A, EtherType::Ipv4, &other));
+        assert_eq!(a.stats().not_for_us, 2);
+        a.handle_frame(now, eth(MAC_B, MAC_A, EtherType::Ipv6, &[0u8; 40]));
+        assert_eq!(a.stats().drops_for(WireError::Unsupported), 1);
+        assert_eq!(a.stats().rx_frames, 7);
+        assert!(poll_all(&mut a, now).is_empty());
+    }
+
+    #[test]
+    fn tcp_reaches_stack_and_unresolved_next_hop_triggers_arp() {
+        let mut a = iface(MAC_A, IP_A);
+        let now = Instant::from_millis(1);
+        // A SYN to a closed port: the stack answers RST, but B's MAC is
+        // unknown, so an ARP request goes out instead.
+        a.handle_frame(now, tcp_frame(&syn_to(80), &[]));
+        assert_eq!(a.stack().stats().segments_in, 1);
+        assert_eq!(a.stats().tcp_in, 1);
+        let out = poll_all(&mut a, now);
+        assert_eq!(out.len(), 1);
+        let (e, r) = arp_of(&out[0]);
+        assert_eq!(e.dst_addr, EthernetAddress::BROADCAST);
+        assert!(matches!(
+            r,
+            ArpRepr::EthernetIpv4 {
+                operation: ArpOperation::Request,
+                target_protocol_addr: IP_B,
+                ..
+            }
+        ));
+        assert_eq!(a.stats().arp_miss_drops, 1);
+        // Rate limited: a second miss within a second sends nothing.
+        a.handle_frame(now, tcp_frame(&syn_to(81), &[]));
+        assert!(poll_all(&mut a, now).is_empty());
+        assert_eq!(a.stats().arp_miss_drops, 2);
+        // Retried by the timer, up to the limit.
+        let mut t = now;
+        let mut requests = 1;
+        while let Some(next) = a.poll_timeout() {
+            t = next;
+            a.handle_timeout(t);
+            requests += poll_all(&mut a, t).len();
+        }
+        assert_eq!(requests, ARP_MAX_TRIES as usize);
+        // Once resolved, the RST goes out as a proper frame.
+        a.add_static_arp(IP_B, MAC_B);
+        a.handle_frame(t, tcp_frame(&syn_to(82), b"xyz"));
+        let out = poll_all(&mut a, t);
+        assert_eq!(out.len(), 1);
+        let f = EthernetFrame::new_checked(&out[0][..]).unwrap();
+        assert_eq!(f.dst_addr(), MAC_B);
+        let ipp = Ipv4Packet::new_checked(f.payload()).unwrap();
+        let ip = Ipv4Repr::parse(&ipp, Checksum::Verify).unwrap();
+        assert_eq!(ip.hop_limit, TTL);
+        let tp = TcpPacket::new_checked(ipp.payload()).unwrap();
+        let r = TcpRepr::parse(&tp, ip.src_addr, ip.dst_addr, Checksum::Verify).unwrap();
+        assert_eq!(r.flags, TcpFlags::RST | TcpFlags::ACK);
+        assert_eq!(r.ack_number, SeqNumber(1000 + 1 + 3));
+        assert_eq!((r.src_port, r.dst_port), (82, 40000));
+        assert_eq!(a.stats().tcp_out, 1);
+    }
+
+    /// Moves frames between two interfaces until both are quiet, running
+    /// timers in virtual time up to `until`.
+    fn run(a: &mut Iface, b: &mut Iface, now: &mut Instant, until: Instant) {
+        let mut buf = vec![0u8; 2048];
+        loop {
+            let mut moved = false;
+            while let Some(n) = a.poll_frame(*now, &mut buf) {
+                b.handle_frame(*now, buf[..n].to_vec());
+                moved = true;
+            }
+            while let Some(n) = b.poll_frame(*now, &mut buf) {
+                a.handle_frame(*now, buf[..n].to_vec());
+                moved = true;
+            }
+            if moved {
+                continue;
+            }
+            let next = [a.poll_timeout(), b.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            match next {
+                Some(t) if t <= until => {
+                    *now = t.max(*now);
+                    a.handle_timeout(*now);
+                    b.handle_timeout(*now);
+                }
+                _ => return,
+            }
+        }
+    }
+
+    #[test]
+    #[ignore = "needs the connection state machine"]
+    fn back_to_back_handshake_and_100k_transfer() {
+        let mut a = iface(MAC_A, IP_A);
+        let mut b = iface(MAC_B, IP_B);
+        let mut now = Instant::from_millis(1);
+        a.stack_mut()
+            .listen(SocketAddrV4::new(IP_A, 7000), 8)
+            .unwrap();
+        // B resolves A through ARP on its own.
+        let cid = b
+            .stack_mut()
+            .connect(now, IP_B, SocketAddrV4::new(IP_A, 7000))
+            .unwrap();
+        run(&mut a, &mut b, &mut now, Instant::from_millis(10_000));
+        let sid = a.stack_mut().accept(7000).expect("accepted");
+        assert!(matches!(
+            b.stack_mut().poll_event(cid),
+            Some(Event::Connected)
+        ));
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 31 + i / 977) as u8).collect();
+        let mut sent = 0;
+        let mut got = Vec::new();
+        let deadline = Instant::from_millis(60_000);
+        while got.len() < data.len() && now < deadline {
+            loop {
+                let conn = b.stack_mut().conn_mut(cid).unwrap();
+                let cap = conn.send_capacity().min(data.len() - sent);
+                if cap == 0 {
+                    break;
+                }
+                let rec = data[sent..sent + cap].to_vec();
+                conn.send_record(now, rec).unwrap();
+                sent += cap;
+            }
+            run(&mut a, &mut b, &mut now, deadline);
+            while let Some(p) = a.stack_mut().conn_mut(sid).unwrap().recv() {
+                got.extend_from_slice(p.bytes());
+            }
+            now += Duration::from_millis(1);
+            a.handle_timeout(now);
+            b.handle_timeout(now);
+        }
+        assert_eq!(got.len(), data.len());
+        assert!(got == data, "byte-exact");
+        assert!(a.stats().tcp_in > 60);
+        assert_eq!(a.stats().drops, [0; 7]);
+    }
+}

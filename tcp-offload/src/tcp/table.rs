@@ -105,7 +105,7 @@ pub fn flow_hash(tuple: &FourTuple) -> u32 {
 }
 
 /// Hasher state of [`FlowHasherBuilder`]: words are folded in through
-/// [`mix`]; allocation-free.
+/// a multiply-xorshift mix; allocation-free.
 #[derive(Debug, Clone)]
 pub struct FlowHasher {
     state: u64,
