@@ -1,9 +1,48 @@
-//! One TCP connection (a TCB): the public face of the state machine whose
-//! transitions live in the sibling sub-machine modules.
+//! One TCP connection (a TCB, RFC 9293 §3.3.1): the public face of the state
+//! machine whose transitions live in the sibling sub-machine modules.
+//!
+//! - `handshake`: constructors, option negotiation, SYN-SENT and
+//!   SYN-RECEIVED (RFC 9293 §3.5, RFC 7323 §2.2, §3.2, RFC 2018 §2).
+//! - `established`: the synchronized-state receive path: acceptability,
+//!   PAWS, ACK processing, window updates, segment text, receive window.
+//! - `close`: FIN, RST, CLOSING, LAST-ACK, TIME-WAIT, `close` and `abort`.
+//! - `timers`: RTO, delayed ACK, persist, keepalive, TIME-WAIT.
+//! - `recovery`: congestion control, fast retransmit, NewReno and SACK
+//!   loss recovery.
+//! - `output`: what `poll_transmit` sends next and the headers it builds.
+//! - `sendq` and `rtt`: the record queue with its scoreboard, and the RTT
+//!   estimator.
+//!
+//! # Records and the MSS
+//!
+//! A record handed to [`Connection::send_record`] is sent as exactly one
+//! segment and retransmitted with the same boundaries. Zero-window probes
+//! carry no data (they use `seq = snd.una − 1`, as Linux does), so they
+//! never cut a record. The one exception is a shrinking MSS
+//! ([`Connection::set_path_mtu_mss`]): a record queued or sent before the
+//! decrease that no longer fits is (re)sent in pieces of the new MSS, each
+//! piece a segment, and `records_split` counts it. The receiver sees an
+//! FPDU spanning segments, which RFC 5044 §8.1 requires MPA receivers to
+//! reassemble; new records are sized to the new MSS, so the split is
+//! confined to records in flight at the time of the decrease.
+//!
+//! # Terminal events
+//!
+//! Exactly one of [`Event::Closed`], [`Event::Reset`] and
+//! [`Event::TimedOut`] is reported, once, when the connection reaches
+//! CLOSED. A connection in TIME-WAIT has not reported it yet: it still
+//! answers retransmitted FINs until the 2·MSL timer expires.
 
 use core::net::SocketAddrV4;
+use std::collections::VecDeque;
 
+use super::assembler::Assembler;
 use super::config::Config;
+use super::output::TS_OPTION_LEN;
+use super::recovery::Congestion;
+use super::rtt::RttEstimator;
+use super::sendq::SendQueue;
+use super::timers::Timers;
 use super::{Event, Payload, Record, Segment, State};
 use crate::seq::SeqNumber;
 use crate::time::Instant;
@@ -42,14 +81,188 @@ pub enum SendError {
     InvalidState,
 }
 
+/// Options agreed in the handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Negotiated {
+    /// The MSS the peer announced (536 when it announced none).
+    pub(super) peer_mss: u16,
+    /// Window scaling is in use (both SYNs carried the option).
+    pub(super) wscale: bool,
+    /// Shift applied to the peer's window field.
+    pub(super) snd_shift: u8,
+    /// Shift applied to the window we advertise.
+    pub(super) rcv_shift: u8,
+    pub(super) sack: bool,
+    pub(super) timestamps: bool,
+}
+
+/// A reset to send, built when the segment provoking it is processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PendingRst {
+    pub(super) seq: SeqNumber,
+    /// The acknowledgment to carry, if the RST has ACK set.
+    pub(super) ack: Option<SeqNumber>,
+}
+
 /// A TCP connection. `B` is the receive buffer type (payload stays in it),
 /// `R` the record type of the sender.
 #[derive(Debug)]
 pub struct Connection<B, R> {
-    _marker: core::marker::PhantomData<(B, R)>,
+    pub(super) config: Config,
+    pub(super) local: SocketAddrV4,
+    pub(super) remote: SocketAddrV4,
+    pub(super) state: State,
+    pub(super) stats: ConnStats,
+    pub(super) opts: Negotiated,
+
+    // Send sequence space (RFC 9293 §3.3.1).
+    pub(super) iss: SeqNumber,
+    pub(super) snd_una: SeqNumber,
+    /// One past the highest sequence number sent; never moves back (a
+    /// retransmission is tracked on the scoreboard instead).
+    pub(super) snd_nxt: SeqNumber,
+    /// The peer's window in bytes, scaled.
+    pub(super) snd_wnd: usize,
+    pub(super) max_snd_wnd: usize,
+    pub(super) snd_wl1: SeqNumber,
+    pub(super) snd_wl2: SeqNumber,
+    pub(super) sendq: SendQueue<R>,
+    /// Our FIN's sequence number once `close` was called.
+    pub(super) fin_seq: Option<SeqNumber>,
+    pub(super) fin_sent: bool,
+    /// The FIN must be sent again (after an RTO, or as a fast retransmit).
+    pub(super) fin_rtx: bool,
+    /// Effective send MSS: what a segment's payload may be, options
+    /// accounted for.
+    pub(super) eff_mss: usize,
+    /// MSS of the path (interface or path-MTU limit).
+    pub(super) path_mss: u16,
+
+    // Receive sequence space.
+    pub(super) irs: SeqNumber,
+    pub(super) rcv_nxt: SeqNumber,
+    /// Right edge of the window last advertised; never moves left.
+    pub(super) rcv_adv: SeqNumber,
+    pub(super) rx_queue: VecDeque<Payload<B>>,
+    /// Bytes in `rx_queue`.
+    pub(super) rx_bytes: usize,
+    /// Most payloads `rx_queue` holds (its preallocated capacity).
+    pub(super) rx_max_segments: usize,
+    pub(super) assembler: Assembler<B>,
+    /// Sequence number of a FIN received ahead of `rcv_nxt`.
+    pub(super) rx_fin: Option<SeqNumber>,
+
+    // Timestamps (RFC 7323 §3-§5).
+    pub(super) ts_offset: u32,
+    pub(super) ts_recent: u32,
+    pub(super) ts_recent_at: Instant,
+    pub(super) last_ack_sent: SeqNumber,
+
+    // ACK generation.
+    /// An ACK must go out at the next `poll_transmit`.
+    pub(super) ack_now: bool,
+    /// Payload bytes received since the last ACK sent.
+    pub(super) rcv_unacked: usize,
+    /// Largest payload received: what a "full-sized segment" is.
+    pub(super) rcv_mss: usize,
+
+    // One-shot transmissions.
+    pub(super) syn_pending: bool,
+    pub(super) syn_sent_at: Option<Instant>,
+    /// SYNs (or SYN-ACKs) sent so far.
+    pub(super) syn_sends: u32,
+    pub(super) rst_pending: Option<PendingRst>,
+    pub(super) probe_pending: bool,
+    pub(super) keepalive_pending: bool,
+
+    pub(super) cc: Congestion,
+    pub(super) rtt: RttEstimator,
+    pub(super) timers: Timers,
+    pub(super) events: VecDeque<Event<R>>,
+    /// The latest `now` seen, for work triggered by calls that take no
+    /// time (`recv`).
+    pub(super) last_now: Instant,
+}
+
+/// Records the send queue can hold before it has to grow: a window of
+/// minimum-size segments, within bounds.
+fn record_capacity(config: &Config) -> usize {
+    (config.recv_buffer / 536).clamp(64, 2048)
 }
 
 impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
+    /// A TCB in `state` with nothing negotiated yet. The handshake
+    /// constructors fill in the rest.
+    pub(super) fn new_tcb(
+        now: Instant,
+        config: Config,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: SeqNumber,
+        state: State,
+    ) -> Connection<B, R> {
+        let records = record_capacity(&config);
+        let rx_max_segments = (config.recv_buffer / 256).clamp(64, 4096);
+        let rtt = RttEstimator::new(config.rto_initial, config.rto_min, config.rto_max);
+        let assembler = Assembler::new(config.recv_buffer, config.max_ooo_segments);
+        let mss = usize::from(config.mss).max(64);
+        let cc = Congestion::new(mss, config.initial_window_segments, iss);
+        Connection {
+            local,
+            remote,
+            state,
+            stats: ConnStats::default(),
+            opts: Negotiated {
+                peer_mss: 536,
+                wscale: false,
+                snd_shift: 0,
+                rcv_shift: 0,
+                sack: false,
+                timestamps: false,
+            },
+            iss,
+            snd_una: iss,
+            snd_nxt: iss + 1,
+            snd_wnd: 0,
+            max_snd_wnd: 0,
+            snd_wl1: SeqNumber(0),
+            snd_wl2: iss,
+            sendq: SendQueue::new(iss + 1, records),
+            fin_seq: None,
+            fin_sent: false,
+            fin_rtx: false,
+            eff_mss: mss,
+            path_mss: config.mss,
+            irs: SeqNumber(0),
+            rcv_nxt: SeqNumber(0),
+            rcv_adv: SeqNumber(0),
+            rx_queue: VecDeque::with_capacity(rx_max_segments),
+            rx_bytes: 0,
+            rx_max_segments,
+            assembler,
+            rx_fin: None,
+            ts_offset: iss.0.rotate_left(13),
+            ts_recent: 0,
+            ts_recent_at: now,
+            last_ack_sent: SeqNumber(0),
+            ack_now: false,
+            rcv_unacked: 0,
+            rcv_mss: 536.min(mss),
+            syn_pending: false,
+            syn_sent_at: None,
+            syn_sends: 0,
+            rst_pending: None,
+            probe_pending: false,
+            keepalive_pending: false,
+            cc,
+            rtt,
+            timers: Timers::default(),
+            events: VecDeque::with_capacity(records + 8),
+            last_now: now,
+            config,
+        }
+    }
+
     /// Starts an active open: the connection is in SYN-SENT and its SYN is
     /// ready in `poll_transmit`.
     pub fn connect(
@@ -59,8 +272,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         remote: SocketAddrV4,
         iss: SeqNumber,
     ) -> Connection<B, R> {
-        let _ = (now, config, local, remote, iss);
-        unimplemented!()
+        Self::open_active(now, config, local, remote, iss)
     }
 
     /// Starts a passive open from a received SYN: the connection is in
@@ -73,14 +285,14 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         syn: &TcpRepr,
         iss: SeqNumber,
     ) -> Connection<B, R> {
-        let _ = (now, config, local, remote, syn, iss);
-        unimplemented!()
+        Self::open_passive(now, config, local, remote, syn, iss)
     }
 
     /// Creates an ESTABLISHED connection from the final ACK of a handshake
     /// whose SYN was answered statelessly with a SYN cookie. `iss` is our
     /// ISN (the cookie), `irs` the peer's, and the options are those the
-    /// cookie encoded.
+    /// cookie encoded: the MSS only, so window scaling, SACK and timestamps
+    /// are off (the cookie SYN-ACK must not have offered them).
     #[allow(clippy::too_many_arguments)] // mirrors the fields a cookie carries
     pub fn from_cookie(
         now: Instant,
@@ -92,78 +304,180 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         irs: SeqNumber,
         peer_mss: u16,
     ) -> Connection<B, R> {
-        let _ = (now, config, local, remote, ack, iss, irs, peer_mss);
-        unimplemented!()
+        Self::open_from_cookie(now, config, local, remote, ack, iss, irs, peer_mss)
     }
 
     /// Current state.
     pub fn state(&self) -> State {
-        unimplemented!()
+        self.state
     }
 
     /// Local address and port.
     pub fn local(&self) -> SocketAddrV4 {
-        unimplemented!()
+        self.local
     }
 
     /// Remote address and port.
     pub fn remote(&self) -> SocketAddrV4 {
-        unimplemented!()
+        self.remote
     }
 
     /// Counters.
     pub fn stats(&self) -> &ConnStats {
-        unimplemented!()
+        &self.stats
+    }
+
+    /// The congestion window in bytes (for tests and monitoring).
+    pub fn cwnd(&self) -> usize {
+        self.cc.cwnd
+    }
+
+    /// The slow-start threshold in bytes.
+    pub fn ssthresh(&self) -> usize {
+        self.cc.ssthresh
+    }
+
+    /// The current retransmission timeout, backoff included.
+    pub fn rto(&self) -> core::time::Duration {
+        self.rtt.rto()
+    }
+
+    /// The smoothed RTT, once measured.
+    pub fn srtt(&self) -> Option<core::time::Duration> {
+        self.rtt.srtt()
+    }
+
+    /// The peer's receive window, in bytes (scaled).
+    pub fn peer_window(&self) -> usize {
+        self.snd_wnd
+    }
+
+    /// Whether SACK was negotiated.
+    pub fn sack_enabled(&self) -> bool {
+        self.opts.sack
+    }
+
+    /// Whether timestamps were negotiated.
+    pub fn timestamps_enabled(&self) -> bool {
+        self.opts.timestamps
+    }
+
+    /// The window scale shifts in use: (applied to the peer's window,
+    /// applied to ours). Both zero when scaling was not negotiated.
+    pub fn window_shifts(&self) -> (u8, u8) {
+        (self.opts.snd_shift, self.opts.rcv_shift)
+    }
+
+    /// Sequence number of the oldest unacknowledged byte.
+    pub fn snd_una(&self) -> SeqNumber {
+        self.snd_una
+    }
+
+    /// Next sequence number expected from the peer.
+    pub fn rcv_nxt(&self) -> SeqNumber {
+        self.rcv_nxt
+    }
+
+    /// Records queued and not yet entirely acknowledged.
+    pub fn records_queued(&self) -> usize {
+        self.sendq.len()
+    }
+
+    /// Payload bytes received in order and not yet read with `recv`.
+    pub fn recv_queued(&self) -> usize {
+        self.rx_bytes
     }
 
     /// Processes one received segment addressed to this connection.
     /// `payload` is the segment's payload by reference (`None` when empty).
     pub fn handle_segment(&mut self, now: Instant, repr: &TcpRepr, payload: Option<Payload<B>>) {
-        let _ = (now, repr, payload);
-        unimplemented!()
+        self.last_now = now;
+        self.stats.segments_in += 1;
+        let payload = payload.filter(|p| !p.is_empty());
+        self.stats.bytes_in += payload.as_ref().map_or(0, |p| p.len() as u64);
+        match self.state {
+            State::Closed | State::Listen => {
+                self.on_segment_closed(repr, payload.as_ref().map_or(0, Payload::len))
+            }
+            State::SynSent => self.on_segment_syn_sent(now, repr, payload),
+            _ => self.on_segment_synchronized(now, repr, payload),
+        }
+        self.update_persist(now);
     }
 
     /// The next segment to send, if any: SYN, SYN-ACK, a new or
     /// retransmitted record, a pure ACK, a window probe, FIN or RST.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Segment<'_, R>> {
-        let _ = now;
-        unimplemented!()
+        self.next_segment(now)
     }
 
     /// When `handle_timeout` must next be called, if ever.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        unimplemented!()
+        self.timers.next()
     }
 
     /// Runs the timers that are due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let _ = now;
-        unimplemented!()
+        self.last_now = now;
+        self.on_timeout(now);
+        self.update_persist(now);
     }
 
     /// The next event for the upper layer.
     pub fn poll_event(&mut self) -> Option<Event<R>> {
-        unimplemented!()
+        self.events.pop_front()
     }
 
     /// The largest record [`Connection::send_record`] accepts now: the
     /// effective MSS, limited by the peer's window and the congestion
     /// window. Zero when nothing may be sent.
+    ///
+    /// Sender silly-window avoidance (RFC 9293 §3.8.6.2.1) is applied here,
+    /// since the upper layer sizes its records to the answer: while data is
+    /// outstanding, less than a full segment is offered only when it is at
+    /// least half the largest window the peer ever offered.
     pub fn send_capacity(&self) -> usize {
-        unimplemented!()
+        if !matches!(self.state, State::Established | State::CloseWait) || self.fin_seq.is_some() {
+            return 0;
+        }
+        let mss = self.eff_mss;
+        let end = self.sendq.end();
+        let wnd_room = (self.snd_una + self.snd_wnd) - end;
+        let used = (end - self.snd_una).saturating_sub(self.sendq.sacked_bytes());
+        let cwnd_room = self.cc.cwnd.saturating_sub(used);
+        let cap = mss.min(wnd_room).min(cwnd_room);
+        if cap < mss && end != self.snd_una {
+            if cwnd_room < mss {
+                return 0;
+            }
+            if cap < self.max_snd_wnd / 2 {
+                return 0;
+            }
+        }
+        cap
     }
 
     /// The effective MSS: the largest record a segment can ever carry on
     /// this connection, whatever the windows.
     pub fn max_record_len(&self) -> usize {
-        unimplemented!()
+        self.eff_mss
     }
 
     /// Queues one record, sent as exactly one segment. Its length must be
     /// at most [`Connection::send_capacity`].
     pub fn send_record(&mut self, now: Instant, record: R) -> Result<(), (SendError, R)> {
-        let _ = (now, record);
-        unimplemented!()
+        let len = record.len();
+        if len == 0 {
+            return Err((SendError::Empty, record));
+        }
+        if !matches!(self.state, State::Established | State::CloseWait) || self.fin_seq.is_some() {
+            return Err((SendError::InvalidState, record));
+        }
+        if len > self.send_capacity() {
+            return Err((SendError::TooLarge, record));
+        }
+        self.sendq.push(record, len, now);
+        Ok(())
     }
 
     /// Lowers the effective MSS (a path MTU decrease, RFC 1191). New
@@ -171,26 +485,68 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     /// is, when retransmitted, resent in segments of the new MSS; the
     /// receiver reassembles it (RFC 5044 §8.1 requires MPA receivers to
     /// handle FPDUs that span segments) and `records_split` counts it.
+    /// A value above what the peer and the interface allow is capped.
     pub fn set_path_mtu_mss(&mut self, mss: u16) {
-        let _ = mss;
-        unimplemented!()
+        self.path_mss = mss;
+        self.update_eff_mss();
     }
 
     /// The next in-order payload received, if any. Reading frees receive
     /// buffer space, which opens the advertised window.
     pub fn recv(&mut self) -> Option<Payload<B>> {
-        unimplemented!()
+        let p = self.rx_queue.pop_front()?;
+        self.rx_bytes -= p.len();
+        if !self.assembler.is_empty() {
+            self.pull_assembler();
+        }
+        if self.window_update_due() {
+            self.ack_now = true;
+        }
+        Some(p)
     }
 
     /// Closes the sending direction: FIN after every queued record.
     pub fn close(&mut self, now: Instant) {
-        let _ = now;
-        unimplemented!()
+        self.start_close(now);
     }
 
     /// Resets the connection: RST to the peer, CLOSED here.
     pub fn abort(&mut self, now: Instant) {
-        let _ = now;
-        unimplemented!()
+        self.reset_local(now);
+    }
+
+    /// Recomputes the effective send MSS from the peer's MSS, the path
+    /// MSS and the options every segment carries (RFC 6691).
+    pub(super) fn update_eff_mss(&mut self) {
+        let base = self.opts.peer_mss.min(self.config.mss).min(self.path_mss);
+        let opts = if self.opts.timestamps {
+            TS_OPTION_LEN
+        } else {
+            0
+        };
+        self.eff_mss = usize::from(base).saturating_sub(opts).max(64);
+        self.cc.mss = self.eff_mss;
+    }
+
+    /// The segment time for timestamps: milliseconds since the epoch plus
+    /// a per-connection offset derived from the ISN (RFC 7323 §5.4
+    /// recommends not exposing the raw clock).
+    pub(super) fn ts_now(&self, now: Instant) -> u32 {
+        // Truncating to 32 bits is the timestamp clock's intended wrap.
+        (now.total_millis() as u32).wrapping_add(self.ts_offset)
+    }
+
+    /// Records the terminal event and drops everything held.
+    pub(super) fn terminate(&mut self, event: Event<R>) {
+        self.state = State::Closed;
+        self.sendq.clear();
+        self.assembler.clear();
+        self.timers.clear();
+        self.syn_pending = false;
+        self.probe_pending = false;
+        self.keepalive_pending = false;
+        self.fin_rtx = false;
+        self.ack_now = false;
+        self.events.push_back(event);
     }
 }

@@ -28,11 +28,19 @@
 //! and loss recovery of RFC 2018 and RFC 6675).
 
 pub mod assembler;
+mod close;
 pub mod config;
 pub mod connection;
 pub mod cookie;
+mod established;
+mod handshake;
 pub mod isn;
+mod output;
+mod recovery;
+mod rtt;
+mod sendq;
 pub mod table;
+mod timers;
 
 pub use assembler::Assembler;
 pub use config::Config;

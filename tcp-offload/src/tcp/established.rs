@@ -1,0 +1,389 @@
+//! The receive path of the synchronized states (RFC 9293 §3.10.7.4, in
+//! its order): PAWS (RFC 7323 §5.3), the sequence-number acceptability
+//! test, RST and SYN checks with RFC 5961 challenge ACKs, TS.Recent and
+//! RTTM (RFC 7323 §4.3), ACK processing with the SND.WL1/WL2 window update
+//! rule, the SACK scoreboard, and the segment text: trimmed to the window,
+//! in-order payload queued for `recv`, out-of-order payload handed to the
+//! assembler by reference. It also computes the receive window we
+//! advertise: never shrinking its right edge (RFC 7323 §2.4) and applying
+//! receiver silly-window avoidance (RFC 9293 §3.8.6.2.2).
+
+use core::time::Duration;
+
+use super::assembler::Rejected;
+use super::connection::Connection;
+use super::{Event, Payload, Record, State};
+use crate::seq::SeqNumber;
+use crate::time::Instant;
+use crate::wire::{TcpFlags, TcpRepr};
+
+/// RFC 7323 §5.5: TS.Recent older than 24 days is no basis for PAWS.
+const TS_RECENT_LIFETIME: Duration = Duration::from_secs(24 * 24 * 3600);
+
+impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
+    /// Every state from SYN-RECEIVED to TIME-WAIT.
+    pub(super) fn on_segment_synchronized(
+        &mut self,
+        now: Instant,
+        repr: &TcpRepr,
+        payload: Option<Payload<B>>,
+    ) {
+        let plen = payload.as_ref().map_or(0, Payload::len);
+        let rst = repr.flags.contains(TcpFlags::RST);
+        let syn = repr.flags.contains(TcpFlags::SYN);
+        let fin = repr.flags.contains(TcpFlags::FIN);
+
+        if self.state == State::SynReceived && syn && !rst && repr.seq == self.irs {
+            let a = repr.ack_number;
+            if repr.ack().is_some() && self.snd_una < a && a <= self.snd_nxt {
+                // Simultaneous open: the peer's SYN-ACK acknowledges our SYN.
+                self.ack_syn_received(now, repr);
+                self.ack_now = true;
+            } else {
+                // The peer repeated its SYN: our SYN-ACK was lost.
+                self.syn_pending = true;
+            }
+            return;
+        }
+
+        if self.paws_rejects(now, repr) {
+            self.stats.dropped += 1;
+            self.ack_now = true;
+            return;
+        }
+
+        if !self.acceptable(repr.seq, repr.segment_len(plen)) {
+            if !rst {
+                self.ack_now = true;
+                if self.state == State::TimeWait && fin {
+                    // A repeated FIN: our ACK was lost. Re-ACK and wait the
+                    // full 2·MSL again (RFC 9293 §3.10.7.4, TIME-WAIT).
+                    self.timers.time_wait = Some(now + self.config.time_wait);
+                }
+            }
+            self.stats.dropped += 1;
+            return;
+        }
+
+        if rst {
+            if repr.seq == self.rcv_nxt {
+                self.terminate(Event::Reset);
+            } else {
+                // RFC 5961 §3.2: in the window but not exact.
+                self.ack_now = true;
+            }
+            return;
+        }
+
+        if syn {
+            // RFC 5961 §4.2: challenge ACK, drop.
+            self.ack_now = true;
+            self.stats.dropped += 1;
+            return;
+        }
+
+        if repr.ack().is_none() {
+            self.stats.dropped += 1;
+            return;
+        }
+
+        self.update_ts_recent(now, repr);
+        self.restart_keepalive(now);
+
+        if self.state == State::SynReceived && !self.ack_syn_received(now, repr) {
+            return;
+        }
+        if !self.on_ack(now, repr, plen) || self.state == State::Closed {
+            return;
+        }
+
+        let whole = match payload {
+            Some(p)
+                if matches!(
+                    self.state,
+                    State::Established | State::FinWait1 | State::FinWait2
+                ) =>
+            {
+                self.on_text(now, repr.seq, p)
+            }
+            Some(_) => {
+                // Payload after the peer's FIN: nothing more can be accepted.
+                self.ack_now = true;
+                false
+            }
+            None => true,
+        };
+        if fin && whole {
+            self.on_fin_flag(now, repr.seq + plen);
+        }
+    }
+
+    /// RFC 7323 §5.3 R1: a segment whose TSval is older than TS.Recent is a
+    /// duplicate from a previous wrap of the sequence space.
+    fn paws_rejects(&self, now: Instant, repr: &TcpRepr) -> bool {
+        if !self.opts.timestamps || repr.flags.contains(TcpFlags::RST) {
+            return false;
+        }
+        let Some(ts) = repr.options.timestamp else {
+            return false;
+        };
+        (ts.tsval.wrapping_sub(self.ts_recent) as i32) < 0
+            && now - self.ts_recent_at <= TS_RECENT_LIFETIME
+    }
+
+    /// RFC 7323 §4.3: remember the peer's TSval of a segment that is not
+    /// later than the last ACK we sent.
+    fn update_ts_recent(&mut self, now: Instant, repr: &TcpRepr) {
+        if !self.opts.timestamps {
+            return;
+        }
+        if let Some(ts) = repr.options.timestamp {
+            if (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0 && repr.seq <= self.last_ack_sent
+            {
+                self.ts_recent = ts.tsval;
+                self.ts_recent_at = now;
+            }
+        }
+    }
+
+    /// The acceptability test of RFC 9293 §3.10.7.4. With a zero window, a
+    /// segment starting exactly at RCV.NXT is accepted for its ACK (and a
+    /// bare FIN) while its payload is trimmed away, which RFC 9293 asks for
+    /// ("special allowance should be made to accept valid ACKs").
+    fn acceptable(&self, seq: SeqNumber, len: usize) -> bool {
+        let wnd = self.rcv_adv - self.rcv_nxt;
+        let nxt = self.rcv_nxt;
+        if wnd == 0 {
+            return seq == nxt;
+        }
+        let end = nxt + wnd;
+        if len == 0 {
+            return seq.in_range(nxt, end);
+        }
+        seq.in_range(nxt, end) || (seq + (len - 1)).in_range(nxt, end)
+    }
+
+    /// ACK processing. Returns whether the segment is processed further.
+    fn on_ack(&mut self, now: Instant, repr: &TcpRepr, plen: usize) -> bool {
+        let ack = repr.ack_number;
+        if ack > self.snd_nxt {
+            // Acknowledges something not yet sent.
+            self.ack_now = true;
+            self.stats.dropped += 1;
+            return false;
+        }
+        if ack < self.snd_una {
+            // RFC 5961 §5.2: a very old ACK is suspicious; a merely old one
+            // is ignored while the rest of the segment is processed.
+            if self.snd_una - ack > self.max_snd_wnd.max(usize::from(u16::MAX)) {
+                self.ack_now = true;
+                self.stats.dropped += 1;
+                return false;
+            }
+            return true;
+        }
+
+        let wnd = usize::from(repr.window) << self.opts.snd_shift;
+        let window_changed = wnd != self.snd_wnd;
+        if self.snd_wl1 < repr.seq || (self.snd_wl1 == repr.seq && self.snd_wl2 <= ack) {
+            self.snd_wnd = wnd;
+            self.snd_wl1 = repr.seq;
+            self.snd_wl2 = ack;
+            self.max_snd_wnd = self.max_snd_wnd.max(wnd);
+        }
+
+        let acked = ack - self.snd_una;
+        if acked > 0 {
+            self.snd_una = ack;
+            self.on_data_acked(now, repr);
+        }
+
+        let mut new_sack = false;
+        if self.opts.sack {
+            for &(left, right) in repr.options.sack.as_slice() {
+                // Blocks at or below the cumulative ACK (D-SACK) or beyond
+                // what was sent are ignored (RFC 2018 §4, RFC 6675 §5).
+                if left >= right || left < self.snd_una || right > self.snd_nxt {
+                    continue;
+                }
+                new_sack |= self.sendq.sack_block(left, right, self.snd_nxt);
+            }
+        }
+
+        let dup = acked == 0
+            && plen == 0
+            && !repr.flags.contains(TcpFlags::FIN)
+            && !window_changed
+            && self.snd_una != self.snd_nxt;
+        self.on_ack_cc(acked, dup, new_sack);
+
+        if let Some(f) = self.fin_seq {
+            if self.fin_sent && self.snd_una > f {
+                self.on_fin_acked(now);
+            }
+        }
+        true
+    }
+
+    /// `snd.una` advanced: release acknowledged records, sample the RTT,
+    /// and restart or stop the retransmission timer (RFC 6298 §5.2, §5.3).
+    fn on_data_acked(&mut self, now: Instant, repr: &TcpRepr) {
+        let mut sample = None;
+        let mut ambiguous = false;
+        while let Some(r) = self.sendq.pop_acked(self.snd_una) {
+            if r.ever_rexmit {
+                ambiguous = true;
+            } else {
+                sample = Some(now - r.sent_at);
+            }
+            self.events.push_back(Event::RecordAcked(r.record));
+        }
+        if ambiguous {
+            sample = None;
+        }
+        match (sample, self.opts.timestamps, repr.options.timestamp) {
+            (Some(s), _, _) => self.rtt.sample(s),
+            (None, true, Some(ts)) if ts.tsecr != 0 => self.rtt_sample_ts(now, ts.tsecr),
+            _ => {}
+        }
+        self.timers.retries = 0;
+        self.timers.rto = if self.snd_una == self.snd_nxt {
+            None
+        } else {
+            Some(now + self.rtt.rto())
+        };
+    }
+
+    /// RTTM (RFC 7323 §4.1): the echoed timestamp dates the segment the
+    /// ACK answers, even a retransmitted one.
+    pub(super) fn rtt_sample_ts(&mut self, now: Instant, tsecr: u32) {
+        let ms = self.ts_now(now).wrapping_sub(tsecr);
+        if (ms as i32) >= 0 {
+            self.rtt.sample(Duration::from_millis(u64::from(ms)));
+        }
+    }
+
+    /// The segment text. Returns whether all of it fitted the window (a
+    /// FIN after trimmed-away payload is not acceptable yet).
+    pub(super) fn on_text(&mut self, now: Instant, seq: SeqNumber, mut p: Payload<B>) -> bool {
+        let mut seq = seq;
+        if seq < self.rcv_nxt {
+            let dup = self.rcv_nxt - seq;
+            if dup >= p.len() {
+                self.ack_now = true;
+                return true;
+            }
+            p.trim_front(dup);
+            seq = self.rcv_nxt;
+        }
+        let edge = self.rcv_adv.max(self.rcv_nxt);
+        let room = edge - seq;
+        let mut whole = true;
+        if p.len() > room {
+            p.truncate(room);
+            whole = false;
+            self.ack_now = true;
+            if p.is_empty() {
+                self.stats.dropped += 1;
+                return false;
+            }
+        }
+        if seq == self.rcv_nxt {
+            if self.rx_queue.len() >= self.rx_max_segments {
+                self.stats.dropped += 1;
+                self.ack_now = true;
+                return false;
+            }
+            let filled_hole = !self.assembler.is_empty();
+            let len = p.len();
+            self.rcv_nxt += len;
+            self.rx_bytes += len;
+            self.rx_queue.push_back(p);
+            if filled_hole {
+                self.pull_assembler();
+                self.ack_now = true;
+            }
+            self.schedule_ack(now, len);
+        } else {
+            match self.assembler.insert(seq, p, self.rcv_nxt) {
+                Ok(()) | Err(Rejected::Duplicate) => {}
+                Err(Rejected::Full) => self.stats.dropped += 1,
+            }
+            // Out of order: ACK at once so the sender sees the duplicate
+            // ACK and the SACK blocks (RFC 5681 §4.2).
+            self.ack_now = true;
+        }
+        whole
+    }
+
+    /// Moves payload that became in order from the assembler to the
+    /// in-order queue, as far as the queue's bound allows, then takes a FIN
+    /// that was waiting for it.
+    pub(super) fn pull_assembler(&mut self) {
+        while self.rx_queue.len() < self.rx_max_segments {
+            let Some(q) = self.assembler.pop(self.rcv_nxt) else {
+                break;
+            };
+            self.rcv_nxt += q.len();
+            self.rx_bytes += q.len();
+            self.rx_queue.push_back(q);
+        }
+        if self.rx_fin == Some(self.rcv_nxt) {
+            let now = self.last_now;
+            self.consume_fin(now);
+        }
+    }
+
+    /// The window we would advertise now: what is left of the receive
+    /// buffer, except that an increase smaller than min(buffer / 2, MSS) is
+    /// held back (receiver SWS avoidance) and the right edge never moves
+    /// left.
+    fn rcv_window_candidate(&self) -> usize {
+        let held = self.rx_bytes + self.assembler.bytes();
+        let max = usize::from(u16::MAX) << self.opts.rcv_shift;
+        let avail = self.config.recv_buffer.saturating_sub(held).min(max);
+        let cur = self.rcv_adv - self.rcv_nxt;
+        if avail >= cur + self.sws_threshold() {
+            avail
+        } else {
+            cur
+        }
+    }
+
+    fn sws_threshold(&self) -> usize {
+        (self.config.recv_buffer / 2)
+            .min(usize::from(self.config.mss))
+            .max(1)
+    }
+
+    /// Whether reading opened the window enough to tell the peer at once:
+    /// the new window is at least twice the one last advertised and grew
+    /// by the SWS threshold (this is what reopens a zero window).
+    pub(super) fn window_update_due(&self) -> bool {
+        if !matches!(
+            self.state,
+            State::Established | State::FinWait1 | State::FinWait2
+        ) {
+            return false;
+        }
+        let cur = self.rcv_adv - self.rcv_nxt;
+        let want = self.rcv_window_candidate();
+        want > cur && want >= 2 * cur
+    }
+
+    /// The window field to send, and the new right edge it sets.
+    pub(super) fn advertise_window(&mut self) -> u16 {
+        let s = self.opts.rcv_shift;
+        let want = self.rcv_window_candidate();
+        let cur = self.rcv_adv - self.rcv_nxt;
+        let unit = 1usize << s;
+        let wire = (want >> s)
+            .max(cur.div_ceil(unit))
+            .min(usize::from(u16::MAX));
+        let edge = self.rcv_nxt + (wire << s);
+        if edge > self.rcv_adv {
+            self.rcv_adv = edge;
+        }
+        u16::try_from(wire).unwrap_or(u16::MAX)
+    }
+}

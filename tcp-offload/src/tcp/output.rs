@@ -1,0 +1,368 @@
+//! What the connection sends next, and the headers it builds.
+//!
+//! `poll_transmit` yields at most one segment per call, in this order: a
+//! pending RST; the SYN or SYN-ACK; repairs of records judged lost (RFC
+//! 6675 `NextSeg` rule 1, or go-back-N after an RTO) while the congestion
+//! window allows; a retransmitted FIN; new records in order while both the
+//! peer's window (RFC 9293 §3.8.6) and the congestion window allow; the
+//! FIN; a zero-window probe or keepalive probe; a pure ACK if one is owed.
+//! Every segment but the first SYN carries the current ACK and window (so
+//! it discharges any delayed ACK), timestamps when negotiated (RFC 7323
+//! §3.2), and SACK blocks while out-of-order data is held (RFC 2018 §4).
+
+use super::connection::{Connection, PendingRst};
+use super::{Record, Segment, State};
+use crate::seq::SeqNumber;
+use crate::time::Instant;
+use crate::wire::{TcpFlags, TcpOptions, TcpRepr, TcpTimestamp};
+
+/// Bytes of a timestamps option as emitted (with its two NOPs).
+pub(super) const TS_OPTION_LEN: usize = 12;
+
+/// What to send next.
+#[derive(Debug, Clone, Copy)]
+enum Tx {
+    /// Bytes `off..off + len` of record `idx`; a retransmission if `rtx`.
+    Data {
+        idx: usize,
+        off: usize,
+        len: usize,
+        rtx: bool,
+    },
+    Fin {
+        rtx: bool,
+    },
+    Probe,
+    Keepalive,
+    Ack,
+}
+
+impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
+    pub(super) fn next_segment(&mut self, now: Instant) -> Option<Segment<'_, R>> {
+        if let Some(rst) = self.rst_pending.take() {
+            let repr = self.rst_repr(rst);
+            return Some(Segment {
+                repr,
+                payload: None,
+            });
+        }
+        match self.state {
+            State::Closed | State::Listen => return None,
+            State::SynSent => {
+                if !self.syn_pending {
+                    return None;
+                }
+                let repr = self.syn_repr(now);
+                return Some(Segment {
+                    repr,
+                    payload: None,
+                });
+            }
+            State::SynReceived => {
+                if !self.syn_pending && !self.ack_now {
+                    return None;
+                }
+                let repr = self.syn_repr(now);
+                return Some(Segment {
+                    repr,
+                    payload: None,
+                });
+            }
+            _ => {}
+        }
+        let tx = self.pick()?;
+        match tx {
+            Tx::Data { idx, off, len, rtx } => {
+                let repr = self.data_repr(now, idx, off, len, rtx);
+                let rec = &self.sendq.get(idx).record;
+                Some(Segment {
+                    repr,
+                    payload: Some((rec, off..off + len)),
+                })
+            }
+            Tx::Fin { rtx } => {
+                let fin = self.fin_seq.unwrap_or(self.snd_nxt);
+                if rtx {
+                    self.fin_rtx = false;
+                    self.stats.retransmits += 1;
+                } else {
+                    self.fin_sent = true;
+                    self.snd_nxt = fin + 1;
+                }
+                self.cc.force_rtx = false;
+                self.arm_rto(now);
+                let repr = self.header(now, fin, TcpFlags::FIN | TcpFlags::ACK, 0);
+                Some(Segment {
+                    repr,
+                    payload: None,
+                })
+            }
+            Tx::Probe => {
+                self.probe_pending = false;
+                self.stats.window_probes += 1;
+                self.timers.persist_backoff += 1;
+                let repr = self.header(now, self.snd_una - 1, TcpFlags::ACK, 0);
+                self.update_persist(now);
+                Some(Segment {
+                    repr,
+                    payload: None,
+                })
+            }
+            Tx::Keepalive => {
+                self.keepalive_pending = false;
+                let repr = self.header(now, self.snd_nxt - 1, TcpFlags::ACK, 0);
+                Some(Segment {
+                    repr,
+                    payload: None,
+                })
+            }
+            Tx::Ack => {
+                let repr = self.header(now, self.snd_nxt, TcpFlags::ACK, 0);
+                Some(Segment {
+                    repr,
+                    payload: None,
+                })
+            }
+        }
+    }
+
+    fn pick(&mut self) -> Option<Tx> {
+        let mss = self.eff_mss;
+        let mut cwnd_blocked = false;
+        let sent = self.sendq.sent_count(self.snd_nxt);
+        if let Some(idx) = self.sendq.next_pending(sent) {
+            let r = self.sendq.get(idx);
+            let sent_len = r.len.min(self.snd_nxt - r.seq);
+            let off = r.rtx_off.min(sent_len);
+            let len = (sent_len - off).min(mss);
+            if len > 0 && (self.cc.force_rtx || self.cwnd_allows(len)) {
+                return Some(Tx::Data {
+                    idx,
+                    off,
+                    len,
+                    rtx: true,
+                });
+            }
+            cwnd_blocked = len > 0;
+        }
+        if self.fin_rtx && self.sendq.pending_bytes() == 0 {
+            return Some(Tx::Fin { rtx: true });
+        }
+        let idx = self.sendq.next_new();
+        if !cwnd_blocked && idx < self.sendq.len() {
+            let r = self.sendq.get(idx);
+            let off = self.snd_nxt - r.seq;
+            let len = (r.len - off.min(r.len)).min(mss);
+            let wnd_ok = self.snd_nxt + len <= self.snd_una + self.snd_wnd;
+            if len > 0 && wnd_ok && self.cwnd_allows(len) {
+                return Some(Tx::Data {
+                    idx,
+                    off,
+                    len,
+                    rtx: false,
+                });
+            }
+        }
+        if let Some(fin) = self.fin_seq {
+            let room = (self.snd_una + self.snd_wnd) - self.snd_nxt;
+            if !self.fin_sent && self.snd_nxt == fin && room > 0 {
+                return Some(Tx::Fin { rtx: false });
+            }
+        }
+        if self.probe_pending {
+            return Some(Tx::Probe);
+        }
+        if self.keepalive_pending {
+            return Some(Tx::Keepalive);
+        }
+        if self.ack_now {
+            return Some(Tx::Ack);
+        }
+        None
+    }
+
+    /// Header and bookkeeping for bytes `off..off + len` of record `idx`.
+    fn data_repr(
+        &mut self,
+        now: Instant,
+        idx: usize,
+        off: usize,
+        len: usize,
+        rtx: bool,
+    ) -> TcpRepr {
+        let (seq, rec_len) = {
+            let r = self.sendq.get(idx);
+            (r.seq + off, r.len)
+        };
+        let mut flags = TcpFlags::ACK;
+        if off + len == rec_len {
+            flags |= TcpFlags::PSH;
+        }
+        if rtx {
+            let sent_len = rec_len.min(self.snd_nxt - self.sendq.get(idx).seq);
+            let r = self.sendq.get_mut(idx);
+            r.rtx_off = off + len;
+            r.sent_at = now;
+            if off + len >= sent_len {
+                self.sendq.mark_repaired(idx);
+            }
+            self.stats.retransmits += 1;
+            self.cc.force_rtx = false;
+        } else {
+            let r = self.sendq.get_mut(idx);
+            if off == 0 {
+                r.sent_at = now;
+            }
+            self.snd_nxt = seq + len;
+            if off + len == rec_len {
+                self.sendq.advance_new();
+            }
+        }
+        if len < rec_len {
+            let r = self.sendq.get_mut(idx);
+            if !r.split_counted {
+                r.split_counted = true;
+                self.stats.records_split += 1;
+            }
+        }
+        self.stats.bytes_out += len as u64;
+        self.arm_rto(now);
+        self.header(now, seq, flags, len)
+    }
+
+    /// Starts the retransmission timer if it is not running (RFC 6298 §5.1).
+    pub(super) fn arm_rto(&mut self, now: Instant) {
+        if self.timers.rto.is_none() {
+            self.timers.rto = Some(now + self.rtt.rto());
+        }
+    }
+
+    /// A header carrying the current ACK, window and options. Sending it
+    /// discharges the ACK obligation.
+    pub(super) fn header(
+        &mut self,
+        now: Instant,
+        seq: SeqNumber,
+        flags: TcpFlags,
+        payload_len: usize,
+    ) -> TcpRepr {
+        let mut options = TcpOptions::default();
+        if self.opts.timestamps {
+            options.timestamp = Some(TcpTimestamp {
+                tsval: self.ts_now(now),
+                tsecr: self.ts_recent,
+            });
+        }
+        let mut sack_incomplete = false;
+        if self.opts.sack && !self.assembler.is_empty() {
+            let max = if self.opts.timestamps { 3 } else { 4 };
+            // A SACK option takes 2 + 8n bytes plus two NOPs of padding;
+            // it must not push a full segment past the MTU.
+            let fit = if payload_len == 0 {
+                max
+            } else {
+                (self.eff_mss.saturating_sub(payload_len).saturating_sub(4) / 8).min(max)
+            };
+            if fit > 0 {
+                options.sack = self.assembler.sack_blocks(fit);
+            }
+            sack_incomplete = fit < max;
+        }
+        let window = self.advertise_window();
+        self.ack_now = sack_incomplete;
+        self.timers.delack = None;
+        self.rcv_unacked = 0;
+        self.last_ack_sent = self.rcv_nxt;
+        self.stats.segments_out += 1;
+        TcpRepr {
+            src_port: self.local.port(),
+            dst_port: self.remote.port(),
+            seq,
+            ack_number: self.rcv_nxt,
+            flags,
+            window,
+            urgent: 0,
+            options,
+        }
+    }
+
+    /// The SYN (SYN-SENT) or SYN-ACK (SYN-RECEIVED), original or again.
+    fn syn_repr(&mut self, now: Instant) -> TcpRepr {
+        let passive = self.state == State::SynReceived;
+        let mut options = TcpOptions {
+            mss: Some(self.config.mss),
+            ..TcpOptions::default()
+        };
+        if passive {
+            if self.opts.wscale {
+                options.window_scale = Some(self.opts.rcv_shift);
+            }
+            options.sack_permitted = self.opts.sack;
+            if self.opts.timestamps {
+                options.timestamp = Some(TcpTimestamp {
+                    tsval: self.ts_now(now),
+                    tsecr: self.ts_recent,
+                });
+            }
+        } else {
+            if self.config.window_scaling {
+                options.window_scale = Some(self.opts.rcv_shift);
+            }
+            options.sack_permitted = self.config.sack;
+            if self.config.timestamps {
+                options.timestamp = Some(TcpTimestamp {
+                    tsval: self.ts_now(now),
+                    tsecr: 0,
+                });
+            }
+        }
+        if self.syn_sends == 0 {
+            self.syn_sent_at = Some(now);
+        } else {
+            // Karn: an answer to a repeated SYN is no RTT sample.
+            self.syn_sent_at = None;
+            self.stats.retransmits += 1;
+        }
+        self.syn_sends += 1;
+        self.syn_pending = false;
+        self.arm_rto(now);
+        self.stats.segments_out += 1;
+        let mut flags = TcpFlags::SYN;
+        let mut ack_number = SeqNumber(0);
+        if passive {
+            flags |= TcpFlags::ACK;
+            ack_number = self.rcv_nxt;
+            self.ack_now = false;
+            self.last_ack_sent = self.rcv_nxt;
+        }
+        TcpRepr {
+            src_port: self.local.port(),
+            dst_port: self.remote.port(),
+            seq: self.iss,
+            ack_number,
+            flags,
+            // RFC 7323 §2.2: the window of a SYN is never scaled.
+            window: u16::try_from(self.config.recv_buffer).unwrap_or(u16::MAX),
+            urgent: 0,
+            options,
+        }
+    }
+
+    fn rst_repr(&mut self, rst: PendingRst) -> TcpRepr {
+        self.stats.segments_out += 1;
+        let mut flags = TcpFlags::RST;
+        if rst.ack.is_some() {
+            flags |= TcpFlags::ACK;
+        }
+        TcpRepr {
+            src_port: self.local.port(),
+            dst_port: self.remote.port(),
+            seq: rst.seq,
+            ack_number: rst.ack.unwrap_or(SeqNumber(0)),
+            flags,
+            window: 0,
+            urgent: 0,
+            options: TcpOptions::default(),
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! Congestion control and loss recovery: slow start and congestion
+//! avoidance with appropriate byte counting (RFC 5681 §3.1, RFC 3465,
+//! L = 2), fast retransmit on three duplicate ACKs, NewReno recovery when
+//! SACK is off (RFC 6582 §3.2), and SACK-based recovery when it is on
+//! (RFC 6675 §5: the scoreboard lives in `sendq`, `IsLost` with DupThresh
+//! = 3, pipe, RecoveryPoint). After an RTO the loss window is one segment
+//! (RFC 5681 §3.1) and every unSACKed record is retransmitted in order as
+//! the window allows.
+//!
+//! Retransmission is driven by marks: a record judged lost is queued for
+//! repair on the scoreboard, and `poll_transmit` sends repairs before new
+//! records while `pipe` (RFC 6675 §4) is below `cwnd`.
+
+use super::connection::Connection;
+use super::Record;
+use crate::seq::SeqNumber;
+
+/// RFC 6675 DupThresh, and the RFC 5681 duplicate-ACK count.
+pub(super) const DUP_THRESH: u32 = 3;
+
+/// Appropriate byte counting limit L (RFC 3465 §2.2).
+const ABC_LIMIT: usize = 2;
+
+/// Congestion state of one connection.
+#[derive(Debug, Clone)]
+pub(super) struct Congestion {
+    /// Sender MSS, kept equal to the connection's effective MSS.
+    pub(super) mss: usize,
+    pub(super) cwnd: usize,
+    pub(super) ssthresh: usize,
+    /// Duplicate ACKs in a row.
+    pub(super) dupacks: u32,
+    /// In fast recovery (NewReno or SACK).
+    pub(super) in_recovery: bool,
+    /// RFC 6582 `recover` / RFC 6675 RecoveryPoint, as one past the
+    /// highest byte sent when recovery (or the last RTO) began; a new
+    /// recovery may start only once `snd.una` reaches it.
+    pub(super) recover: SeqNumber,
+    /// Bytes acknowledged in congestion avoidance since cwnd last grew.
+    pub(super) abc_acked: usize,
+    /// One retransmission may be sent whatever the window (the fast
+    /// retransmit itself, and NewReno's partial-ACK retransmission).
+    pub(super) force_rtx: bool,
+}
+
+impl Congestion {
+    pub(super) fn new(mss: usize, iw_segments: u32, iss: SeqNumber) -> Congestion {
+        let iw = usize::try_from(iw_segments).unwrap_or(10).max(1);
+        Congestion {
+            mss,
+            cwnd: iw * mss,
+            ssthresh: usize::MAX / 2,
+            dupacks: 0,
+            in_recovery: false,
+            recover: iss,
+            abc_acked: 0,
+            force_rtx: false,
+        }
+    }
+
+    /// Growth on an ACK of `acked` new bytes outside recovery.
+    fn grow(&mut self, acked: usize) {
+        if self.cwnd < self.ssthresh {
+            self.cwnd += acked.min(ABC_LIMIT * self.mss);
+        } else {
+            self.abc_acked += acked;
+            if self.abc_acked >= self.cwnd {
+                self.abc_acked -= self.cwnd;
+                self.cwnd += self.mss;
+            }
+        }
+        self.cwnd = self.cwnd.min(usize::MAX / 4);
+    }
+}
+
+impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
+    /// Bytes outstanding between `snd.una` and `snd.nxt`.
+    pub(super) fn flight(&self) -> usize {
+        self.snd_nxt - self.snd_una
+    }
+
+    /// RFC 6675 pipe: bytes in flight that are neither SACKed nor lost
+    /// awaiting repair (a repair in flight counts once).
+    pub(super) fn pipe(&self) -> usize {
+        self.flight()
+            .saturating_sub(self.sendq.sacked_bytes() + self.sendq.pending_bytes())
+    }
+
+    /// Congestion response to an acceptable ACK, after the scoreboard and
+    /// `snd.una` were updated. `acked` is the number of newly acknowledged
+    /// bytes, `dup` whether the ACK is a duplicate (RFC 5681 §2),
+    /// `new_sack` whether it SACKed a record not SACKed before.
+    pub(super) fn on_ack_cc(&mut self, acked: usize, dup: bool, new_sack: bool) {
+        let mss = self.eff_mss;
+        if acked > 0 {
+            self.cc.dupacks = 0;
+            if self.cc.in_recovery {
+                if self.snd_una >= self.cc.recover {
+                    // Full ACK (RFC 6582 step 3, first alternative).
+                    let flight = self.flight();
+                    self.cc.cwnd = self.cc.ssthresh.min(flight.max(mss) + mss);
+                    self.cc.in_recovery = false;
+                    self.cc.abc_acked = 0;
+                } else {
+                    // Partial ACK: the next hole is lost too.
+                    if self.mark_head_lost() {
+                        self.cc.force_rtx = true;
+                    }
+                    if !self.opts.sack {
+                        // Deflate by what was acknowledged, add back one
+                        // segment if at least one was (RFC 6582 step 3).
+                        self.cc.cwnd = self.cc.cwnd.saturating_sub(acked);
+                        if acked >= mss {
+                            self.cc.cwnd += mss;
+                        }
+                        self.cc.cwnd = self.cc.cwnd.max(mss);
+                    }
+                }
+            } else {
+                self.cc.grow(acked);
+            }
+        } else if dup {
+            self.cc.dupacks += 1;
+            if self.cc.in_recovery && !self.opts.sack {
+                // Window inflation: a segment left the network.
+                self.cc.cwnd += mss;
+            }
+        }
+        if self.opts.sack && new_sack {
+            self.sendq
+                .mark_lost_by_sack(self.snd_nxt, mss, DUP_THRESH as usize);
+        }
+        if !self.cc.in_recovery && self.snd_una >= self.cc.recover && self.snd_una != self.snd_nxt {
+            let head_lost =
+                self.opts.sack && self.sendq.front().is_some_and(|r| r.lost && !r.sacked);
+            if (dup && self.cc.dupacks >= DUP_THRESH) || head_lost {
+                self.enter_recovery();
+            }
+        }
+    }
+
+    /// Fast retransmit (RFC 5681 §3.2 steps 2-3, RFC 6582 step 2, RFC 6675
+    /// §5 step 4).
+    fn enter_recovery(&mut self) {
+        let mss = self.eff_mss;
+        let flight = self.flight();
+        self.cc.ssthresh = (flight / 2).max(2 * mss);
+        self.cc.recover = self.snd_nxt;
+        self.cc.in_recovery = true;
+        self.cc.abc_acked = 0;
+        self.cc.cwnd = if self.opts.sack {
+            self.cc.ssthresh
+        } else {
+            self.cc.ssthresh + DUP_THRESH as usize * mss
+        };
+        self.mark_head_lost();
+        self.cc.force_rtx = true;
+        self.stats.fast_retransmits += 1;
+    }
+
+    /// Marks the oldest unacknowledged record (or the FIN, when only it is
+    /// outstanding) for retransmission.
+    /// Returns whether anything was newly marked.
+    fn mark_head_lost(&mut self) -> bool {
+        match self.sendq.front() {
+            Some(r) if r.seq < self.snd_nxt => self.sendq.mark_lost(0),
+            _ => {
+                let fin_out = self.fin_sent && self.fin_seq.is_some_and(|f| self.snd_una <= f);
+                if fin_out {
+                    self.fin_rtx = true;
+                }
+                fin_out
+            }
+        }
+    }
+
+    /// Congestion response to a retransmission timeout (RFC 5681 §3.1
+    /// eq. 4 and the loss window; RFC 6582 §3.2 step 4 for `recover`).
+    pub(super) fn on_rto_loss(&mut self) {
+        let mss = self.eff_mss;
+        if self.timers.retries <= 1 {
+            // The first expiry halves; later ones of the same segment hold
+            // ssthresh (RFC 5681 §3.1, after eq. 4).
+            self.cc.ssthresh = (self.flight() / 2).max(2 * mss);
+        }
+        self.cc.cwnd = mss;
+        self.cc.in_recovery = false;
+        self.cc.dupacks = 0;
+        self.cc.abc_acked = 0;
+        self.cc.recover = self.snd_nxt;
+        self.cc.force_rtx = true;
+        self.sendq.mark_all_lost(self.snd_nxt);
+        if self.fin_sent && self.fin_seq.is_some_and(|f| self.snd_una <= f) {
+            self.fin_rtx = true;
+        }
+    }
+
+    /// Whether a segment of `len` bytes fits the congestion window now.
+    pub(super) fn cwnd_allows(&self, len: usize) -> bool {
+        let pipe = self.pipe();
+        pipe == 0 || pipe + len <= self.cc.cwnd
+    }
+}

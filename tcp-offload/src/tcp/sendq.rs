@@ -1,0 +1,381 @@
+//! The send queue: records handed over by the upper layer, in sequence
+//! order, from the oldest unacknowledged to the newest not yet sent. It is
+//! also the sender's scoreboard (RFC 6675 §3): each record carries whether
+//! it has been SACKed, whether it is deemed lost, and whether the loss has
+//! been repaired by a retransmission, and the queue keeps byte totals of
+//! those marks so that the pipe estimate costs nothing per segment.
+//!
+//! A record is one segment. Because the boundaries are the records', the
+//! scoreboard is record-granular: a record counts as SACKed only when a
+//! block covers all of it.
+
+use std::collections::VecDeque;
+
+use crate::seq::SeqNumber;
+use crate::time::Instant;
+
+/// One record and its scoreboard marks.
+#[derive(Debug)]
+pub(super) struct SentRecord<R> {
+    pub(super) record: R,
+    /// Sequence number of its first byte, fixed when it is queued.
+    pub(super) seq: SeqNumber,
+    pub(super) len: usize,
+    /// Covered entirely by a SACK block.
+    pub(super) sacked: bool,
+    /// Deemed lost (by RTO, three duplicate ACKs, a partial ACK or the SACK
+    /// `IsLost` rule) and due for retransmission.
+    pub(super) lost: bool,
+    /// Retransmitted since it was last marked lost: the repair is in flight.
+    pub(super) rexmit: bool,
+    /// Ever retransmitted. Karn's algorithm takes no RTT sample from it.
+    pub(super) ever_rexmit: bool,
+    /// Offset of the next piece of a retransmission that is sent in pieces
+    /// (only after the MSS shrank below the record's length).
+    pub(super) rtx_off: usize,
+    /// Time of its latest (re)transmission, for RTT samples.
+    pub(super) sent_at: Instant,
+    /// Already counted in `records_split`.
+    pub(super) split_counted: bool,
+}
+
+impl<R> SentRecord<R> {
+    pub(super) fn end(&self) -> SeqNumber {
+        self.seq + self.len
+    }
+
+    /// Lost and not yet repaired.
+    fn pending(&self) -> bool {
+        self.lost && !self.rexmit && !self.sacked
+    }
+}
+
+/// Records from `snd.una` on, with the scoreboard totals.
+#[derive(Debug)]
+pub(super) struct SendQueue<R> {
+    recs: VecDeque<SentRecord<R>>,
+    /// Sequence number after the last queued record.
+    end: SeqNumber,
+    /// Index of the first record not yet entirely sent.
+    next_new: usize,
+    /// Bytes of records marked SACKed.
+    sacked_bytes: usize,
+    /// Bytes of records lost and not yet retransmitted.
+    pending_bytes: usize,
+    /// No record below this index is pending retransmission.
+    rtx_hint: usize,
+}
+
+impl<R> SendQueue<R> {
+    /// An empty queue whose first record will start at `start`, with room
+    /// for `capacity` records allocated now.
+    pub(super) fn new(start: SeqNumber, capacity: usize) -> SendQueue<R> {
+        SendQueue {
+            recs: VecDeque::with_capacity(capacity),
+            end: start,
+            next_new: 0,
+            sacked_bytes: 0,
+            pending_bytes: 0,
+            rtx_hint: 0,
+        }
+    }
+
+    /// Moves the (empty) queue's start, once the ISN is settled.
+    pub(super) fn restart(&mut self, start: SeqNumber) {
+        debug_assert!(self.recs.is_empty());
+        self.end = start;
+    }
+
+    pub(super) fn push(&mut self, record: R, len: usize, now: Instant) {
+        let seq = self.end;
+        self.end += len;
+        self.recs.push_back(SentRecord {
+            record,
+            seq,
+            len,
+            sacked: false,
+            lost: false,
+            rexmit: false,
+            ever_rexmit: false,
+            rtx_off: 0,
+            sent_at: now,
+            split_counted: false,
+        });
+    }
+
+    pub(super) fn end(&self) -> SeqNumber {
+        self.end
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.recs.len()
+    }
+
+    #[cfg(test)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.recs.is_empty()
+    }
+
+    pub(super) fn get(&self, i: usize) -> &SentRecord<R> {
+        &self.recs[i]
+    }
+
+    pub(super) fn get_mut(&mut self, i: usize) -> &mut SentRecord<R> {
+        &mut self.recs[i]
+    }
+
+    pub(super) fn front(&self) -> Option<&SentRecord<R>> {
+        self.recs.front()
+    }
+
+    /// Index of the first record not yet entirely sent.
+    pub(super) fn next_new(&self) -> usize {
+        self.next_new
+    }
+
+    /// The record at `next_new` has been sent to its end.
+    pub(super) fn advance_new(&mut self) {
+        self.next_new += 1;
+    }
+
+    /// Number of records of which at least one byte has been sent.
+    pub(super) fn sent_count(&self, snd_nxt: SeqNumber) -> usize {
+        match self.recs.get(self.next_new) {
+            Some(r) if r.seq < snd_nxt => self.next_new + 1,
+            _ => self.next_new,
+        }
+    }
+
+    /// Bytes queued but not yet sent.
+    pub(super) fn unsent_bytes(&self, snd_nxt: SeqNumber) -> usize {
+        self.end - snd_nxt
+    }
+
+    pub(super) fn sacked_bytes(&self) -> usize {
+        self.sacked_bytes
+    }
+
+    pub(super) fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
+    /// Removes the oldest record if `snd_una` covers all of it.
+    pub(super) fn pop_acked(&mut self, snd_una: SeqNumber) -> Option<SentRecord<R>> {
+        let front = self.recs.front()?;
+        if front.end() > snd_una {
+            return None;
+        }
+        let r = self.recs.pop_front()?;
+        if r.sacked {
+            self.sacked_bytes -= r.len;
+        }
+        if r.pending() {
+            self.pending_bytes -= r.len;
+        }
+        self.next_new = self.next_new.saturating_sub(1);
+        self.rtx_hint = self.rtx_hint.saturating_sub(1);
+        Some(r)
+    }
+
+    /// Marks record `i` SACKed; returns whether it was not already.
+    pub(super) fn mark_sacked(&mut self, i: usize) -> bool {
+        let r = &mut self.recs[i];
+        if r.sacked {
+            return false;
+        }
+        if r.pending() {
+            self.pending_bytes -= r.len;
+        }
+        r.sacked = true;
+        self.sacked_bytes += r.len;
+        true
+    }
+
+    /// Marks record `i` lost unless it is SACKed or already lost (a lost
+    /// record whose repair is in flight stays as it is).
+    pub(super) fn mark_lost(&mut self, i: usize) -> bool {
+        let r = &mut self.recs[i];
+        if r.sacked || r.lost {
+            return false;
+        }
+        r.lost = true;
+        r.rexmit = false;
+        r.rtx_off = 0;
+        self.pending_bytes += r.len;
+        self.rtx_hint = self.rtx_hint.min(i);
+        true
+    }
+
+    /// After a retransmission timeout: every sent record that is not SACKed
+    /// is lost again, repairs in flight included (RFC 6298 §5.4, RFC 6675
+    /// §5.1).
+    pub(super) fn mark_all_lost(&mut self, snd_nxt: SeqNumber) {
+        let n = self.sent_count(snd_nxt);
+        for i in 0..n {
+            let r = &mut self.recs[i];
+            if r.sacked || r.pending() {
+                continue;
+            }
+            r.lost = true;
+            r.rexmit = false;
+            r.rtx_off = 0;
+            self.pending_bytes += r.len;
+        }
+        self.rtx_hint = 0;
+    }
+
+    /// The retransmission of record `i` is complete.
+    pub(super) fn mark_repaired(&mut self, i: usize) {
+        let r = &mut self.recs[i];
+        if r.pending() {
+            self.pending_bytes -= r.len;
+        }
+        r.rexmit = true;
+        r.ever_rexmit = true;
+        r.rtx_off = 0;
+    }
+
+    /// The lowest record due for retransmission (RFC 6675 `NextSeg` rule
+    /// 1: lowest lost, unSACKed, unrepaired), among the first `limit`.
+    pub(super) fn next_pending(&mut self, limit: usize) -> Option<usize> {
+        if self.pending_bytes == 0 {
+            return None;
+        }
+        let limit = limit.min(self.recs.len());
+        let mut i = self.rtx_hint;
+        while i < limit {
+            if self.recs[i].pending() {
+                self.rtx_hint = i;
+                return Some(i);
+            }
+            i += 1;
+        }
+        self.rtx_hint = limit;
+        None
+    }
+
+    /// Marks SACKed every sent record that `[left, right)` covers entirely.
+    /// Returns whether any record was newly marked.
+    pub(super) fn sack_block(
+        &mut self,
+        left: SeqNumber,
+        right: SeqNumber,
+        snd_nxt: SeqNumber,
+    ) -> bool {
+        let n = self.sent_count(snd_nxt);
+        let mut i = self.recs.partition_point(|r| r.seq.diff(left) < 0);
+        let mut any = false;
+        while i < n {
+            let r = &self.recs[i];
+            if r.end() > right || r.end() > snd_nxt {
+                break;
+            }
+            any |= self.mark_sacked(i);
+            i += 1;
+        }
+        any
+    }
+
+    /// The SACK `IsLost` rule (RFC 6675 §4) over the whole scoreboard: a
+    /// record is lost when `dup_thresh` SACKed records, or more than
+    /// `(dup_thresh − 1) × mss` SACKed bytes, lie above it. Returns whether
+    /// any record was newly marked lost.
+    pub(super) fn mark_lost_by_sack(
+        &mut self,
+        snd_nxt: SeqNumber,
+        mss: usize,
+        dup_thresh: usize,
+    ) -> bool {
+        if self.sacked_bytes == 0 {
+            return false;
+        }
+        let n = self.sent_count(snd_nxt);
+        let mut count = 0usize;
+        let mut bytes = 0usize;
+        let mut any = false;
+        let mut i = n;
+        while i > 0 {
+            i -= 1;
+            let r = &self.recs[i];
+            if r.sacked {
+                count += 1;
+                bytes += r.len;
+            } else if count >= dup_thresh || bytes > (dup_thresh - 1) * mss {
+                any |= self.mark_lost(i);
+            }
+        }
+        any
+    }
+
+    /// Drops every record (on reset or timeout); their `Drop` runs.
+    pub(super) fn clear(&mut self) {
+        self.recs.clear();
+        self.next_new = 0;
+        self.sacked_bytes = 0;
+        self.pending_bytes = 0;
+        self.rtx_hint = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(lens: &[usize]) -> SendQueue<usize> {
+        let mut q = SendQueue::new(SeqNumber(1000), 8);
+        for (i, &l) in lens.iter().enumerate() {
+            q.push(i, l, Instant::ZERO);
+        }
+        for _ in lens {
+            q.advance_new();
+        }
+        q
+    }
+
+    #[test]
+    fn sack_marks_only_whole_records() {
+        let mut q = queue(&[100, 100, 100, 100]);
+        let nxt = q.end();
+        // Covers record 1 fully and record 2 half.
+        assert!(q.sack_block(SeqNumber(1100), SeqNumber(1250), nxt));
+        assert!(q.get(1).sacked);
+        assert!(!q.get(2).sacked);
+        assert_eq!(q.sacked_bytes(), 100);
+        assert!(!q.sack_block(SeqNumber(1100), SeqNumber(1200), nxt));
+    }
+
+    #[test]
+    fn is_lost_needs_three_sacked_records_above() {
+        let mut q = queue(&[100, 100, 100, 100, 100]);
+        let nxt = q.end();
+        q.sack_block(SeqNumber(1100), SeqNumber(1300), nxt);
+        assert!(!q.mark_lost_by_sack(nxt, 1000, 3));
+        q.sack_block(SeqNumber(1300), SeqNumber(1400), nxt);
+        assert!(q.mark_lost_by_sack(nxt, 1000, 3));
+        assert!(q.get(0).lost);
+        assert!(!q.get(4).lost);
+        assert_eq!(q.pending_bytes(), 100);
+        assert_eq!(q.next_pending(5), Some(0));
+        q.mark_repaired(0);
+        assert_eq!(q.pending_bytes(), 0);
+        assert_eq!(q.next_pending(5), None);
+    }
+
+    #[test]
+    fn totals_follow_pops_and_timeouts() {
+        let mut q = queue(&[100, 100, 100]);
+        let nxt = q.end();
+        q.sack_block(SeqNumber(1200), SeqNumber(1300), nxt);
+        q.mark_all_lost(nxt);
+        assert_eq!(q.pending_bytes(), 200);
+        assert_eq!(q.sacked_bytes(), 100);
+        let r = q.pop_acked(SeqNumber(1100)).map(|r| r.record);
+        assert_eq!(r, Some(0));
+        assert_eq!(q.pending_bytes(), 100);
+        assert!(q.pop_acked(SeqNumber(1150)).is_none());
+        q.pop_acked(SeqNumber(1300));
+        q.pop_acked(SeqNumber(1300));
+        assert!(q.is_empty());
+        assert_eq!((q.pending_bytes(), q.sacked_bytes()), (0, 0));
+    }
+}

@@ -1,0 +1,1322 @@
+//! Two `Connection`s wired back to back at the `TcpRepr` level, on a
+//! virtual clock, with per-segment control over loss and delay. Each
+//! scenario drives one behaviour of the engine and checks it on the
+//! segments that crossed the wire and on the bytes delivered.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use tcp_offload::tcp::connection::SendError;
+use tcp_offload::tcp::{Config, Connection, Event, Payload, Record, State};
+use tcp_offload::wire::{TcpFlags, TcpRepr, TcpTimestamp};
+use tcp_offload::{Instant, SeqNumber};
+
+type Conn = Connection<Vec<u8>, Vec<u8>>;
+
+/// Direction of a segment: from `a` to `b`, or back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    AtoB,
+    BtoA,
+}
+
+/// A segment as it crossed the wire.
+#[derive(Debug, Clone)]
+struct Wire {
+    at: Instant,
+    dir: Dir,
+    repr: TcpRepr,
+    data: Vec<u8>,
+}
+
+impl Wire {
+    fn has(&self, f: TcpFlags) -> bool {
+        self.repr.flags.contains(f)
+    }
+}
+
+/// What happens to a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Pass,
+    Drop,
+    Delay(Duration),
+}
+
+type Filter = Box<dyn FnMut(&Wire) -> Verdict>;
+
+/// One endpoint plus the application behind it.
+struct End {
+    conn: Conn,
+    /// Bytes to send, cut into records of at most `record_size`.
+    out: Vec<u8>,
+    out_off: usize,
+    record_size: usize,
+    /// Bytes received.
+    got: Vec<u8>,
+    reading: bool,
+    /// Records acknowledged, in the order reported.
+    acked: Vec<Vec<u8>>,
+    events: Vec<String>,
+    close_when_sent: bool,
+    closed_called: bool,
+}
+
+impl End {
+    fn new(conn: Conn) -> End {
+        End {
+            conn,
+            out: Vec::new(),
+            out_off: 0,
+            record_size: usize::MAX,
+            got: Vec::new(),
+            reading: true,
+            acked: Vec::new(),
+            events: Vec::new(),
+            close_when_sent: false,
+            closed_called: false,
+        }
+    }
+
+    fn app(&mut self, now: Instant) {
+        while let Some(ev) = self.conn.poll_event() {
+            match ev {
+                Event::RecordAcked(r) => self.acked.push(r),
+                other => self.events.push(format!("{other:?}")),
+            }
+        }
+        if self.reading {
+            while let Some(p) = self.conn.recv() {
+                self.got.extend_from_slice(p.bytes());
+            }
+        }
+        while self.out_off < self.out.len() {
+            let cap = self.conn.send_capacity();
+            if cap == 0 {
+                break;
+            }
+            let n = cap.min(self.record_size).min(self.out.len() - self.out_off);
+            let rec = self.out[self.out_off..self.out_off + n].to_vec();
+            self.conn
+                .send_record(now, rec)
+                .expect("record within capacity");
+            self.out_off += n;
+        }
+        if self.close_when_sent && !self.closed_called && self.out_off == self.out.len() {
+            self.closed_called = true;
+            self.conn.close(now);
+        }
+    }
+
+    fn count(&self, name: &str) -> usize {
+        self.events.iter().filter(|e| *e == name).count()
+    }
+}
+
+struct Pair {
+    now: Instant,
+    a: End,
+    b: End,
+    latency: Duration,
+    in_flight: Vec<Wire>,
+    /// Every segment sent, in order, including dropped ones.
+    log: Vec<Wire>,
+    filter: Option<Filter>,
+}
+
+fn addr(last: u8, port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, last), port)
+}
+
+const ISS_A: SeqNumber = SeqNumber(0xfff0_0000);
+const ISS_B: SeqNumber = SeqNumber(0x1234_5678);
+
+fn take_segments(conn: &mut Conn, now: Instant, dir: Dir, out: &mut Vec<Wire>) {
+    while let Some(seg) = conn.poll_transmit(now) {
+        let mut data = Vec::new();
+        if let Some((rec, range)) = &seg.payload {
+            data = vec![0; range.len()];
+            rec.copy_to(range.start, &mut data);
+        }
+        out.push(Wire {
+            at: now,
+            dir,
+            repr: seg.repr,
+            data,
+        });
+        assert!(out.len() < 1_000_000, "runaway transmit");
+    }
+}
+
+impl Pair {
+    /// `a` connects to `b` (passive, accepted from `a`'s SYN).
+    fn new(ca: Config, cb: Config) -> Pair {
+        let now = Instant::from_millis(1000);
+        let a = Conn::connect(now, ca, addr(1, 40000), addr(2, 4791), ISS_A);
+        let mut p = Pair {
+            now,
+            a: End::new(a),
+            // Placeholder until the SYN arrives.
+            b: End::new(Conn::connect(
+                now,
+                cb.clone(),
+                addr(2, 4791),
+                addr(1, 40000),
+                ISS_B,
+            )),
+            latency: Duration::from_millis(5),
+            in_flight: Vec::new(),
+            log: Vec::new(),
+            filter: None,
+        };
+        let mut syn = Vec::new();
+        take_segments(&mut p.a.conn, now, Dir::AtoB, &mut syn);
+        assert_eq!(syn.len(), 1);
+        p.log.extend(syn.iter().cloned());
+        p.now += p.latency;
+        p.b = End::new(Conn::accept(
+            p.now,
+            cb,
+            addr(2, 4791),
+            addr(1, 40000),
+            &syn[0].repr,
+            ISS_B,
+        ));
+        p
+    }
+
+    fn established(ca: Config, cb: Config) -> Pair {
+        let mut p = Pair::new(ca, cb);
+        p.run_until(Duration::from_secs(5), |p| {
+            p.a.conn.state() == State::Established && p.b.conn.state() == State::Established
+        });
+        assert_eq!(p.a.count("Connected"), 1);
+        assert_eq!(p.b.count("Connected"), 1);
+        p
+    }
+
+    /// Sends what both sides have to send, applying the filter.
+    fn flush(&mut self) -> bool {
+        let mut segs = Vec::new();
+        self.a.app(self.now);
+        self.b.app(self.now);
+        take_segments(&mut self.a.conn, self.now, Dir::AtoB, &mut segs);
+        take_segments(&mut self.b.conn, self.now, Dir::BtoA, &mut segs);
+        let any = !segs.is_empty();
+        for w in segs {
+            self.log.push(w.clone());
+            let v = match &mut self.filter {
+                Some(f) => f(&w),
+                None => Verdict::Pass,
+            };
+            let mut w = w;
+            match v {
+                Verdict::Drop => continue,
+                Verdict::Pass => w.at = self.now + self.latency,
+                Verdict::Delay(d) => w.at = self.now + self.latency + d,
+            }
+            self.in_flight.push(w);
+        }
+        any
+    }
+
+    /// Delivers the first segment due by now, in order of arrival time.
+    /// The caller flushes after each, as a driver that polls after every
+    /// received segment would.
+    fn deliver(&mut self) -> bool {
+        let next = self
+            .in_flight
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.at <= self.now)
+            .min_by_key(|(i, w)| (w.at, *i))
+            .map(|(i, _)| i);
+        let Some(i) = next else { return false };
+        let w = self.in_flight.remove(i);
+        let payload = (!w.data.is_empty()).then(|| Payload::whole(w.data));
+        let to = match w.dir {
+            Dir::AtoB => &mut self.b.conn,
+            Dir::BtoA => &mut self.a.conn,
+        };
+        to.handle_segment(self.now, &w.repr, payload);
+        true
+    }
+
+    fn next_event_time(&self) -> Option<Instant> {
+        let mut t = self.in_flight.iter().map(|w| w.at).min();
+        for c in [&self.a.conn, &self.b.conn] {
+            if let Some(x) = c.poll_timeout() {
+                t = Some(t.map_or(x, |t| t.min(x)));
+            }
+        }
+        t
+    }
+
+    /// Runs until `done` holds or `limit` of virtual time has passed.
+    fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&Pair) -> bool) -> bool {
+        let deadline = self.now + limit;
+        loop {
+            loop {
+                let sent = self.flush();
+                let got = self.deliver();
+                if !sent && !got {
+                    break;
+                }
+            }
+            self.a.app(self.now);
+            self.b.app(self.now);
+            if done(self) {
+                return true;
+            }
+            let Some(t) = self.next_event_time() else {
+                return false;
+            };
+            if t > deadline {
+                self.now = deadline;
+                return false;
+            }
+            self.now = self.now.max(t);
+            for c in [&mut self.a.conn, &mut self.b.conn] {
+                if c.poll_timeout().is_some_and(|x| x <= self.now) {
+                    c.handle_timeout(self.now);
+                }
+            }
+        }
+    }
+
+    fn segs(&self, dir: Dir) -> impl Iterator<Item = &Wire> {
+        self.log.iter().filter(move |w| w.dir == dir)
+    }
+
+    /// Injects a hand-made segment into `b` and returns what `b` answers.
+    fn inject_b(&mut self, repr: TcpRepr, data: &[u8]) -> Vec<Wire> {
+        let payload = (!data.is_empty()).then(|| Payload::whole(data.to_vec()));
+        self.b.conn.handle_segment(self.now, &repr, payload);
+        let mut out = Vec::new();
+        take_segments(&mut self.b.conn, self.now, Dir::BtoA, &mut out);
+        out
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(31)
+                .wrapping_add(seed)
+                .wrapping_add((i >> 8) as u8)
+        })
+        .collect()
+}
+
+fn quiet() -> Config {
+    Config {
+        time_wait: Duration::from_secs(2),
+        ..Config::default()
+    }
+}
+
+/// A header from `a` to `b` acknowledging `b`'s current state.
+fn from_a(p: &Pair, seq: SeqNumber, flags: TcpFlags) -> TcpRepr {
+    let mut options = tcp_offload::wire::TcpOptions::default();
+    if p.b.conn.timestamps_enabled() {
+        let last = p
+            .segs(Dir::AtoB)
+            .filter_map(|w| w.repr.options.timestamp)
+            .last();
+        options.timestamp = Some(TcpTimestamp {
+            tsval: last.map_or(1, |t| t.tsval.wrapping_add(1)),
+            tsecr: 0,
+        });
+    }
+    TcpRepr {
+        src_port: 40000,
+        dst_port: 4791,
+        seq,
+        ack_number: p.b.conn.snd_una(),
+        flags,
+        window: 1000,
+        urgent: 0,
+        options,
+    }
+}
+
+fn assert_acked_in_order(e: &End, sent: &[u8]) {
+    let joined: Vec<u8> = e.acked.iter().flatten().copied().collect();
+    assert_eq!(
+        joined.len(),
+        sent.len(),
+        "every record acknowledged exactly once"
+    );
+    assert!(joined == sent, "records acknowledged in order");
+}
+
+// ---------------------------------------------------------------- handshake
+
+#[test]
+fn handshake_negotiates_every_option() {
+    let p = Pair::established(Config::default(), Config::default());
+    let syn = &p.log[0];
+    assert!(syn.has(TcpFlags::SYN) && !syn.has(TcpFlags::ACK));
+    let o = syn.repr.options;
+    assert_eq!(o.mss, Some(1460));
+    assert_eq!(o.window_scale, Some(3));
+    assert!(o.sack_permitted);
+    assert!(o.timestamp.is_some_and(|t| t.tsecr == 0));
+    let synack = p.segs(Dir::BtoA).next().expect("SYN-ACK");
+    assert!(synack.has(TcpFlags::SYN) && synack.has(TcpFlags::ACK));
+    assert_eq!(synack.repr.ack_number, ISS_A + 1);
+    assert_eq!(synack.repr.seq, ISS_B);
+    let so = synack.repr.options;
+    assert_eq!(so.window_scale, Some(3));
+    assert!(so.sack_permitted);
+    assert_eq!(so.timestamp.map(|t| t.tsecr), o.timestamp.map(|t| t.tsval));
+    for c in [&p.a.conn, &p.b.conn] {
+        assert!(c.sack_enabled() && c.timestamps_enabled());
+        assert_eq!(c.window_shifts(), (3, 3));
+        // 1460 minus the 12 bytes of the timestamps option.
+        assert_eq!(c.max_record_len(), 1448);
+    }
+    // Every segment after the SYNs carries a timestamp.
+    assert!(p.log.iter().all(|w| w.repr.options.timestamp.is_some()));
+    // The ACK completing the handshake advertises a scaled window.
+    let ack = p.segs(Dir::AtoB).nth(1).expect("ACK");
+    assert_eq!(usize::from(ack.repr.window) << 3, 256 * 1024);
+}
+
+#[test]
+fn handshake_with_hardware_profile() {
+    let mut p = Pair::established(Config::iwarp_hardware(), Config::iwarp_hardware());
+    for c in [&p.a.conn, &p.b.conn] {
+        assert!(!c.sack_enabled() && !c.timestamps_enabled());
+        assert_eq!(c.window_shifts(), (3, 3));
+        assert_eq!(c.max_record_len(), 1460);
+    }
+    assert!(p.log.iter().all(|w| w.repr.options.timestamp.is_none()));
+    p.a.out = pattern(50_000, 1);
+    p.run_until(Duration::from_secs(10), |p| p.b.got.len() == 50_000);
+    assert_eq!(p.b.got, p.a.out);
+}
+
+#[test]
+fn asymmetric_offers_turn_options_off() {
+    let p = Pair::established(Config::default(), Config::iwarp_hardware());
+    for c in [&p.a.conn, &p.b.conn] {
+        assert!(!c.sack_enabled());
+        assert!(!c.timestamps_enabled());
+        assert_eq!(c.window_shifts(), (3, 3));
+    }
+    let synack = p.segs(Dir::BtoA).next().expect("SYN-ACK");
+    assert!(!synack.repr.options.sack_permitted);
+    assert!(synack.repr.options.timestamp.is_none());
+
+    let no_ws = Config {
+        window_scaling: false,
+        ..Config::default()
+    };
+    let mut p = Pair::established(no_ws, Config::default());
+    for c in [&p.a.conn, &p.b.conn] {
+        assert_eq!(c.window_shifts(), (0, 0));
+        assert!(c.sack_enabled() && c.timestamps_enabled());
+    }
+    let synack = p.segs(Dir::BtoA).next().expect("SYN-ACK");
+    assert_eq!(synack.repr.options.window_scale, None);
+    // Without scaling the window stops at 65535 but data still flows.
+    p.a.out = pattern(300_000, 2);
+    assert!(p.run_until(Duration::from_secs(30), |p| p.b.got.len() == 300_000));
+    assert_eq!(p.b.got, p.a.out);
+    // The 256 KB buffer is announced as the largest unscaled window.
+    assert!(p.segs(Dir::BtoA).any(|w| w.repr.window == u16::MAX));
+}
+
+#[test]
+fn peer_without_mss_option_gets_536() {
+    let now = Instant::from_millis(1);
+    let syn = TcpRepr {
+        src_port: 1,
+        dst_port: 2,
+        seq: SeqNumber(77),
+        ack_number: SeqNumber(0),
+        flags: TcpFlags::SYN,
+        window: 8192,
+        urgent: 0,
+        options: Default::default(),
+    };
+    let c = Conn::accept(now, Config::default(), addr(2, 2), addr(1, 1), &syn, ISS_B);
+    assert_eq!(c.max_record_len(), 536);
+    assert_eq!(c.window_shifts(), (0, 0));
+}
+
+#[test]
+fn simultaneous_open() {
+    let now = Instant::from_millis(1000);
+    let mut a = Conn::connect(now, quiet(), addr(1, 5000), addr(2, 6000), ISS_A);
+    let mut b = Conn::connect(now, quiet(), addr(2, 6000), addr(1, 5000), ISS_B);
+    let mut sa = Vec::new();
+    let mut sb = Vec::new();
+    take_segments(&mut a, now, Dir::AtoB, &mut sa);
+    take_segments(&mut b, now, Dir::BtoA, &mut sb);
+    assert_eq!((sa.len(), sb.len()), (1, 1));
+    // The SYNs cross.
+    let t = now + Duration::from_millis(5);
+    a.handle_segment(t, &sb[0].repr, None);
+    b.handle_segment(t, &sa[0].repr, None);
+    assert_eq!(a.state(), State::SynReceived);
+    assert_eq!(b.state(), State::SynReceived);
+    let mut p = Pair {
+        now: t,
+        a: End::new(a),
+        b: End::new(b),
+        latency: Duration::from_millis(5),
+        in_flight: Vec::new(),
+        log: Vec::new(),
+        filter: None,
+    };
+    p.run_until(Duration::from_secs(5), |p| {
+        p.a.conn.state() == State::Established && p.b.conn.state() == State::Established
+    });
+    assert_eq!(p.a.conn.state(), State::Established);
+    assert_eq!(p.b.conn.state(), State::Established);
+    let synacks: Vec<_> = p.log.iter().filter(|w| w.has(TcpFlags::SYN)).collect();
+    assert_eq!(synacks.len(), 2);
+    assert!(synacks.iter().all(|w| w.has(TcpFlags::ACK)));
+    assert_eq!(p.a.count("Connected"), 1);
+    assert_eq!(p.b.count("Connected"), 1);
+    assert!(p.a.conn.sack_enabled() && p.b.conn.timestamps_enabled());
+    p.a.out = pattern(20_000, 3);
+    p.b.out = pattern(20_000, 4);
+    p.run_until(Duration::from_secs(5), |p| {
+        p.a.got.len() == 20_000 && p.b.got.len() == 20_000
+    });
+    assert_eq!(p.b.got, p.a.out);
+    assert_eq!(p.a.got, p.b.out);
+}
+
+#[test]
+fn syn_retransmissions_are_bounded() {
+    let mut cfg = quiet();
+    cfg.max_syn_retransmits = 3;
+    let mut p = Pair::new(cfg, quiet());
+    p.filter = Some(Box::new(|_| Verdict::Drop));
+    // The first SYN went out in `Pair::new`; the passive side never hears
+    // anything more.
+    p.run_until(Duration::from_secs(120), |p| {
+        p.a.conn.state() == State::Closed
+    });
+    assert_eq!(p.a.conn.state(), State::Closed);
+    assert_eq!(p.a.count("TimedOut"), 1);
+    let syns: Vec<_> = p.segs(Dir::AtoB).filter(|w| w.has(TcpFlags::SYN)).collect();
+    assert_eq!(syns.len(), 4);
+    // 1 s, then doubled: 2 s, 4 s.
+    let gaps: Vec<_> = syns.windows(2).map(|w| w[1].at - w[0].at).collect();
+    assert_eq!(gaps[1], 2 * gaps[0]);
+    assert_eq!(gaps[2], 2 * gaps[1]);
+}
+
+#[test]
+fn lost_syn_ack_is_resent() {
+    let mut p = Pair::new(quiet(), quiet());
+    let mut dropped = false;
+    p.filter = Some(Box::new(move |w| {
+        if w.dir == Dir::BtoA && w.has(TcpFlags::SYN) && !dropped {
+            dropped = true;
+            return Verdict::Drop;
+        }
+        Verdict::Pass
+    }));
+    assert!(p.run_until(Duration::from_secs(10), |p| p.a.conn.state()
+        == State::Established
+        && p.b.conn.state() == State::Established));
+    let synacks = p.segs(Dir::BtoA).filter(|w| w.has(TcpFlags::SYN)).count();
+    assert!(synacks >= 2);
+}
+
+// --------------------------------------------------------------------- data
+
+#[test]
+fn one_megabyte_each_way_byte_exact() {
+    for cfg in [Config::default(), Config::iwarp_hardware()] {
+        let mut p = Pair::established(cfg.clone(), cfg);
+        let n = 1 << 20;
+        p.a.out = pattern(n, 5);
+        p.b.out = pattern(n, 6);
+        assert!(p.run_until(Duration::from_secs(60), |p| {
+            p.a.got.len() == n
+                && p.b.got.len() == n
+                && p.a.acked.len() + p.b.acked.len() > 0
+                && p.a.conn.records_queued() == 0
+                && p.b.conn.records_queued() == 0
+        }));
+        assert!(p.b.got == p.a.out);
+        assert!(p.a.got == p.b.out);
+        assert_acked_in_order(&p.a, &p.a.out);
+        assert_acked_in_order(&p.b, &p.b.out);
+        assert_segments_are_records(&p);
+        for e in [&p.a, &p.b] {
+            let s = e.conn.stats();
+            assert_eq!(s.retransmits, 0);
+            assert_eq!(s.dropped, 0);
+            assert!(e.conn.srtt().is_some());
+        }
+        // Each record went out as one segment of at most the MSS.
+        let mss = p.a.conn.max_record_len();
+        assert!(p.log.iter().all(|w| w.data.len() <= mss));
+        let data_segs = p.segs(Dir::AtoB).filter(|w| !w.data.is_empty()).count();
+        assert_eq!(data_segs, p.a.acked.len());
+    }
+}
+
+#[test]
+fn small_records_are_never_merged() {
+    let mut p = Pair::established(quiet(), quiet());
+    p.a.record_size = 100;
+    p.a.out = pattern(10_000, 7);
+    assert!(p.run_until(Duration::from_secs(10), |p| p.a.acked.len() == 100));
+    assert!(p
+        .segs(Dir::AtoB)
+        .filter(|w| !w.data.is_empty())
+        .all(|w| w.data.len() == 100));
+    assert_eq!(p.b.got, p.a.out);
+}
+
+#[test]
+fn delayed_ack_every_second_segment() {
+    let mut p = Pair::established(quiet(), quiet());
+    // A first small record settles the receive window (the SYN-ACK could
+    // only announce 64 KB; reading opens it to the whole buffer).
+    p.a.out = pattern(100, 8);
+    p.run_until(Duration::from_secs(5), |p| p.a.acked.len() == 1);
+    let start = p.log.len();
+    p.a.out.extend(pattern(1448 * 10, 8));
+    p.run_until(Duration::from_secs(5), |p| p.a.acked.len() == 11);
+    let acks = p.log[start..]
+        .iter()
+        .filter(|w| w.dir == Dir::BtoA && w.data.is_empty())
+        .count();
+    assert_eq!(acks, 5, "one ACK per two full-sized segments");
+
+    // An odd segment alone waits for the delayed-ACK timer.
+    p.a.out.extend(pattern(500, 9));
+    let start = p.log.len();
+    p.run_until(Duration::from_secs(5), |p| p.a.acked.len() == 12);
+    let data = p.log[start..]
+        .iter()
+        .find(|w| !w.data.is_empty())
+        .expect("data")
+        .at;
+    let ack = p.segs(Dir::BtoA).find(|w| w.at > data).expect("ack").at;
+    assert_eq!(ack - data, Duration::from_millis(45));
+}
+
+#[test]
+fn send_record_rejects_what_does_not_fit() {
+    let mut p = Pair::new(quiet(), quiet());
+    let r = p.a.conn.send_record(p.now, vec![1; 10]);
+    assert_eq!(r.map_err(|e| e.0), Err(SendError::InvalidState));
+    p.run_until(Duration::from_secs(5), |p| {
+        p.a.conn.state() == State::Established
+    });
+    let cap = p.a.conn.send_capacity();
+    assert_eq!(cap, 1448);
+    let r = p.a.conn.send_record(p.now, vec![1; cap + 1]);
+    assert_eq!(r.map_err(|e| e.0), Err(SendError::TooLarge));
+    let r = p.a.conn.send_record(p.now, Vec::new());
+    assert_eq!(r.map_err(|e| e.0), Err(SendError::Empty));
+    // The initial window: ten full segments, then capacity runs out.
+    for _ in 0..10 {
+        let cap = p.a.conn.send_capacity();
+        assert_eq!(cap, 1448);
+        p.a.conn.send_record(p.now, vec![2; cap]).expect("fits");
+    }
+    assert_eq!(p.a.conn.send_capacity(), 0);
+}
+
+// ------------------------------------------------------------ loss recovery
+
+/// Drops the first transmission of the `nth` data segment from `a`.
+fn drop_nth_data(nth: usize) -> Filter {
+    let mut seen = 0;
+    Box::new(move |w| {
+        if w.dir == Dir::AtoB && !w.data.is_empty() {
+            seen += 1;
+            if seen == nth {
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Pass
+    })
+}
+
+#[test]
+fn three_duplicate_acks_trigger_fast_retransmit() {
+    for cfg in [quiet(), Config::iwarp_hardware()] {
+        let mut p = Pair::established(cfg.clone(), cfg);
+        p.a.out = pattern(200_000, 10);
+        p.filter = Some(drop_nth_data(20));
+        assert!(
+            p.run_until(Duration::from_secs(30), |p| p.b.got.len() == 200_000
+                && p.a.conn.records_queued() == 0)
+        );
+        assert_eq!(p.b.got, p.a.out);
+        let s = p.a.conn.stats();
+        assert_eq!(s.fast_retransmits, 1);
+        assert_eq!(s.rto_expirations, 0);
+        assert_eq!(s.retransmits, 1);
+        assert_acked_in_order(&p.a, &p.a.out);
+        // The retransmission followed the third duplicate ACK.
+        let lost_seq = p
+            .segs(Dir::AtoB)
+            .filter(|w| !w.data.is_empty())
+            .nth(19)
+            .expect("dropped segment")
+            .repr
+            .seq;
+        let rtx = p
+            .segs(Dir::AtoB)
+            .filter(|w| w.repr.seq == lost_seq && !w.data.is_empty())
+            .nth(1)
+            .expect("retransmission")
+            .at;
+        let dups = p
+            .segs(Dir::BtoA)
+            .filter(|w| w.at < rtx && w.repr.ack_number == lost_seq && w.data.is_empty())
+            .count();
+        assert!(
+            dups >= 3,
+            "{dups} duplicate ACKs before the fast retransmit"
+        );
+    }
+}
+
+#[test]
+fn newreno_repairs_two_holes_in_one_window() {
+    let cfg = Config::iwarp_hardware();
+    let mut p = Pair::established(cfg.clone(), cfg);
+    p.a.out = pattern(300_000, 11);
+    let mut seen = 0;
+    p.filter = Some(Box::new(move |w| {
+        if w.dir == Dir::AtoB && !w.data.is_empty() {
+            seen += 1;
+            if seen == 30 || seen == 34 {
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Pass
+    }));
+    assert!(
+        p.run_until(Duration::from_secs(30), |p| p.b.got.len() == 300_000
+            && p.a.conn.records_queued() == 0)
+    );
+    assert_eq!(p.b.got, p.a.out);
+    let s = p.a.conn.stats();
+    assert_eq!(s.fast_retransmits, 1, "one recovery episode");
+    assert_eq!(s.rto_expirations, 0, "partial ACK repaired the second hole");
+    assert_eq!(s.retransmits, 2);
+}
+
+#[test]
+fn sack_lets_the_sender_skip_delivered_records() {
+    let mut p = Pair::established(quiet(), quiet());
+    p.a.out = pattern(100_000, 12);
+    p.filter = Some(drop_nth_data(15));
+    assert!(
+        p.run_until(Duration::from_secs(30), |p| p.b.got.len() == 100_000
+            && p.a.conn.records_queued() == 0)
+    );
+    assert_eq!(p.b.got, p.a.out);
+    let data: Vec<_> = p.segs(Dir::AtoB).filter(|w| !w.data.is_empty()).collect();
+    let lost = data[14].repr.seq;
+    // Exactly one retransmission, of the lost record; every other record
+    // went out once.
+    assert_eq!(p.a.conn.stats().retransmits, 1);
+    assert_eq!(data.iter().filter(|w| w.repr.seq == lost).count(), 2);
+    let mut seqs: Vec<u32> = data.iter().map(|w| w.repr.seq.0).collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs.len() + 1, data.len());
+    // The receiver's ACKs carried SACK blocks for the data above the hole.
+    assert!(p
+        .segs(Dir::BtoA)
+        .any(|w| w.repr.ack_number == lost && !w.repr.options.sack.is_empty()));
+}
+
+#[test]
+fn sack_recovers_several_losses_without_timeout() {
+    let mut p = Pair::established(quiet(), quiet());
+    p.a.out = pattern(400_000, 13);
+    let mut seen = 0;
+    p.filter = Some(Box::new(move |w| {
+        if w.dir == Dir::AtoB && !w.data.is_empty() {
+            seen += 1;
+            if [40, 43, 47, 52].contains(&seen) {
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Pass
+    }));
+    assert!(
+        p.run_until(Duration::from_secs(30), |p| p.b.got.len() == 400_000
+            && p.a.conn.records_queued() == 0)
+    );
+    assert_eq!(p.b.got, p.a.out);
+    let s = p.a.conn.stats();
+    assert_eq!(s.rto_expirations, 0);
+    assert_eq!(s.retransmits, 4);
+    assert_eq!(s.fast_retransmits, 1);
+}
+
+#[test]
+fn rto_doubles_on_successive_expiries() {
+    let mut cfg = quiet();
+    cfg.max_retransmits = 5;
+    let mut p = Pair::established(cfg, quiet());
+    p.filter = Some(Box::new(|w| {
+        if w.dir == Dir::AtoB {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    p.a.out = pattern(1000, 14);
+    p.run_until(Duration::from_secs(600), |p| {
+        p.a.conn.state() == State::Closed
+    });
+    let tx: Vec<_> = p.segs(Dir::AtoB).filter(|w| !w.data.is_empty()).collect();
+    assert_eq!(tx.len(), 6, "original and five retransmissions");
+    let gaps: Vec<Duration> = tx.windows(2).map(|w| w[1].at - w[0].at).collect();
+    for g in gaps.windows(2) {
+        assert_eq!(g[1], 2 * g[0], "{gaps:?}");
+    }
+    assert!(gaps[0] >= Duration::from_millis(200));
+    assert_eq!(p.a.conn.stats().rto_expirations, 5);
+    assert_eq!(p.a.count("TimedOut"), 1);
+    assert_eq!(p.a.events.len(), 2, "Connected, TimedOut: {:?}", p.a.events);
+    // Giving up sends a RST.
+    assert!(p
+        .segs(Dir::AtoB)
+        .last()
+        .is_some_and(|w| w.has(TcpFlags::RST)));
+}
+
+#[test]
+fn rto_caps_at_rto_max() {
+    let mut cfg = quiet();
+    cfg.max_retransmits = 8;
+    cfg.rto_max = Duration::from_secs(2);
+    let mut p = Pair::established(cfg, quiet());
+    p.filter = Some(Box::new(|w| {
+        if w.dir == Dir::AtoB {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    p.a.out = pattern(1000, 15);
+    p.run_until(Duration::from_secs(600), |p| {
+        p.a.conn.state() == State::Closed
+    });
+    let tx: Vec<_> = p.segs(Dir::AtoB).filter(|w| !w.data.is_empty()).collect();
+    let last_gap = tx[tx.len() - 1].at - tx[tx.len() - 2].at;
+    assert_eq!(last_gap, Duration::from_secs(2));
+}
+
+#[test]
+fn rto_go_back_n_after_losing_a_whole_flight() {
+    for cfg in [quiet(), Config::iwarp_hardware()] {
+        let mut p = Pair::established(cfg.clone(), cfg);
+        p.a.out = pattern(150_000, 16);
+        // Lose the whole initial window (ten segments).
+        p.filter = Some(drop_first_n_data(10));
+        assert!(
+            p.run_until(Duration::from_secs(30), |p| p.b.got.len() == 150_000
+                && p.a.conn.records_queued() == 0)
+        );
+        assert_eq!(p.b.got, p.a.out);
+        let s = p.a.conn.stats();
+        assert_eq!(s.rto_expirations, 1);
+        assert_eq!(s.retransmits, 10);
+        assert_acked_in_order(&p.a, &p.a.out);
+    }
+}
+
+fn drop_first_n_data(n: usize) -> Filter {
+    let mut seen = 0;
+    Box::new(move |w| {
+        if w.dir == Dir::AtoB && !w.data.is_empty() {
+            seen += 1;
+            if seen <= n {
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Pass
+    })
+}
+
+#[test]
+fn reordering_is_absorbed() {
+    let mut p = Pair::established(quiet(), quiet());
+    p.a.out = pattern(200_000, 17);
+    let mut seen = 0;
+    p.filter = Some(Box::new(move |w| {
+        if w.dir == Dir::AtoB && !w.data.is_empty() {
+            seen += 1;
+            if seen % 7 == 0 {
+                return Verdict::Delay(Duration::from_micros(300));
+            }
+        }
+        Verdict::Pass
+    }));
+    assert!(p.run_until(Duration::from_secs(30), |p| p.b.got.len() == 200_000));
+    assert_eq!(p.b.got, p.a.out);
+    assert_eq!(p.a.conn.stats().rto_expirations, 0);
+}
+
+// ----------------------------------------------------------- zero window
+
+#[test]
+fn zero_window_is_probed_without_data() {
+    let mut cb = quiet();
+    cb.recv_buffer = 16 * 1024;
+    let mut p = Pair::established(quiet(), cb);
+    p.b.reading = false;
+    p.a.out = pattern(100_000, 18);
+    p.run_until(Duration::from_secs(30), |p| {
+        p.a.conn.stats().window_probes >= 3
+    });
+    assert_eq!(p.b.conn.recv_queued(), 16 * 1024);
+    assert_eq!(p.a.conn.send_capacity(), 0);
+    assert_eq!(p.a.conn.peer_window(), 0);
+    let una = p.a.conn.snd_una();
+    let probes: Vec<_> = p
+        .segs(Dir::AtoB)
+        .filter(|w| w.data.is_empty() && w.repr.seq == una - 1)
+        .collect();
+    assert!(probes.len() >= 3);
+    assert!(probes
+        .iter()
+        .all(|w| w.data.is_empty() && !w.has(TcpFlags::FIN)));
+    // Probes back off.
+    let g1 = probes[1].at - probes[0].at;
+    let g2 = probes[2].at - probes[1].at;
+    assert_eq!(g2, 2 * g1);
+    // Each probe is answered with the (zero) window.
+    let answered = probes[probes.len() - 2].at;
+    assert!(p
+        .segs(Dir::BtoA)
+        .any(|w| w.at > answered && w.repr.window == 0));
+    // Reading reopens the window: the receiver says so, transfer resumes.
+    p.b.reading = true;
+    assert!(
+        p.run_until(Duration::from_secs(60), |p| p.b.got.len() == 100_000
+            && p.a.conn.records_queued() == 0)
+    );
+    assert_eq!(p.b.got, p.a.out);
+    assert_eq!(p.a.conn.stats().rto_expirations, 0);
+    assert_segments_are_records(&p);
+}
+
+/// Every data segment from `a` is exactly one of its records (no probe
+/// carried data, no record was cut or merged).
+fn assert_segments_are_records(p: &Pair) {
+    let mut starts = std::collections::HashMap::new();
+    let mut seq = ISS_A + 1;
+    for r in &p.a.acked {
+        starts.insert(seq.0, r.len());
+        seq += r.len();
+    }
+    for w in p.segs(Dir::AtoB).filter(|w| !w.data.is_empty()) {
+        assert_eq!(
+            starts.get(&w.repr.seq.0),
+            Some(&w.data.len()),
+            "segment at {}",
+            w.repr.seq
+        );
+    }
+}
+
+#[test]
+fn window_never_shrinks_and_respects_buffer() {
+    let mut cb = quiet();
+    cb.recv_buffer = 20_000;
+    let mut p = Pair::established(quiet(), cb);
+    p.b.reading = false;
+    p.a.out = pattern(60_000, 19);
+    p.run_until(Duration::from_secs(5), |p| {
+        p.a.conn.peer_window() == 0 && p.a.conn.snd_una() == SeqNumber(ISS_A.0 + 1 + 20_000)
+    });
+    assert_eq!(p.b.conn.recv_queued(), 20_000);
+    // Right edges advertised by b never move left.
+    let mut edge = SeqNumber(0);
+    let shift = p.b.conn.window_shifts().1;
+    for w in p.segs(Dir::BtoA).filter(|w| !w.has(TcpFlags::SYN)) {
+        let e = w.repr.ack_number + (usize::from(w.repr.window) << shift);
+        if edge != SeqNumber(0) {
+            assert!(e >= edge);
+        }
+        edge = e;
+    }
+    p.b.reading = true;
+    assert!(p.run_until(Duration::from_secs(60), |p| p.b.got.len() == 60_000));
+    assert_eq!(p.b.got, p.a.out);
+}
+
+// ---------------------------------------------------------------- keepalive
+
+#[test]
+fn keepalive_probes_and_times_out() {
+    let mut ca = quiet();
+    ca.keepalive = Some(Duration::from_secs(10));
+    ca.keepalive_interval = Duration::from_secs(2);
+    ca.keepalive_probes = 3;
+    let mut p = Pair::established(ca, quiet());
+    // An answered probe keeps the connection up.
+    p.run_until(Duration::from_secs(25), |_| false);
+    let nxt = p.a.conn.snd_una();
+    let probes: Vec<_> = p
+        .segs(Dir::AtoB)
+        .filter(|w| w.repr.seq == nxt - 1 && w.data.is_empty() && !w.has(TcpFlags::SYN))
+        .collect();
+    assert_eq!(probes.len(), 2, "one probe per idle period");
+    assert_eq!(probes[1].at - probes[0].at, Duration::from_millis(10_010));
+    assert_eq!(p.a.conn.state(), State::Established);
+    // The peer goes silent: three unanswered probes, then give up.
+    p.filter = Some(Box::new(|w| {
+        if w.dir == Dir::BtoA {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    let t0 = p.now;
+    p.run_until(Duration::from_secs(100), |p| {
+        p.a.conn.state() == State::Closed
+    });
+    assert_eq!(p.a.count("TimedOut"), 1);
+    let later = p
+        .segs(Dir::AtoB)
+        .filter(|w| w.at > t0 && w.repr.seq == nxt - 1 && !w.has(TcpFlags::RST))
+        .count();
+    assert_eq!(later, 3);
+}
+
+// -------------------------------------------------------------------- close
+
+#[test]
+fn orderly_close_and_time_wait() {
+    let mut p = Pair::established(quiet(), quiet());
+    p.a.out = pattern(30_000, 20);
+    p.a.close_when_sent = true;
+    p.run_until(Duration::from_secs(10), |p| {
+        p.b.conn.state() == State::CloseWait && p.a.conn.state() == State::FinWait2
+    });
+    assert_eq!(p.b.got, p.a.out);
+    assert_eq!(p.b.count("PeerClosed"), 1);
+    assert_eq!(p.a.conn.state(), State::FinWait2);
+    assert_eq!(p.b.conn.send_capacity(), 1448, "CLOSE-WAIT may still send");
+    p.b.out = pattern(5000, 21);
+    p.b.close_when_sent = true;
+    p.run_until(Duration::from_secs(10), |p| {
+        p.b.conn.state() == State::Closed
+    });
+    assert_eq!(p.a.got, p.b.out);
+    assert_eq!(p.b.count("Closed"), 1);
+    assert_eq!(p.a.conn.state(), State::TimeWait);
+    assert_eq!(p.a.count("Closed"), 0);
+    let tw = p.now;
+    p.run_until(Duration::from_secs(10), |p| {
+        p.a.conn.state() == State::Closed
+    });
+    assert_eq!(p.a.count("Closed"), 1);
+    assert!(p.now - tw >= Duration::from_secs(2) - Duration::from_millis(20));
+    assert_acked_in_order(&p.a, &p.a.out);
+    assert_acked_in_order(&p.b, &p.b.out);
+    assert_eq!(p.a.conn.poll_timeout(), None);
+}
+
+#[test]
+fn simultaneous_close() {
+    let mut p = Pair::established(quiet(), quiet());
+    let now = p.now;
+    p.a.conn.close(now);
+    p.b.conn.close(now);
+    p.run_until(Duration::from_secs(1), |p| {
+        p.a.conn.state() == State::TimeWait && p.b.conn.state() == State::TimeWait
+    });
+    assert_eq!(p.a.conn.state(), State::TimeWait);
+    assert_eq!(p.b.conn.state(), State::TimeWait);
+    // The FINs crossed: both went through CLOSING.
+    let fins = p.log.iter().filter(|w| w.has(TcpFlags::FIN)).count();
+    assert_eq!(fins, 2);
+    p.run_until(Duration::from_secs(10), |p| {
+        p.a.conn.state() == State::Closed && p.b.conn.state() == State::Closed
+    });
+    assert_eq!(p.a.count("Closed"), 1);
+    assert_eq!(p.b.count("Closed"), 1);
+    assert_eq!(p.a.count("PeerClosed"), 1);
+}
+
+#[test]
+fn time_wait_reacks_a_repeated_fin() {
+    let mut p = Pair::established(quiet(), quiet());
+    let now = p.now;
+    p.a.conn.close(now);
+    p.run_until(Duration::from_secs(1), |p| {
+        p.b.conn.state() == State::CloseWait
+    });
+    let now = p.now;
+    p.b.conn.close(now);
+    // Lose a's ACK of b's FIN: b repeats the FIN.
+    p.filter = Some(Box::new(|w| {
+        if w.dir == Dir::AtoB && w.repr.flags == TcpFlags::ACK && w.data.is_empty() {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    p.run_until(Duration::from_millis(100), |p| {
+        p.a.conn.state() == State::TimeWait
+    });
+    let entered = p.now;
+    p.run_until(Duration::from_millis(900), |p| {
+        p.segs(Dir::BtoA).filter(|w| w.has(TcpFlags::FIN)).count() == 2
+    });
+    p.filter = None;
+    let refin = p.now;
+    assert!(refin > entered);
+    p.run_until(Duration::from_secs(10), |p| {
+        p.b.conn.state() == State::Closed
+    });
+    assert_eq!(p.b.count("Closed"), 1);
+    // a re-ACKed, and its TIME-WAIT restarted at the repeated FIN.
+    p.run_until(Duration::from_secs(10), |p| {
+        p.a.conn.state() == State::Closed
+    });
+    assert!(p.now >= refin + Duration::from_secs(2));
+}
+
+#[test]
+fn fin_waits_for_queued_records_and_fin_is_retransmitted() {
+    let mut p = Pair::established(quiet(), quiet());
+    p.a.out = pattern(40_000, 22);
+    p.a.close_when_sent = true;
+    let mut fins = 0;
+    p.filter = Some(Box::new(move |w| {
+        if w.dir == Dir::AtoB && w.has(TcpFlags::FIN) {
+            fins += 1;
+            if fins == 1 {
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Pass
+    }));
+    p.run_until(Duration::from_secs(10), |p| {
+        p.b.conn.state() == State::CloseWait
+    });
+    assert_eq!(p.b.got, p.a.out);
+    let fin_segs: Vec<_> = p.segs(Dir::AtoB).filter(|w| w.has(TcpFlags::FIN)).collect();
+    assert_eq!(fin_segs.len(), 2);
+    assert!(fin_segs
+        .iter()
+        .all(|w| w.data.is_empty() && w.repr.seq == SeqNumber(ISS_A.0 + 1 + 40_000)));
+}
+
+// ---------------------------------------------------------------- RST, SYN
+
+#[test]
+fn rst_exact_in_window_and_out_of_window() {
+    let mut p = Pair::established(quiet(), quiet());
+    let nxt = p.b.conn.rcv_nxt();
+    // Out of window: ignored silently.
+    let out = p.inject_b(from_a(&p, nxt + 10_000_000, TcpFlags::RST), &[]);
+    assert!(out.is_empty());
+    assert_eq!(p.b.conn.state(), State::Established);
+    // In window but not exact: a challenge ACK.
+    let out = p.inject_b(from_a(&p, nxt + 100, TcpFlags::RST), &[]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].repr.flags, TcpFlags::ACK);
+    assert_eq!(out[0].repr.ack_number, nxt);
+    assert_eq!(p.b.conn.state(), State::Established);
+    // Exact: reset.
+    let out = p.inject_b(from_a(&p, nxt, TcpFlags::RST), &[]);
+    assert!(out.is_empty());
+    assert_eq!(p.b.conn.state(), State::Closed);
+    p.b.app(p.now);
+    assert_eq!(p.b.count("Reset"), 1);
+}
+
+#[test]
+fn syn_in_established_draws_a_challenge_ack() {
+    let mut p = Pair::established(quiet(), quiet());
+    let nxt = p.b.conn.rcv_nxt();
+    let out = p.inject_b(from_a(&p, nxt + 5, TcpFlags::SYN), &[]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].repr.flags, TcpFlags::ACK);
+    assert_eq!(out[0].repr.ack_number, nxt);
+    assert_eq!(p.b.conn.state(), State::Established);
+}
+
+#[test]
+fn ack_of_unsent_data_is_answered_and_dropped() {
+    let mut p = Pair::established(quiet(), quiet());
+    let nxt = p.b.conn.rcv_nxt();
+    let mut r = from_a(&p, nxt, TcpFlags::ACK);
+    r.ack_number = p.b.conn.snd_una() + 5000;
+    let out = p.inject_b(r, b"hello");
+    assert_eq!(out.len(), 1);
+    assert!(out[0].data.is_empty());
+    assert_eq!(p.b.conn.rcv_nxt(), nxt, "payload dropped");
+    assert_eq!(p.b.conn.stats().dropped, 1);
+}
+
+#[test]
+fn abort_sends_rst_and_peer_resets() {
+    let mut p = Pair::established(quiet(), quiet());
+    let now = p.now;
+    p.a.conn.abort(now);
+    p.run_until(Duration::from_secs(1), |p| {
+        p.b.conn.state() == State::Closed
+    });
+    assert_eq!(p.a.count("Reset"), 1);
+    assert_eq!(p.b.count("Reset"), 1);
+    let rst = p.segs(Dir::AtoB).last().expect("rst");
+    assert!(rst.has(TcpFlags::RST));
+}
+
+#[test]
+fn paws_drops_an_old_timestamp() {
+    let mut p = Pair::established(quiet(), quiet());
+    p.a.out = pattern(3000, 23);
+    p.run_until(Duration::from_secs(2), |p| p.b.got.len() == 3000);
+    let nxt = p.b.conn.rcv_nxt();
+    let recent = p
+        .segs(Dir::AtoB)
+        .filter_map(|w| w.repr.options.timestamp)
+        .last()
+        .expect("ts")
+        .tsval;
+    let mut r = from_a(&p, nxt, TcpFlags::ACK | TcpFlags::PSH);
+    r.options.timestamp = Some(TcpTimestamp {
+        tsval: recent.wrapping_sub(1000),
+        tsecr: 0,
+    });
+    let dropped = p.b.conn.stats().dropped;
+    let out = p.inject_b(r, b"stale");
+    assert_eq!(p.b.conn.stats().dropped, dropped + 1);
+    assert_eq!(p.b.conn.rcv_nxt(), nxt);
+    assert_eq!(out.len(), 1, "PAWS answers with an ACK");
+    assert_eq!(out[0].repr.ack_number, nxt);
+    // The same segment with a fresh timestamp is accepted.
+    r.options.timestamp = Some(TcpTimestamp {
+        tsval: recent.wrapping_add(5),
+        tsecr: 0,
+    });
+    p.inject_b(r, b"fresh");
+    assert_eq!(p.b.conn.rcv_nxt(), nxt + 5);
+}
+
+#[test]
+fn timestamps_ignored_when_not_negotiated() {
+    let mut p = Pair::established(Config::iwarp_hardware(), Config::iwarp_hardware());
+    let nxt = p.b.conn.rcv_nxt();
+    let mut r = from_a(&p, nxt, TcpFlags::ACK);
+    r.options.timestamp = Some(TcpTimestamp { tsval: 1, tsecr: 0 });
+    p.inject_b(r, b"abc");
+    r.seq = nxt + 3;
+    r.options.timestamp = Some(TcpTimestamp { tsval: 0, tsecr: 0 });
+    p.inject_b(r, b"def");
+    assert_eq!(p.b.conn.rcv_nxt(), nxt + 6);
+    assert_eq!(p.b.conn.stats().dropped, 0);
+}
+
+// ---------------------------------------------------------------- MSS shrink
+
+#[test]
+fn mss_shrink_splits_a_retransmitted_record() {
+    let mut p = Pair::established(quiet(), quiet());
+    p.a.out = pattern(1448 * 3, 24);
+    // The second record is lost; before its retransmission the path MTU
+    // drops.
+    p.filter = Some(drop_nth_data(2));
+    p.run_until(Duration::from_millis(8), |p| {
+        p.a.conn.records_queued() == 3 && p.a.out_off == p.a.out.len()
+    });
+    p.a.conn.set_path_mtu_mss(600);
+    assert_eq!(p.a.conn.max_record_len(), 588);
+    assert!(
+        p.run_until(Duration::from_secs(10), |p| p.b.got.len() == 1448 * 3
+            && p.a.conn.records_queued() == 0)
+    );
+    assert_eq!(p.b.got, p.a.out);
+    let s = p.a.conn.stats();
+    assert_eq!(s.records_split, 1);
+    let lost = SeqNumber(ISS_A.0 + 1 + 1448);
+    let pieces: Vec<_> = p
+        .segs(Dir::AtoB)
+        .filter(|w| !w.data.is_empty() && w.repr.seq.in_range(lost, lost + 1448))
+        .skip(1)
+        .collect();
+    let lens: Vec<usize> = pieces.iter().map(|w| w.data.len()).collect();
+    assert_eq!(lens, vec![588, 588, 272]);
+    assert_acked_in_order(&p.a, &p.a.out);
+    assert_eq!(p.a.acked.len(), 3, "the split record is acknowledged once");
+    // New records follow the new MSS.
+    assert_eq!(p.a.conn.send_capacity(), 588);
+}
+
+// ------------------------------------------------------ lossy bulk transfer
+
+#[test]
+fn bulk_transfer_under_random_loss() {
+    for (cfg, seed) in [
+        (quiet(), 1u64),
+        (Config::iwarp_hardware(), 2),
+        (quiet(), 3),
+        (Config::iwarp_hardware(), 4),
+    ] {
+        let mut p = Pair::established(cfg.clone(), cfg);
+        let n = 300_000;
+        p.a.out = pattern(n, 25);
+        p.b.out = pattern(n, 26);
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        p.filter = Some(Box::new(move |_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            match x % 100 {
+                0..=2 => Verdict::Drop,
+                3..=5 => Verdict::Delay(Duration::from_millis(2)),
+                _ => Verdict::Pass,
+            }
+        }));
+        assert!(
+            p.run_until(Duration::from_secs(300), |p| p.a.got.len() == n
+                && p.b.got.len() == n),
+            "seed {seed}: a got {}, b got {}",
+            p.a.got.len(),
+            p.b.got.len()
+        );
+        assert!(p.b.got == p.a.out);
+        assert!(p.a.got == p.b.out);
+        p.run_until(Duration::from_secs(60), |p| {
+            p.a.conn.records_queued() == 0 && p.b.conn.records_queued() == 0
+        });
+        assert_acked_in_order(&p.a, &p.a.out);
+        assert_acked_in_order(&p.b, &p.b.out);
+    }
+}
+
+#[test]
+fn record_acked_reports_records_once_in_order() {
+    let mut p = Pair::established(quiet(), quiet());
+    p.a.record_size = 1000;
+    p.a.out = pattern(100_000, 27);
+    p.filter = Some(drop_nth_data(7));
+    assert!(
+        p.run_until(Duration::from_secs(20), |p| p.a.conn.records_queued() == 0
+            && p.a.out_off == 100_000)
+    );
+    assert_eq!(p.a.acked.len(), 100);
+    for (i, r) in p.a.acked.iter().enumerate() {
+        assert_eq!(r.as_slice(), &p.a.out[i * 1000..(i + 1) * 1000]);
+    }
+}
