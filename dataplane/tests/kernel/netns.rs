@@ -136,7 +136,7 @@ impl Netns {
         let ns = format!("{PREFIX}{pid}-{n}");
         // Interface names are at most 15 bytes: "iwk" + 7-digit pid + "-"
         // + counter + "a" fits while the counter stays under 100.
-        assert!(ns.len() + 1 <= 15, "interface name {ns}a too long");
+        assert!(ns.len() < 15, "interface name {ns}a too long");
         let subnet = u8::try_from(1 + (pid + n) % 250).unwrap_or(1);
         let mut me = Netns {
             host_if: format!("{ns}a"),

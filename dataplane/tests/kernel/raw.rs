@@ -184,3 +184,31 @@ impl RawSocket {
         Ok(())
     }
 }
+
+impl RawSocket {
+    /// Frames dropped because the receive queue was full, since the last
+    /// call (the kernel resets the counter when it is read).
+    pub fn take_drops(&self) -> io::Result<u64> {
+        let mut st = libc::tpacket_stats {
+            tp_packets: 0,
+            tp_drops: 0,
+        };
+        let mut len =
+            libc::socklen_t::try_from(std::mem::size_of::<libc::tpacket_stats>()).unwrap_or(8);
+        // SAFETY: `st` is a live tpacket_stats and `len` its size, as
+        // PACKET_STATISTICS expects.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                std::ptr::addr_of_mut!(st).cast::<libc::c_void>(),
+                &mut len,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(u64::from(st.tp_drops))
+    }
+}
