@@ -944,7 +944,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "needs the connection state machine"]
     fn back_to_back_handshake_and_100k_transfer() {
         let mut a = iface(MAC_A, IP_A);
         let mut b = iface(MAC_B, IP_B);
@@ -989,6 +988,10 @@ mod tests {
         assert_eq!(got.len(), data.len());
         assert!(got == data, "byte-exact");
         assert!(a.stats().tcp_in > 60);
+        // Each side learned the other through ARP.
+        assert_eq!(a.arp_lookup(IP_B), Some(MAC_B));
+        assert_eq!(b.arp_lookup(IP_A), Some(MAC_A));
+        assert!(b.stats().arp_out >= 1 && a.stats().arp_out >= 1);
         assert_eq!(a.stats().drops, [0; 7]);
     }
 }

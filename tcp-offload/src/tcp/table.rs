@@ -1195,7 +1195,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "needs the connection state machine"]
     fn connect_accept_transfer_close_and_reap() {
         let (mut server, mut client) = pair(4);
         let mut now = Instant::from_millis(10);
@@ -1245,7 +1244,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "needs the connection state machine"]
     fn ephemeral_ports_differ() {
         let mut c = TestStack::new(Config::default(), KEY, 64);
         let now = Instant::from_millis(1);
@@ -1267,7 +1265,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "needs the connection state machine"]
     fn table_full_refuses_active_open() {
         let mut c = TestStack::new(Config::default(), KEY, 2);
         let now = Instant::from_millis(1);
@@ -1281,7 +1278,82 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "needs the connection state machine"]
+    fn accept_queue_is_bounded_and_drains() {
+        let (mut server, mut client) = pair(2);
+        let mut now = secs(1);
+        let remote = SocketAddrV4::new(SERVER, 5000);
+        let ids: Vec<ConnId> = (0..3)
+            .map(|_| client.connect(now, CLIENT, remote).unwrap())
+            .collect();
+        run(&mut server, &mut client, &mut now, secs(2));
+        // Two fill the half-open quota and then the accept queue; the
+        // third got a cookie, and its ACK found the queue full and was
+        // dropped. Its client believes it is connected.
+        assert_eq!(server.len(), 2);
+        assert_eq!(server.stats().cookies_sent, 1);
+        assert_eq!(server.stats().backlog_drops, 1);
+        assert_eq!(client.conn(ids[2]).unwrap().state(), State::Established);
+        let first = server.accept(5000).unwrap();
+        // The client speaks first (as an MPA initiator does): its data
+        // segment carries the cookie ACK again, which now finds room, and
+        // the data arrives with it.
+        let req = b"MPA ID Req Frame".to_vec();
+        client
+            .conn_mut(ids[2])
+            .unwrap()
+            .send_record(now, req.clone())
+            .unwrap();
+        run(&mut server, &mut client, &mut now, secs(10));
+        assert_eq!(server.stats().cookies_accepted, 1);
+        let second = server.accept(5000).unwrap();
+        let third = server.accept(5000).unwrap();
+        assert!(server.accept(5000).is_none());
+        assert_eq!(server.stats().accepted, 3);
+        let port_of = |s: &TestStack, id: ConnId, remote: bool| {
+            let t = s.tuple(id).unwrap();
+            if remote {
+                t.remote.port()
+            } else {
+                t.local.port()
+            }
+        };
+        assert_eq!(
+            port_of(&server, third, true),
+            port_of(&client, ids[2], false)
+        );
+        let mut got = Vec::new();
+        while let Some(p) = server.conn_mut(third).unwrap().recv() {
+            got.extend_from_slice(p.bytes());
+        }
+        assert_eq!(got, req);
+        let mut ports = [first, second].map(|id| port_of(&server, id, true));
+        ports.sort_unstable();
+        let mut want = [ids[0], ids[1]].map(|id| port_of(&client, id, false));
+        want.sort_unstable();
+        assert_eq!(ports, want);
+    }
+
+    #[test]
+    fn unlisten_resets_unaccepted_connections() {
+        let (mut server, mut client) = pair(4);
+        let mut now = secs(1);
+        let cid = client
+            .connect(now, CLIENT, SocketAddrV4::new(SERVER, 5000))
+            .unwrap();
+        run(&mut server, &mut client, &mut now, secs(2));
+        assert_eq!(server.len(), 1);
+        server.unlisten(now, 5000).unwrap();
+        assert!(server.is_empty());
+        exchange(&mut server, &mut client, now);
+        assert!(matches!(client.poll_event(cid), Some(Event::Connected)));
+        assert!(matches!(client.poll_event(cid), Some(Event::Reset)));
+        assert_eq!(client.conn(cid).unwrap().state(), State::Closed);
+        // The terminal event was seen: the next timeout reaps it.
+        client.handle_timeout(now);
+        assert!(client.is_empty());
+    }
+
+    #[test]
     fn syn_flood_does_not_stop_accept() {
         let backlog = 8;
         let (mut server, mut client) = pair(backlog);
@@ -1316,6 +1388,13 @@ mod tests {
         assert_eq!(server.stats().cookies_accepted, 1);
         assert_eq!(client.conn(cid).unwrap().state(), State::Established);
         assert_eq!(server.conn(sid).unwrap().state(), State::Established);
+        // The cookie SYN-ACK offered the MSS alone: both ends agree that
+        // no other option is in use.
+        for c in [client.conn(cid).unwrap(), server.conn(sid).unwrap()] {
+            assert!(!c.sack_enabled());
+            assert!(!c.timestamps_enabled());
+            assert_eq!(c.window_shifts(), (0, 0));
+        }
 
         // Data flows on the cookie connection.
         let msg = vec![7u8; 1000];
