@@ -66,7 +66,13 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         }
 
         if rst {
-            if repr.seq == self.rcv_nxt {
+            if repr.seq == self.rcv_nxt && self.state == State::TimeWait {
+                // Both FINs were exchanged and acknowledged: the close was
+                // orderly, and a RST (typically the peer answering a stray
+                // duplicate after it closed) only ends TIME-WAIT early, as
+                // Linux does.
+                self.terminate(Event::Closed);
+            } else if repr.seq == self.rcv_nxt {
                 self.terminate(Event::Reset);
             } else {
                 // RFC 5961 §3.2: in the window but not exact.

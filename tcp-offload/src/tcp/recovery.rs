@@ -189,6 +189,11 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         self.cc.abc_acked = 0;
         self.cc.recover = self.snd_nxt;
         self.cc.force_rtx = true;
+        if self.sendq.reneged() {
+            // RFC 2018 §8: after a timeout, SACK marks are not to be
+            // trusted once the receiver has shown it discards SACKed data.
+            self.sendq.clear_sacks();
+        }
         self.sendq.mark_all_lost(self.snd_nxt);
         if self.fin_sent && self.fin_seq.is_some_and(|f| self.snd_una <= f) {
             self.fin_rtx = true;

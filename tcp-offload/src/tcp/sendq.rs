@@ -224,6 +224,25 @@ impl<R> SendQueue<R> {
         self.rtx_hint = 0;
     }
 
+    /// Forgets every SACK mark: the receiver reneged (RFC 2018 §8 allows
+    /// it to discard SACKed data), so SACKed records must be sent again.
+    pub(super) fn clear_sacks(&mut self) {
+        for r in self.recs.iter_mut().filter(|r| r.sacked) {
+            r.sacked = false;
+            if r.pending() {
+                self.pending_bytes += r.len;
+            }
+        }
+        self.sacked_bytes = 0;
+        self.rtx_hint = 0;
+    }
+
+    /// Whether the oldest record is SACKed although the cumulative ACK
+    /// stops at it: the receiver discarded data it had SACKed.
+    pub(super) fn reneged(&self) -> bool {
+        self.recs.front().is_some_and(|r| r.sacked)
+    }
+
     /// The retransmission of record `i` is complete.
     pub(super) fn mark_repaired(&mut self, i: usize) {
         let r = &mut self.recs[i];
