@@ -13,8 +13,8 @@ use std::net::Ipv4Addr;
 
 use libfuzzer_sys::fuzz_target;
 use tcp_offload::wire::{
-    ArpPacket, ArpRepr, Checksum, EtherType, EthernetFrame, EthernetRepr, Icmpv4Packet,
-    Icmpv4Repr, IpProtocol, Ipv4Packet, Ipv4Repr, TcpPacket, TcpRepr,
+    ArpPacket, ArpRepr, Checksum, EtherType, EthernetFrame, EthernetRepr, Icmpv4Packet, Icmpv4Repr,
+    IpProtocol, Ipv4Packet, Ipv4Repr, TcpPacket, TcpRepr,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -58,7 +58,10 @@ fn arp(data: &[u8]) {
     };
     let mut buf = vec![0u8; repr.buffer_len()];
     repr.emit(&mut buf);
-    assert_eq!(ArpRepr::parse(&ArpPacket::new_unchecked(&buf[..])), Ok(repr));
+    assert_eq!(
+        ArpRepr::parse(&ArpPacket::new_unchecked(&buf[..])),
+        Ok(repr)
+    );
 }
 
 fn ipv4(data: &[u8], cs: Checksum) {

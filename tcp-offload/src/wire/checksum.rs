@@ -13,35 +13,39 @@ use core::net::Ipv4Addr;
 /// odd byte padded with a zero byte (RFC 1071 §4.1). The result is folded
 /// to 16 bits but not complemented, ready for [`combine`].
 ///
-/// The loop adds 32-bit words into a 64-bit accumulator: since
-/// 2^16 ≡ 1 (mod 2^16 − 1), summing wider words and folding afterwards is
-/// the same one's-complement sum, and the accumulator cannot overflow for
-/// any buffer shorter than 16 GiB.
+/// Two facts make this fast without `unsafe` or target features. Since
+/// 2^16 ≡ 1 (mod 2^16 − 1), adding 32-bit words into 64-bit accumulators
+/// and folding at the end gives the same one's-complement sum, with no
+/// overflow for any buffer under 16 GiB. And the sum is byte-order
+/// independent (RFC 1071 §2(B)): summing little-endian words and swapping
+/// the folded result equals the big-endian sum, so the loads need no byte
+/// swaps. Eight independent accumulators let the compiler vectorise the
+/// loop on any x86-64 baseline.
 pub fn sum(data: &[u8]) -> u32 {
-    let mut a: u64 = 0;
-    let mut b: u64 = 0;
-    let mut chunks = data.chunks_exact(16);
+    let mut acc = [0u64; 8];
+    let mut chunks = data.chunks_exact(32);
     for c in &mut chunks {
-        // Four independent 32-bit loads per iteration; two accumulators
-        // keep the additions from forming one long dependency chain.
-        a += u64::from(u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
-        b += u64::from(u32::from_be_bytes([c[4], c[5], c[6], c[7]]));
-        a += u64::from(u32::from_be_bytes([c[8], c[9], c[10], c[11]]));
-        b += u64::from(u32::from_be_bytes([c[12], c[13], c[14], c[15]]));
+        for (i, a) in acc.iter_mut().enumerate() {
+            let w = [c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3]];
+            *a += u64::from(u32::from_le_bytes(w));
+        }
     }
+    let mut total: u64 = acc.iter().sum();
     let mut rest = chunks.remainder();
     while rest.len() >= 4 {
-        a += u64::from(u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]));
+        total += u64::from(u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]));
         rest = &rest[4..];
     }
     if rest.len() >= 2 {
-        b += u64::from(u16::from_be_bytes([rest[0], rest[1]]));
+        total += u64::from(u16::from_le_bytes([rest[0], rest[1]]));
         rest = &rest[2..];
     }
     if let Some(&last) = rest.first() {
-        a += u64::from(last) << 8;
+        // The odd byte is the high-order byte of its big-endian word, which
+        // is the low-order byte in the little-endian view.
+        total += u64::from(last);
     }
-    u32::from(fold64(a + b))
+    u32::from(fold64(total).swap_bytes())
 }
 
 /// Folds a 64-bit accumulator to 16 bits with end-around carry.
