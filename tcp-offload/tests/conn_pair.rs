@@ -1434,3 +1434,123 @@ fn stress_loss_duplication_reordering() {
         assert_acked_in_order(&p.b, &p.b.out);
     }
 }
+
+#[test]
+fn fin_ahead_of_missing_data_waits_for_it() {
+    let mut p = Pair::established(quiet(), quiet());
+    p.a.out = pattern(5000, 40);
+    p.a.close_when_sent = true;
+    // Hold the last data segment back so the FIN overtakes it.
+    p.filter = Some(Box::new(|w| {
+        if w.dir == Dir::AtoB && w.data.len() == 5000 - 3 * 1448 {
+            Verdict::Delay(Duration::from_millis(3))
+        } else {
+            Verdict::Pass
+        }
+    }));
+    p.run_until(Duration::from_secs(5), |p| {
+        p.b.conn.state() == State::CloseWait && p.a.conn.state() == State::FinWait2
+    });
+    assert_eq!(p.b.got, p.a.out);
+    assert_eq!(p.b.count("PeerClosed"), 1);
+    // The FIN was taken when the gap filled: it was never resent.
+    assert_eq!(
+        p.segs(Dir::AtoB).filter(|w| w.has(TcpFlags::FIN)).count(),
+        1
+    );
+    assert_eq!(p.a.conn.stats().retransmits, 0);
+}
+
+#[test]
+fn rst_in_time_wait_ends_it_as_a_close() {
+    let mut p = Pair::established(quiet(), quiet());
+    let now = p.now;
+    p.a.conn.close(now);
+    p.run_until(Duration::from_secs(1), |p| {
+        p.b.conn.state() == State::CloseWait
+    });
+    let now = p.now;
+    p.b.conn.close(now);
+    p.run_until(Duration::from_secs(1), |p| {
+        p.a.conn.state() == State::TimeWait
+    });
+    let nxt = p.a.conn.rcv_nxt();
+    let rst = TcpRepr {
+        src_port: 4791,
+        dst_port: 40000,
+        seq: nxt,
+        ack_number: SeqNumber(0),
+        flags: TcpFlags::RST,
+        window: 0,
+        urgent: 0,
+        options: Default::default(),
+    };
+    p.a.conn.handle_segment(p.now, &rst, None);
+    assert_eq!(p.a.conn.state(), State::Closed);
+    p.a.app(p.now);
+    assert_eq!(p.a.count("Closed"), 1);
+    assert_eq!(p.a.count("Reset"), 0);
+}
+
+#[test]
+fn syn_sent_answers_a_bad_ack_with_rst_and_takes_a_valid_rst() {
+    let now = Instant::from_millis(1);
+    let mut a = Conn::connect(now, quiet(), addr(1, 1), addr(2, 2), ISS_A);
+    let mut out = Vec::new();
+    take_segments(&mut a, now, Dir::AtoB, &mut out);
+    let mut synack = TcpRepr {
+        src_port: 2,
+        dst_port: 1,
+        seq: SeqNumber(500),
+        ack_number: ISS_A + 7,
+        flags: TcpFlags::SYN | TcpFlags::ACK,
+        window: 1000,
+        urgent: 0,
+        options: Default::default(),
+    };
+    // An ACK of something never sent: RST with seq = that ACK.
+    a.handle_segment(now, &synack, None);
+    out.clear();
+    take_segments(&mut a, now, Dir::AtoB, &mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].repr.flags, TcpFlags::RST);
+    assert_eq!(out[0].repr.seq, ISS_A + 7);
+    assert_eq!(a.state(), State::SynSent);
+    // A RST acknowledging our SYN resets.
+    synack.flags = TcpFlags::RST | TcpFlags::ACK;
+    synack.ack_number = ISS_A + 1;
+    a.handle_segment(now, &synack, None);
+    assert_eq!(a.state(), State::Closed);
+    assert!(matches!(a.poll_event(), Some(Event::Reset)));
+    assert!(a.poll_transmit(now).is_none());
+}
+
+#[test]
+fn close_during_syn_received_sends_fin_after_handshake() {
+    let mut p = Pair::new(quiet(), quiet());
+    let now = p.now;
+    p.b.conn.close(now);
+    assert_eq!(p.b.conn.state(), State::SynReceived);
+    p.run_until(Duration::from_secs(2), |p| {
+        p.a.conn.state() == State::CloseWait && p.b.conn.state() == State::FinWait2
+    });
+    assert_eq!(p.a.conn.state(), State::CloseWait);
+    assert_eq!(p.b.conn.state(), State::FinWait2);
+    assert_eq!(p.b.count("Connected"), 1);
+    assert_eq!(p.a.count("PeerClosed"), 1);
+}
+
+#[test]
+fn segment_to_a_closed_connection_draws_rst() {
+    let mut p = Pair::established(quiet(), quiet());
+    let now = p.now;
+    p.b.conn.abort(now);
+    let mut out = Vec::new();
+    take_segments(&mut p.b.conn, now, Dir::BtoA, &mut out);
+    assert_eq!(out.len(), 1);
+    let seg = from_a(&p, p.b.conn.rcv_nxt(), TcpFlags::ACK);
+    let out = p.inject_b(seg, b"late");
+    assert_eq!(out.len(), 1);
+    assert!(out[0].has(TcpFlags::RST));
+    assert_eq!(out[0].repr.seq, seg.ack_number);
+}

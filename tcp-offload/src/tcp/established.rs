@@ -305,11 +305,12 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             self.rcv_nxt += len;
             self.rx_bytes += len;
             self.rx_queue.push_back(p);
+            self.schedule_ack(now, len);
             if filled_hole {
-                self.pull_assembler();
+                // RFC 5681 §4.2: ACK at once when a gap is filled.
                 self.ack_now = true;
             }
-            self.schedule_ack(now, len);
+            self.pull_assembler();
         } else {
             match self.assembler.insert(seq, p, self.rcv_nxt) {
                 Ok(()) | Err(Rejected::Duplicate) => {}
