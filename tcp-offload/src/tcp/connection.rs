@@ -526,6 +526,12 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         };
         self.eff_mss = usize::from(base).saturating_sub(opts).max(64);
         self.cc.mss = self.eff_mss;
+        if self.sendq.is_empty() && self.snd_una == self.iss {
+            // Still in the handshake: the initial window is counted in
+            // segments of the negotiated size (RFC 5681 §3.1).
+            let iw = usize::try_from(self.config.initial_window_segments).unwrap_or(10);
+            self.cc.cwnd = iw.max(1) * self.eff_mss;
+        }
     }
 
     /// The segment time for timestamps: milliseconds since the epoch plus

@@ -111,7 +111,6 @@ impl<R> SendQueue<R> {
         self.recs.len()
     }
 
-    #[cfg(test)]
     pub(super) fn is_empty(&self) -> bool {
         self.recs.is_empty()
     }
