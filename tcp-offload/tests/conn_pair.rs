@@ -1554,3 +1554,22 @@ fn segment_to_a_closed_connection_draws_rst() {
     assert!(out[0].has(TcpFlags::RST));
     assert_eq!(out[0].repr.seq, seg.ack_number);
 }
+
+#[test]
+fn challenge_acks_are_rate_limited() {
+    let mut p = Pair::established(quiet(), quiet());
+    let nxt = p.b.conn.rcv_nxt();
+    let mut answered = 0;
+    for i in 0..300 {
+        answered += p
+            .inject_b(from_a(&p, nxt + 10 + i, TcpFlags::RST), &[])
+            .len();
+    }
+    assert_eq!(answered, 100);
+    assert_eq!(p.b.conn.state(), State::Established);
+    p.now += Duration::from_secs(1);
+    assert_eq!(
+        p.inject_b(from_a(&p, nxt + 10, TcpFlags::SYN), &[]).len(),
+        1
+    );
+}

@@ -174,6 +174,10 @@ pub struct Connection<B, R> {
     pub(super) rst_pending: Option<PendingRst>,
     pub(super) probe_pending: bool,
     pub(super) keepalive_pending: bool,
+    /// Start of the current one-second window of challenge ACKs.
+    pub(super) challenge_since: Instant,
+    /// Challenge ACKs owed in that window.
+    pub(super) challenge_count: u32,
 
     pub(super) cc: Congestion,
     pub(super) rtt: RttEstimator,
@@ -254,6 +258,8 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             rst_pending: None,
             probe_pending: false,
             keepalive_pending: false,
+            challenge_since: now,
+            challenge_count: 0,
             cc,
             rtt,
             timers: Timers::default(),

@@ -17,6 +17,10 @@ use crate::seq::SeqNumber;
 use crate::time::Instant;
 use crate::wire::{TcpFlags, TcpRepr};
 
+/// RFC 5961 §7: challenge ACKs per connection per second, at most, so
+/// that a blind attacker cannot use them as an amplifier.
+const CHALLENGE_ACK_LIMIT: u32 = 100;
+
 /// RFC 7323 §5.5: TS.Recent older than 24 days is no basis for PAWS.
 const TS_RECENT_LIFETIME: Duration = Duration::from_secs(24 * 24 * 3600);
 
@@ -76,14 +80,14 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 self.terminate(Event::Reset);
             } else {
                 // RFC 5961 §3.2: in the window but not exact.
-                self.ack_now = true;
+                self.challenge_ack(now);
             }
             return;
         }
 
         if syn {
             // RFC 5961 §4.2: challenge ACK, drop.
-            self.ack_now = true;
+            self.challenge_ack(now);
             self.stats.dropped += 1;
             return;
         }
@@ -121,6 +125,18 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         };
         if fin && whole {
             self.on_fin_flag(now, repr.seq + plen);
+        }
+    }
+
+    /// Owes a challenge ACK, within the rate limit.
+    fn challenge_ack(&mut self, now: Instant) {
+        if now - self.challenge_since >= Duration::from_secs(1) {
+            self.challenge_since = now;
+            self.challenge_count = 0;
+        }
+        if self.challenge_count < CHALLENGE_ACK_LIMIT {
+            self.challenge_count += 1;
+            self.ack_now = true;
         }
     }
 
@@ -182,7 +198,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             // RFC 5961 §5.2: a very old ACK is suspicious; a merely old one
             // is ignored while the rest of the segment is processed.
             if self.snd_una - ack > self.max_snd_wnd.max(usize::from(u16::MAX)) {
-                self.ack_now = true;
+                self.challenge_ack(now);
                 self.stats.dropped += 1;
                 return false;
             }
