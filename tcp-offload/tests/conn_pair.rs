@@ -1573,3 +1573,43 @@ fn challenge_acks_are_rate_limited() {
         1
     );
 }
+
+/// Recovery figures under random loss (time to move 1 MB, RTOs, fast
+/// retransmits), printed for tuning: `cargo test --test conn_pair
+/// measure -- --ignored --nocapture`.
+#[test]
+#[ignore = "prints figures; run by hand"]
+fn measure_loss_recovery() {
+    for loss in [1u64, 3, 5, 10] {
+        for cfg in [quiet(), Config::iwarp_hardware()] {
+            let mut tot = Duration::ZERO;
+            let mut rtos = 0;
+            let mut frs = 0;
+            for seed in 0..5u64 {
+                let mut p = Pair::established(cfg.clone(), cfg.clone());
+                let n = 1 << 20;
+                p.a.out = pattern(n, 1);
+                let mut r = rng(seed * 31 + loss);
+                p.filter = Some(Box::new(move |_| {
+                    if r() % 100 < loss {
+                        Verdict::Drop
+                    } else {
+                        Verdict::Pass
+                    }
+                }));
+                let t0 = p.now;
+                assert!(p.run_until(Duration::from_secs(3000), |p| p.b.got.len() == n));
+                tot += p.now - t0;
+                rtos += p.a.conn.stats().rto_expirations;
+                frs += p.a.conn.stats().fast_retransmits;
+            }
+            eprintln!(
+                "loss {loss}% sack {}: avg time {:?} rtos {} fast {}",
+                cfg.sack,
+                tot / 5,
+                rtos,
+                frs
+            );
+        }
+    }
+}

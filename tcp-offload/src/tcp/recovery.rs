@@ -1,9 +1,11 @@
 //! Congestion control and loss recovery: slow start and congestion
 //! avoidance with appropriate byte counting (RFC 5681 §3.1, RFC 3465,
-//! L = 2), fast retransmit on three duplicate ACKs, NewReno recovery when
+//! L = 2), fast retransmit on three duplicate ACKs (with limited transmit,
+//! RFC 3042, on the first two), NewReno recovery when
 //! SACK is off (RFC 6582 §3.2), and SACK-based recovery when it is on
 //! (RFC 6675 §5: the scoreboard lives in `sendq`, `IsLost` with DupThresh
-//! = 3, pipe, RecoveryPoint). After an RTO the loss window is one segment
+//! = 3, pipe, RecoveryPoint; a repair is itself deemed lost once
+//! DupThresh records sent after it are SACKed). After an RTO the loss window is one segment
 //! (RFC 5681 §3.1) and every unSACKed record is retransmitted in order as
 //! the window allows.
 //!
@@ -200,9 +202,21 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         }
     }
 
+    /// The congestion window plus the limited-transmit allowance (RFC 3042
+    /// §2): on each of the first two duplicate ACKs one more segment may go
+    /// out, so that a small window still produces the third duplicate ACK.
+    pub(super) fn send_window(&self) -> usize {
+        let extra = if !self.cc.in_recovery && self.cc.dupacks < DUP_THRESH {
+            self.cc.dupacks as usize * self.eff_mss
+        } else {
+            0
+        };
+        self.cc.cwnd + extra
+    }
+
     /// Whether a segment of `len` bytes fits the congestion window now.
     pub(super) fn cwnd_allows(&self, len: usize) -> bool {
         let pipe = self.pipe();
-        pipe == 0 || pipe + len <= self.cc.cwnd
+        pipe == 0 || pipe + len <= self.send_window()
     }
 }

@@ -296,8 +296,11 @@ impl<R> SendQueue<R> {
 
     /// The SACK `IsLost` rule (RFC 6675 §4) over the whole scoreboard: a
     /// record is lost when `dup_thresh` SACKed records, or more than
-    /// `(dup_thresh − 1) × mss` SACKed bytes, lie above it. Returns whether
-    /// any record was newly marked lost.
+    /// `(dup_thresh − 1) × mss` SACKed bytes, lie above it. A repair in
+    /// flight is lost in turn when `dup_thresh` records sent after it have
+    /// been SACKed (the same rule in time rather than sequence order, as
+    /// RACK reasons), so that a lost retransmission need not wait for the
+    /// RTO. Returns whether any record was newly marked lost.
     pub(super) fn mark_lost_by_sack(
         &mut self,
         snd_nxt: SeqNumber,
@@ -310,6 +313,10 @@ impl<R> SendQueue<R> {
         let n = self.sent_count(snd_nxt);
         let mut count = 0usize;
         let mut bytes = 0usize;
+        // The latest send times among the SACKed records seen so far,
+        // latest first.
+        let mut latest = [None::<Instant>; 3];
+        let k = dup_thresh.clamp(1, latest.len());
         let mut any = false;
         let mut i = n;
         while i > 0 {
@@ -318,8 +325,23 @@ impl<R> SendQueue<R> {
             if r.sacked {
                 count += 1;
                 bytes += r.len;
-            } else if count >= dup_thresh || bytes > (dup_thresh - 1) * mss {
-                any |= self.mark_lost(i);
+                let mut t = Some(r.sent_at);
+                for slot in latest.iter_mut().take(k) {
+                    if t > *slot {
+                        core::mem::swap(slot, &mut t);
+                    }
+                }
+            } else if !r.lost {
+                if count >= dup_thresh || bytes > (dup_thresh - 1) * mss {
+                    any |= self.mark_lost(i);
+                }
+            } else if r.rexmit && latest[k - 1].is_some_and(|t| t > r.sent_at) {
+                let r = &mut self.recs[i];
+                r.rexmit = false;
+                r.rtx_off = 0;
+                self.pending_bytes += r.len;
+                self.rtx_hint = self.rtx_hint.min(i);
+                any = true;
             }
         }
         any
@@ -377,6 +399,28 @@ mod tests {
         q.mark_repaired(0);
         assert_eq!(q.pending_bytes(), 0);
         assert_eq!(q.next_pending(5), None);
+    }
+
+    #[test]
+    fn a_repair_overtaken_by_later_sacked_records_is_lost_again() {
+        let mut q = queue(&[100; 8]);
+        let nxt = q.end();
+        // Record 0 is lost and repaired at t = 10 ms.
+        q.sack_block(SeqNumber(1100), SeqNumber(1400), nxt);
+        assert!(q.mark_lost_by_sack(nxt, 1000, 3));
+        q.mark_repaired(0);
+        q.get_mut(0).sent_at = Instant::from_millis(10);
+        // Records sent before the repair being SACKed proves nothing.
+        q.sack_block(SeqNumber(1400), SeqNumber(1500), nxt);
+        assert!(!q.mark_lost_by_sack(nxt, 1000, 3));
+        // Three sent after it are SACKed: the repair was lost too.
+        for i in 5..8 {
+            q.get_mut(i).sent_at = Instant::from_millis(20);
+        }
+        q.sack_block(SeqNumber(1500), SeqNumber(1800), nxt);
+        assert!(q.mark_lost_by_sack(nxt, 1000, 3));
+        assert_eq!(q.next_pending(8), Some(0));
+        assert_eq!(q.pending_bytes(), 100);
     }
 
     #[test]
