@@ -188,7 +188,17 @@ impl Capture {
         let path = std::path::Path::new(&dir).join(format!("{file}.pcap"));
         let mut child = net
             .command("tcpdump")
-            .args(["-i", &net.peer_if, "-s", "200", "-U", "-w"])
+            .args([
+                "-i",
+                &net.peer_if,
+                "-s",
+                "200",
+                "-B",
+                "16384",
+                "--immediate-mode",
+                "-U",
+                "-w",
+            ])
             .arg(&path)
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -207,6 +217,9 @@ impl Capture {
 
 impl Drop for Capture {
     fn drop(&mut self) {
+        // Let tcpdump drain the capture ring first: on SIGTERM it stops at
+        // once, dropping what it has not written yet.
+        std::thread::sleep(Duration::from_millis(500));
         // SIGTERM lets tcpdump flush its file.
         if let Ok(pid) = libc::pid_t::try_from(self.0.id()) {
             // SAFETY: kill has no memory effects; `pid` is our own child,
