@@ -12,14 +12,21 @@
 //! - [`rng`]: the seeded generators (SplitMix64, xoshiro256\*\*).
 //! - [`link`]: one link direction and its [`LinkConfig`].
 //! - [`network`]: endpoints, switches, links and the event loop.
+//! - [`host`]: the engine's [`Interface`](crate::iface::Interface) as an
+//!   endpoint.
+//! - [`bulk`]: a bulk-transfer application with byte-exact checking.
 //! - [`frame`]: reading and crafting TCP/IPv4 frames in tests, independent
 //!   of the wire layer so that it can check it.
 
+pub mod bulk;
 pub mod frame;
+pub mod host;
 pub mod link;
 pub mod network;
 pub mod rng;
 
+pub use bulk::{BulkError, BulkPeer, Pattern};
+pub use host::{Host, SimInterface};
 pub use link::{DropReason, Fate, LinkConfig, LinkStats};
 pub use network::{Captured, DirId, DropFilter, Endpoint, Link, Network, NodeId, SimError};
 pub use rng::Rng;
