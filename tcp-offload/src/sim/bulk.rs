@@ -524,7 +524,7 @@ mod tests {
     fn pattern_is_a_function_of_key_and_offset() {
         let p = Pattern::new(42);
         let whole = p.bytes(0, 1000);
-        for start in [0u64, 1, 7, 8, 9, 500, 993] {
+        for start in [0u64, 1, 7, 8, 9, 500, 983] {
             for len in [0usize, 1, 3, 8, 17] {
                 let s = usize::try_from(start).unwrap();
                 assert_eq!(p.bytes(start, len), whole[s..s + len]);
