@@ -298,7 +298,9 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     /// whose SYN was answered statelessly with a SYN cookie. `iss` is our
     /// ISN (the cookie), `irs` the peer's, and the options are those the
     /// cookie encoded: the MSS only, so window scaling, SACK and timestamps
-    /// are off (the cookie SYN-ACK must not have offered them).
+    /// are off (the cookie SYN-ACK must not have offered them). The ACK's
+    /// payload or FIN, if any, is not consumed here: pass the same segment
+    /// to [`Connection::handle_segment`] next.
     #[allow(clippy::too_many_arguments)] // mirrors the fields a cookie carries
     pub fn from_cookie(
         now: Instant,
