@@ -70,6 +70,8 @@ fn spec(seed: u64) -> TransferSpec {
         client_bytes: BYTES_EACH_WAY,
         server_bytes: BYTES_EACH_WAY,
         verify: true,
+        // Half the seeds resolve ARP over the impaired link first.
+        static_arp: seed & 4 == 4,
     }
 }
 
