@@ -2,7 +2,23 @@
 //! DDP placement (RFC 5041) and RDMAP (RFC 5040), with the verbs object model.
 //!
 //! Like `tcp-offload`, this crate is sans-IO: it never reads a clock, never
-//! does I/O and holds no `unsafe`. It reaches application memory only through
-//! a placement trait. The protocol layers land here in later increments; the
-//! crate exists now so that the workspace layout is fixed from the start.
+//! does I/O and holds no `unsafe`. It reaches application memory only
+//! through the [`placement`] trait, so a peer can never make it write
+//! outside a registered region.
+//!
+//! - [`mpa`]: MPA request/reply/reject frames, the connection-setup
+//!   negotiator (revision 1 and 2, IRD/ORD, peer-to-peer RTR), the FPDU
+//!   framer and the deframer (CRC32c, markers).
+//! - [`wire`]: DDP tagged and untagged headers, RDMAP control, the Read
+//!   Request payload and the Terminate message.
+//! - [`error`]: every (layer, error type, error code) the RFCs define, as
+//!   small `Copy` values that map one-to-one to Terminate bytes.
+//! - [`verbs`]: protection domains, memory regions and STags, completion
+//!   queues, shared receive queues, queue-pair states and work requests.
 #![forbid(unsafe_code)]
+
+pub mod error;
+pub mod mpa;
+pub mod placement;
+pub mod verbs;
+pub mod wire;

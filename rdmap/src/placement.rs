@@ -1,0 +1,1 @@
+//! The placement trait: the only way the protocol core reaches application memory.

@@ -1,0 +1,1 @@
+//! The verbs object model: protection domains, memory regions, STags, CQs, SRQs, QP states, work requests.
