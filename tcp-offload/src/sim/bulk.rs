@@ -356,6 +356,25 @@ pub struct Apps {
 }
 
 impl Apps {
+    /// The applications of `spec` on hosts `client` and `server`, the
+    /// client using connection `client_conn`.
+    pub fn new(spec: &TransferSpec, client: NodeId, server: NodeId, client_conn: ConnId) -> Apps {
+        let up = Pattern::new(spec.seed.rotate_left(1) ^ 0xC11E);
+        let down = Pattern::new(spec.seed.rotate_left(1) ^ 0x5E7E);
+        let mut client_app = BulkPeer::new(up, spec.client_bytes, down, spec.server_bytes);
+        let mut server_app = BulkPeer::new(down, spec.server_bytes, up, spec.client_bytes);
+        client_app.verify = spec.verify;
+        server_app.verify = spec.verify;
+        Apps {
+            client,
+            server,
+            client_conn,
+            server_conn: None,
+            client_app,
+            server_app,
+        }
+    }
+
     /// Plays both applications once at the current time: the server
     /// accepts if it has not yet, then each side handles events, reads and
     /// sends.
@@ -364,20 +383,36 @@ impl Apps {
     /// The first misbehaviour either application saw.
     pub fn step(&mut self, net: &mut Network<Host>) -> Result<(), TransferError> {
         let now = net.now();
-        let stack = net.endpoint_mut(self.client).iface_mut().stack_mut();
+        let (client, server) = net.endpoint_pair_mut(self.client, self.server);
+        self.step_stacks(
+            now,
+            client.iface_mut().stack_mut(),
+            server.iface_mut().stack_mut(),
+        )
+    }
+
+    /// [`Apps::step`] for hosts in a network of another endpoint type.
+    ///
+    /// # Errors
+    /// As [`Apps::step`].
+    pub fn step_stacks(
+        &mut self,
+        now: Instant,
+        client: &mut Stack<Vec<u8>, Vec<u8>>,
+        server: &mut Stack<Vec<u8>, Vec<u8>>,
+    ) -> Result<(), TransferError> {
         self.client_app
-            .step(now, stack, self.client_conn)
+            .step(now, client, self.client_conn)
             .map_err(|error| TransferError::App {
                 client: true,
                 error,
             })?;
-        let stack = net.endpoint_mut(self.server).iface_mut().stack_mut();
         if self.server_conn.is_none() {
-            self.server_conn = stack.accept(SERVER_PORT);
+            self.server_conn = server.accept(SERVER_PORT);
         }
         if let Some(id) = self.server_conn {
             self.server_app
-                .step(now, stack, id)
+                .step(now, server, id)
                 .map_err(|error| TransferError::App {
                     client: false,
                     error,
@@ -450,23 +485,10 @@ impl Transfer {
             .stack_mut()
             .connect(now, Host::ip_of(1), server_addr)
             .map_err(TransferError::Connect)?;
-        let up = Pattern::new(spec.seed.rotate_left(1) ^ 0xC11E);
-        let down = Pattern::new(spec.seed.rotate_left(1) ^ 0x5E7E);
-        let mut client_app = BulkPeer::new(up, spec.client_bytes, down, spec.server_bytes);
-        let mut server_app = BulkPeer::new(down, spec.server_bytes, up, spec.client_bytes);
-        client_app.verify = spec.verify;
-        server_app.verify = spec.verify;
         Ok(Transfer {
             net,
             link,
-            apps: Apps {
-                client,
-                server,
-                client_conn,
-                server_conn: None,
-                client_app,
-                server_app,
-            },
+            apps: Apps::new(spec, client, server, client_conn),
         })
     }
 
