@@ -641,3 +641,75 @@ fn syn_flood_from_many_addresses_does_not_stop_an_accept() {
 fn syn_flood_from_few_addresses_does_not_stop_an_accept() {
     syn_flood(8);
 }
+
+/// The path MTU shrinks from 1500 to 1000 in mid-transfer. The link drops
+/// what no longer fits; the test, playing the ICMP "fragmentation needed"
+/// message, lowers the client's MSS to 960. Records already sent are
+/// resent in segments of the new size (the receiver reassembles them, as
+/// MPA receivers must), new records are sized to it, and every byte still
+/// arrives.
+fn path_mtu_shrinks(tcp: Config) {
+    let sack = tcp.sack;
+    const NEW_MTU: usize = 1000;
+    let bytes = 1024 * KIB;
+    let mut t = Transfer::new(&one_way(tcp, bytes)).unwrap();
+    t.net.enable_capture();
+    let up = t.link.forward;
+    // The "fragmentation needed" message takes a while to come back: the
+    // client sends full-sized segments into the smaller MTU until then.
+    let icmp_delay = Duration::from_millis(3);
+    let mut shrunk_at = None;
+    let mut told = false;
+    t.run_until(DEADLINE, |net, apps| {
+        let now = net.now();
+        match shrunk_at {
+            None if apps.client_app.acked >= 256 * KIB => {
+                let cfg = net.link_config(up).clone().with_mtu(NEW_MTU);
+                net.set_link_config(up, cfg);
+                net.schedule_wakeup(now + icmp_delay);
+                shrunk_at = Some(now);
+            }
+            Some(at) if !told && now >= at + icmp_delay => {
+                let id = apps.client_conn;
+                let stack = net.endpoint_mut(apps.client).iface_mut().stack_mut();
+                let conn = stack.conn_mut(id).expect("client connection");
+                conn.set_path_mtu_mss((NEW_MTU - 40) as u16);
+                assert!(conn.max_record_len() <= NEW_MTU - 40);
+                told = true;
+            }
+            _ => {}
+        }
+        apps.finished()
+    })
+    .unwrap_or_else(|e| panic!("sack={sack}: {e}"));
+    assert_eq!(t.apps.server_app.received, bytes);
+    let shrunk_at = shrunk_at.unwrap();
+    let s = t.apps.client_app.conn_stats;
+    let too_big = t.net.link_stats(up).dropped_mtu;
+    let after: Vec<&Captured> = t
+        .net
+        .captured()
+        .iter()
+        .filter(|c| c.dir == up && c.at > shrunk_at + icmp_delay)
+        .collect();
+    let largest = after.iter().map(|c| c.frame.len()).max().unwrap_or(0);
+    println!(
+        "sack={sack}: MTU 1500 → {NEW_MTU} at {shrunk_at}: {too_big} frames too big for the link, \
+         {} records resent split, largest frame afterwards {largest} bytes; {s:?}",
+        s.records_split
+    );
+    // Whatever was in flight when the MTU fell was too big, and is resent
+    // split; nothing sent afterwards exceeds the new MTU.
+    assert!(too_big > 0);
+    assert!(s.records_split >= 1, "{s:?}");
+    assert!(
+        largest <= NEW_MTU + 14,
+        "a {largest}-byte frame after the MTU fell"
+    );
+}
+
+#[test]
+fn records_are_resent_split_when_the_path_mtu_shrinks() {
+    path_mtu_shrinks(Config::iwarp_hardware());
+    path_mtu_shrinks(Config::default());
+}
