@@ -21,6 +21,12 @@ const BYTES_EACH_WAY: u64 = 1 << 20;
 const SHARDS: u64 = 4;
 /// Virtual time a seed may take, handshake to TIME-WAIT's end.
 const DEADLINE: Duration = Duration::from_secs(900);
+/// The same for the harsh seeds: at 12 % loss each way, a sender without
+/// timestamps (whose RTO stays backed off until a segment that was never
+/// retransmitted is acknowledged, RFC 6298 §5 with Karn's rule) facing a
+/// receiver that keeps two out-of-order segments moves 1 MiB in some
+/// twenty minutes.
+const HARSH_DEADLINE: Duration = Duration::from_secs(3600);
 
 fn seed_count() -> u64 {
     std::env::var("SIM_SEEDS")
@@ -93,11 +99,57 @@ struct Totals {
     virtual_ms: u64,
 }
 
+/// A harsher spec: up to 12 % loss and 10 % reordering, and engine
+/// configurations off the beaten track (small buffers, few out-of-order
+/// slots, small MSS, no delayed ACK), so that the bounds and corner paths
+/// of the engine are exercised too.
+fn harsh_spec(seed: u64) -> TransferSpec {
+    let mut r = Rng::derive(seed, 0x4a25);
+    let loss = 0.12 * r.next_f64();
+    let link = LinkConfig::perfect()
+        .with_latency(Duration::from_micros(r.range_inclusive(10, 20_000)))
+        .with_jitter(Duration::from_micros(r.range_inclusive(0, 2_000)))
+        .with_loss(loss)
+        .with_reorder(
+            0.10 * r.next_f64(),
+            Duration::from_micros(r.range_inclusive(50, 10_000)),
+        )
+        .with_duplicate(0.05 * r.next_f64())
+        .with_corrupt(0.03 * r.next_f64());
+    let config = |r: &mut Rng| {
+        let mut c = profile(r.below(2) == 0);
+        c.recv_buffer = r.range_inclusive(16, 512) as usize * 1024;
+        c.max_ooo_segments = r.range_inclusive(2, 64) as usize;
+        c.mss = r.range_inclusive(536, 1460) as u16;
+        if r.below(3) == 0 {
+            c.delayed_ack = Duration::ZERO;
+        }
+        c.initial_window_segments = r.range_inclusive(1, 10) as u32;
+        c
+    };
+    let client = config(&mut r);
+    let server = config(&mut r);
+    TransferSpec {
+        seed,
+        client,
+        server,
+        uplink: link.clone(),
+        downlink: link,
+        client_bytes: BYTES_EACH_WAY,
+        server_bytes: BYTES_EACH_WAY,
+        verify: true,
+        static_arp: r.below(2) == 0,
+    }
+}
+
 /// Runs one seed and adds what it did to `totals`.
 fn run_seed(seed: u64, totals: &mut Totals) {
-    let spec = spec(seed);
+    run_spec(seed, spec(seed), DEADLINE, totals);
+}
+
+fn run_spec(seed: u64, spec: TransferSpec, deadline: Duration, totals: &mut Totals) {
     let mut t = Transfer::new(&spec).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-    let deadline = Instant::ZERO + DEADLINE;
+    let deadline = Instant::ZERO + deadline;
     let result = t.run(deadline);
     let describe = |t: &Transfer| {
         format!(
@@ -193,4 +245,23 @@ fn seeds_shard_2() {
 #[test]
 fn seeds_shard_3() {
     shard(3);
+}
+
+/// Seeds of [`harsh_spec`]; `SIM_HARSH_SEEDS` sets how many (default 50).
+#[test]
+fn harsh_seeds() {
+    let n = std::env::var("SIM_HARSH_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50u64);
+    let mut t = Totals::default();
+    for seed in 0..n {
+        run_spec(seed, harsh_spec(seed), HARSH_DEADLINE, &mut t);
+    }
+    println!(
+        "sim harsh seeds: {} seeds, {} bytes verified",
+        t.seeds, t.bytes_verified
+    );
+    println!("sim harsh seeds: {t:?}");
+    assert_eq!(t.bytes_verified, n * 2 * BYTES_EACH_WAY);
 }
