@@ -228,9 +228,13 @@ impl LinkStats {
 /// Why a frame did not arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DropReason {
+    /// Longer than the MTU allows.
     Mtu,
+    /// Chosen by the test's drop filter.
     Filter,
+    /// The drop-tail queue was full.
     Queue,
+    /// Lost on the wire at random.
     Loss,
 }
 

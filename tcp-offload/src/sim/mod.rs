@@ -17,6 +17,29 @@
 //! - [`bulk`]: a bulk-transfer application with byte-exact checking.
 //! - [`frame`]: reading and crafting TCP/IPv4 frames in tests, independent
 //!   of the wire layer so that it can check it.
+//!
+//! A two-host transfer, the usual starting point of a test:
+//!
+//! ```
+//! use tcp_offload::sim::bulk::{Transfer, TransferSpec};
+//! use tcp_offload::sim::LinkConfig;
+//! use tcp_offload::tcp::Config;
+//! use tcp_offload::Instant;
+//!
+//! // 64 KiB each way over a link that loses, reorders, duplicates and
+//! // corrupts frames; every byte is checked on arrival.
+//! let link = LinkConfig::impaired(0.02);
+//! let spec = TransferSpec::symmetric(42, Config::default(), link, 64 * 1024);
+//! let mut t = Transfer::new(&spec).unwrap();
+//! t.run(Instant::from_millis(600_000)).unwrap();
+//! assert_eq!(t.apps.bytes_received(), 2 * 64 * 1024);
+//! ```
+//!
+//! Other layers plug in by implementing [`Endpoint`] (an RDMAP stack over a
+//! [`Host`], a dataplane worker over its simulated port) and driving the
+//! [`Network`] with [`Network::run_until`], playing their application in
+//! its closure; [`Transfer::run_until`](bulk::Transfer::run_until) shows the
+//! pattern.
 
 pub mod bulk;
 pub mod frame;
