@@ -124,6 +124,11 @@ struct Pair {
     /// Every segment sent, in order, including dropped ones.
     log: Vec<Wire>,
     filter: Option<Filter>,
+    /// Segments delivered per turn before the endpoints poll again: 1
+    /// (the default) polls after every segment; more models a driver that
+    /// hands a whole receive burst to the engine before draining
+    /// `poll_transmit`.
+    burst: usize,
 }
 
 fn addr(last: u8, port: u16) -> SocketAddrV4 {
@@ -170,6 +175,7 @@ impl Pair {
             in_flight: Vec::new(),
             log: Vec::new(),
             filter: None,
+            burst: 1,
         };
         let mut syn = Vec::new();
         take_segments(&mut p.a.conn, now, Dir::AtoB, &mut syn);
@@ -266,8 +272,11 @@ impl Pair {
         loop {
             loop {
                 let sent = self.flush();
-                let got = self.deliver();
-                if !sent && !got {
+                let mut got = 0;
+                while got < self.burst && self.deliver() {
+                    got += 1;
+                }
+                if !sent && got == 0 {
                     break;
                 }
             }
@@ -496,6 +505,7 @@ fn simultaneous_open() {
         in_flight: Vec::new(),
         log: Vec::new(),
         filter: None,
+        burst: 1,
     };
     p.run_until(Duration::from_secs(5), |p| {
         p.a.conn.state() == State::Established && p.b.conn.state() == State::Established
@@ -788,6 +798,215 @@ fn sack_recovers_several_losses_without_timeout() {
     assert_eq!(s.rto_expirations, 0);
     assert_eq!(s.retransmits, 4);
     assert_eq!(s.fast_retransmits, 1);
+}
+
+// ------------------------------------- one ACK per out-of-order segment
+
+/// Hands `len` bytes at `seq` to `b` without letting it transmit, as a
+/// driver does with each frame of a receive burst.
+fn feed_b(p: &mut Pair, seq: SeqNumber, len: usize) {
+    let repr = from_a(p, seq, TcpFlags::ACK | TcpFlags::PSH);
+    let data = pattern(len, seq.0 as u8);
+    p.b.conn
+        .handle_segment(p.now, &repr, Some(Payload::whole(data)));
+}
+
+/// What `b` transmits now.
+fn drain_b(p: &mut Pair) -> Vec<Wire> {
+    let mut out = Vec::new();
+    take_segments(&mut p.b.conn, p.now, Dir::BtoA, &mut out);
+    out
+}
+
+/// SACK blocks of `w`, as offsets from `base`.
+fn blocks(w: &Wire, base: SeqNumber) -> Vec<(usize, usize)> {
+    w.repr
+        .options
+        .sack
+        .as_slice()
+        .iter()
+        .map(|&(l, r)| (l - base, r - base))
+        .collect()
+}
+
+/// RFC 5681 §4.2, RFC 2018 §4, RFC 2883: out-of-order segments fed in one
+/// burst each draw their own pure ACK, carrying the cumulative ACK and the
+/// SACK blocks as they stood when that segment arrived, in arrival order;
+/// a segment filling the hole and a wholly old duplicate draw one too, and
+/// duplicates are reported first as D-SACK blocks.
+#[test]
+fn each_out_of_order_segment_in_a_burst_gets_its_own_ack() {
+    let mut p = Pair::established(quiet(), quiet());
+    let r = p.b.conn.rcv_nxt();
+    // The hole is [0, 100); the offsets below arrive in one burst.
+    for off in [100, 200, 400, 300, 600, 200] {
+        feed_b(&mut p, r + off, 100);
+    }
+    feed_b(&mut p, r, 100);
+    feed_b(&mut p, r, 100);
+    let acks = drain_b(&mut p);
+    let shift = p.b.conn.window_shifts().1;
+    let expect: [(usize, &[(usize, usize)]); 8] = [
+        (0, &[(100, 200)]),
+        (0, &[(100, 300)]),
+        (0, &[(400, 500), (100, 300)]),
+        (0, &[(100, 500)]),
+        (0, &[(600, 700), (100, 500)]),
+        // A duplicate of held data: D-SACK, then the block holding it.
+        (0, &[(200, 300), (100, 500), (600, 700)]),
+        // The hole filled.
+        (500, &[(600, 700)]),
+        // A wholly old duplicate: D-SACK below the cumulative ACK.
+        (500, &[(0, 100), (600, 700)]),
+    ];
+    assert_eq!(acks.len(), expect.len(), "one ACK per segment");
+    for (i, (w, (ack, sack))) in acks.iter().zip(expect).enumerate() {
+        assert!(
+            w.data.is_empty() && w.repr.flags == TcpFlags::ACK,
+            "ACK {i} is pure"
+        );
+        assert_eq!(w.repr.ack_number - r, ack, "ACK {i}: cumulative ACK");
+        assert_eq!(blocks(w, r), sack, "ACK {i}: SACK blocks");
+        assert!(w.repr.options.timestamp.is_some());
+        // Duplicates repeat the window too; the right edge never moves
+        // left.
+        let first = acks.iter().find(|x| x.repr.ack_number == w.repr.ack_number);
+        assert_eq!(
+            Some(w.repr.window),
+            first.map(|x| x.repr.window),
+            "ACK {i}: window"
+        );
+        let edge = |x: &Wire| x.repr.ack_number + (usize::from(x.repr.window) << shift);
+        assert!(edge(w) >= edge(&acks[0]), "ACK {i}: right edge");
+    }
+    assert!(drain_b(&mut p).is_empty(), "nothing more owed");
+}
+
+/// Without SACK the same burst is a run of identical duplicate ACKs (RFC
+/// 5681 §2: no data, same ACK number, same window), which is what lets a
+/// NewReno sender count them.
+#[test]
+fn out_of_order_burst_without_sack_gives_duplicate_acks() {
+    let cfg = Config::iwarp_hardware();
+    let mut p = Pair::established(cfg.clone(), cfg);
+    let r = p.b.conn.rcv_nxt();
+    for k in 1..=7 {
+        feed_b(&mut p, r + k * 1000, 1000);
+    }
+    let acks = drain_b(&mut p);
+    assert_eq!(acks.len(), 7);
+    for w in &acks {
+        assert!(w.data.is_empty() && w.repr.flags == TcpFlags::ACK);
+        assert_eq!(w.repr.ack_number, r);
+        assert!(w.repr.options.sack.is_empty());
+        assert_eq!(w.repr.window, acks[0].repr.window);
+        assert_eq!(w.repr.seq, acks[0].repr.seq);
+    }
+    // In-order data behind the burst is acknowledged by the latest state.
+    feed_b(&mut p, r, 1000);
+    let acks = drain_b(&mut p);
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].repr.ack_number - r, 8000);
+    // Old duplicates draw one ACK each.
+    for k in 0..3 {
+        feed_b(&mut p, r + k * 1000, 1000);
+    }
+    let acks = drain_b(&mut p);
+    assert_eq!(acks.len(), 3);
+    assert!(acks
+        .iter()
+        .all(|w| w.repr.ack_number - r == 8000 && w.repr.options.sack.is_empty()));
+}
+
+/// A segment that repeats the bytes just below `rcv.nxt` and carries new
+/// ones after them is acknowledged at once, the repeated part reported as
+/// a D-SACK block (RFC 2883 §4.1).
+#[test]
+fn partial_duplicate_is_reported_by_dsack() {
+    let mut p = Pair::established(quiet(), quiet());
+    let r = p.b.conn.rcv_nxt();
+    feed_b(&mut p, r, 100);
+    feed_b(&mut p, r + 50, 100);
+    let acks = drain_b(&mut p);
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].repr.ack_number - r, 150);
+    assert_eq!(blocks(&acks[0], r), [(50, 100)]);
+    // Later ACKs no longer carry it.
+    feed_b(&mut p, r + 150, 10);
+    p.now += Duration::from_millis(100);
+    p.b.conn.handle_timeout(p.now);
+    let acks = drain_b(&mut p);
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].repr.ack_number - r, 160);
+    assert!(acks[0].repr.options.sack.is_empty());
+}
+
+/// The queue of owed ACKs is bounded: past the bound the oldest give way,
+/// and the newest state is never lost.
+#[test]
+fn owed_acks_are_bounded_and_keep_the_newest() {
+    use tcp_offload::tcp::connection::MAX_PENDING_ACKS;
+    let mut p = Pair::established(quiet(), quiet());
+    let r = p.b.conn.rcv_nxt();
+    let n = MAX_PENDING_ACKS + 20;
+    for k in 1..=n {
+        feed_b(&mut p, r + k * 20, 10);
+    }
+    let acks = drain_b(&mut p);
+    assert_eq!(acks.len(), MAX_PENDING_ACKS);
+    assert_eq!(p.b.conn.stats().acks_coalesced, 20);
+    let last = acks.last().expect("ACKs");
+    assert_eq!(blocks(last, r)[0], (n * 20, n * 20 + 10));
+    // The first one kept is the state after the 21st segment.
+    assert_eq!(blocks(&acks[0], r)[0], (21 * 20, 21 * 20 + 10));
+}
+
+/// A sender facing a receiver fed in bursts (whole flights between two
+/// polls) still sees three duplicate ACKs and repairs the loss by fast
+/// retransmit, with NewReno and with SACK, without waiting for the RTO.
+#[test]
+fn burst_delivery_still_triggers_fast_retransmit() {
+    for cfg in [Config::iwarp_hardware(), quiet()] {
+        let mut p = Pair::established(cfg.clone(), cfg);
+        p.burst = 64;
+        p.a.out = pattern(300_000, 14);
+        p.filter = Some(drop_nth_data(20));
+        assert!(
+            p.run_until(Duration::from_secs(30), |p| p.b.got.len() == 300_000
+                && p.a.conn.records_queued() == 0)
+        );
+        assert_eq!(p.b.got, p.a.out);
+        let s = p.a.conn.stats();
+        assert_eq!(
+            s.rto_expirations,
+            0,
+            "sack {}: {s:?}",
+            p.a.conn.sack_enabled()
+        );
+        assert_eq!(s.fast_retransmits, 1);
+        assert_eq!(s.retransmits, 1);
+        let lost = p
+            .segs(Dir::AtoB)
+            .filter(|w| !w.data.is_empty())
+            .nth(19)
+            .expect("dropped segment")
+            .repr
+            .seq;
+        let rtx = p
+            .segs(Dir::AtoB)
+            .filter(|w| w.repr.seq == lost && !w.data.is_empty())
+            .nth(1)
+            .expect("retransmission")
+            .at;
+        let dups = p
+            .segs(Dir::BtoA)
+            .filter(|w| w.at <= rtx && w.repr.ack_number == lost && w.data.is_empty())
+            .count();
+        assert!(
+            dups >= 3,
+            "{dups} duplicate ACKs before the fast retransmit"
+        );
+    }
 }
 
 #[test]
@@ -1358,8 +1577,8 @@ fn rng(seed: u64) -> impl FnMut() -> u64 {
 }
 
 /// Loss, duplication and reordering in both directions, with a small
-/// receive buffer on one side so that the window closes too. Runs
-/// `STRESS_SEEDS` seeds (default 12).
+/// receive buffer on one side so that the window closes too, and receive
+/// bursts on half the seeds. Runs `STRESS_SEEDS` seeds (default 12).
 #[test]
 fn stress_loss_duplication_reordering() {
     let seeds: u64 = std::env::var("STRESS_SEEDS")
@@ -1387,6 +1606,11 @@ fn stress_loss_duplication_reordering() {
         cb.time_wait = Duration::from_secs(130);
         let loss = [1, 5, 10][(seed % 3) as usize];
         let mut p = Pair::established(ca, cb);
+        // Half the seeds hand each endpoint whole receive bursts between
+        // polls, as a driver does.
+        if (seed / 2) % 2 == 1 {
+            p.burst = 64;
+        }
         let n = 200_000;
         p.a.out = pattern(n, 30);
         p.b.out = pattern(n / 2, 31);

@@ -38,7 +38,7 @@ use std::collections::VecDeque;
 
 use super::assembler::Assembler;
 use super::config::Config;
-use super::output::TS_OPTION_LEN;
+use super::output::{AckSnapshot, TS_OPTION_LEN};
 use super::recovery::Congestion;
 use super::rtt::RttEstimator;
 use super::sendq::SendQueue;
@@ -68,7 +68,21 @@ pub struct ConnStats {
     pub window_probes: u64,
     /// Records resent in more than one segment because the MSS shrank.
     pub records_split: u64,
+    /// Owed ACKs merged into a later one because more than
+    /// [`MAX_PENDING_ACKS`] piled up between two drains of
+    /// `poll_transmit`.
+    pub acks_coalesced: u64,
 }
+
+/// Pure ACKs a connection owes at most between two drains of
+/// `poll_transmit`. Every out-of-order segment, every segment that fills
+/// (part of) a hole and every duplicate is acknowledged by its own ACK
+/// (RFC 5681 §4.2), so a driver handing a receive burst to the engine
+/// before polling still produces one duplicate ACK per segment for the
+/// sender to count. The bound covers a receive burst of this many frames;
+/// beyond it the oldest owed ACKs give way to newer ones, which carry a
+/// later state.
+pub const MAX_PENDING_ACKS: usize = 64;
 
 /// Why a record was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,8 +173,12 @@ pub struct Connection<B, R> {
     pub(super) last_ack_sent: SeqNumber,
 
     // ACK generation.
-    /// An ACK must go out at the next `poll_transmit`.
+    /// An ACK of the latest state must go out at the next `poll_transmit`.
     pub(super) ack_now: bool,
+    /// ACKs owed one per arriving segment (out of order, filling a hole,
+    /// or duplicate), oldest first, each as it stood when its segment
+    /// arrived; at most [`MAX_PENDING_ACKS`], allocated once.
+    pub(super) ack_queue: VecDeque<AckSnapshot>,
     /// Payload bytes received since the last ACK sent.
     pub(super) rcv_unacked: usize,
     /// Largest payload received: what a "full-sized segment" is.
@@ -250,6 +268,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             ts_recent_at: now,
             last_ack_sent: SeqNumber(0),
             ack_now: false,
+            ack_queue: VecDeque::with_capacity(MAX_PENDING_ACKS),
             rcv_unacked: 0,
             rcv_mss: 536.min(mss),
             syn_pending: false,
@@ -561,6 +580,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         self.keepalive_pending = false;
         self.fin_rtx = false;
         self.ack_now = false;
+        self.ack_queue.clear();
         self.events.push_back(event);
     }
 }

@@ -58,7 +58,15 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
 
         if !self.acceptable(repr.seq, repr.segment_len(plen)) {
             if !rst {
-                self.ack_now = true;
+                let end = repr.seq + plen;
+                if plen > 0 && end <= self.rcv_nxt && self.state != State::SynReceived {
+                    // Old data again: our ACK of it was lost, or the peer
+                    // retransmitted too soon. ACK this very segment, and
+                    // tell which one it was (RFC 2883 §4.1).
+                    self.queue_ack(Some((repr.seq, end)));
+                } else {
+                    self.ack_now = true;
+                }
                 if self.state == State::TimeWait && fin {
                     // A repeated FIN: our ACK was lost. Re-ACK and wait the
                     // full 2·MSL again (RFC 9293 §3.10.7.4, TIME-WAIT).
@@ -287,14 +295,22 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
 
     /// The segment text. Returns whether all of it fitted the window (a
     /// FIN after trimmed-away payload is not acceptable yet).
+    ///
+    /// Out-of-order payload, payload that fills (part of) a hole, and
+    /// payload that repeats bytes already received are each acknowledged
+    /// by an ACK of their own (`queue_ack`); in-order payload follows the
+    /// delayed-ACK rule.
     pub(super) fn on_text(&mut self, now: Instant, seq: SeqNumber, mut p: Payload<B>) -> bool {
         let mut seq = seq;
+        // Bytes this segment repeats, for a D-SACK block.
+        let mut dsack = None;
         if seq < self.rcv_nxt {
             let dup = self.rcv_nxt - seq;
             if dup >= p.len() {
-                self.ack_now = true;
+                self.queue_ack(Some((seq, seq + p.len())));
                 return true;
             }
+            dsack = Some((seq, self.rcv_nxt));
             p.trim_front(dup);
             seq = self.rcv_nxt;
         }
@@ -322,19 +338,26 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             self.rx_bytes += len;
             self.rx_queue.push_back(p);
             self.schedule_ack(now, len);
-            if filled_hole {
-                // RFC 5681 §4.2: ACK at once when a gap is filled.
-                self.ack_now = true;
-            }
             self.pull_assembler();
-        } else {
-            match self.assembler.insert(seq, p, self.rcv_nxt) {
-                Ok(()) | Err(Rejected::Duplicate) => {}
-                Err(Rejected::Full) => self.stats.dropped += 1,
+            if filled_hole || dsack.is_some() {
+                // RFC 5681 §4.2: ACK at once when a gap is (partly) filled.
+                self.queue_ack(dsack);
             }
+        } else {
+            let end = seq + p.len();
+            let dup = match self.assembler.insert(seq, p, self.rcv_nxt) {
+                Ok(()) => None,
+                // Every byte is held already: its block leads the SACK
+                // blocks, preceded by the D-SACK block (RFC 2883 §4.1).
+                Err(Rejected::Duplicate) => Some((seq, end)),
+                Err(Rejected::Full) => {
+                    self.stats.dropped += 1;
+                    None
+                }
+            };
             // Out of order: ACK at once so the sender sees the duplicate
             // ACK and the SACK blocks (RFC 5681 §4.2).
-            self.ack_now = true;
+            self.queue_ack(dup);
         }
         whole
     }

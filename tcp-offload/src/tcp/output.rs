@@ -1,7 +1,8 @@
 //! What the connection sends next, and the headers it builds.
 //!
 //! `poll_transmit` yields at most one segment per call, in this order: a
-//! pending RST; the SYN or SYN-ACK; repairs of records judged lost (RFC
+//! pending RST; the SYN or SYN-ACK; the pure ACKs owed one per arrived
+//! segment (below); repairs of records judged lost (RFC
 //! 6675 `NextSeg` rule 1, or go-back-N after an RTO) while the congestion
 //! window allows; a retransmitted FIN; new records in order while both the
 //! peer's window (RFC 9293 §3.8.6) and the congestion window allow; the
@@ -9,12 +10,38 @@
 //! Every segment but the first SYN carries the current ACK and window (so
 //! it discharges any delayed ACK), timestamps when negotiated (RFC 7323
 //! §3.2), and SACK blocks while out-of-order data is held (RFC 2018 §4).
+//!
+//! Owed ACKs. RFC 5681 §4.2 asks for an immediate ACK of every
+//! out-of-order segment and of every segment that fills a hole, and a
+//! sender counts duplicate ACKs (RFC 5681 §2: no data, same ACK number,
+//! same window) to detect loss, or reads the succession of SACK blocks
+//! (RFC 2018 §4, RFC 6675). A driver hands the engine a whole receive
+//! burst before it polls, so a flag would fold a burst of such segments
+//! into one ACK. Instead each of them queues an [`AckSnapshot`]: the ACK
+//! number, window, echoed timestamp and SACK blocks as they stood once that
+//! segment was processed. The snapshots go out first, in order, as pure
+//! ACKs (data would disqualify them as duplicates); any later obligation
+//! (delayed ACK, window update) is met by a segment carrying the latest
+//! state after them. A received segment that is wholly or partly a
+//! duplicate is reported by a D-SACK block first in its snapshot (RFC 2883
+//! §4) when SACK is in use.
 
-use super::connection::{Connection, PendingRst};
+use super::connection::{Connection, PendingRst, MAX_PENDING_ACKS};
 use super::{Record, Segment, State};
 use crate::seq::SeqNumber;
 use crate::time::Instant;
-use crate::wire::{TcpFlags, TcpOptions, TcpRepr, TcpTimestamp};
+use crate::wire::{SackBlocks, TcpFlags, TcpOptions, TcpRepr, TcpTimestamp};
+
+/// One owed pure ACK, as it stood when the segment that called for it had
+/// been processed (see the module documentation).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct AckSnapshot {
+    ack: SeqNumber,
+    /// The window field, already scaled: duplicates must repeat it.
+    window: u16,
+    tsecr: u32,
+    sack: SackBlocks,
+}
 
 /// Bytes of a timestamps option as emitted (with its two NOPs).
 pub(super) const TS_OPTION_LEN: usize = 12;
@@ -69,6 +96,13 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 });
             }
             _ => {}
+        }
+        if let Some(snap) = self.ack_queue.pop_front() {
+            let repr = self.snapshot_repr(now, snap);
+            return Some(Segment {
+                repr,
+                payload: None,
+            });
         }
         let tx = self.pick()?;
         match tx {
@@ -281,6 +315,63 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             ack_number: self.rcv_nxt,
             flags,
             window,
+            urgent: 0,
+            options,
+        }
+    }
+
+    /// Owes an ACK of the state as it is now, the received range `dsack`
+    /// (a duplicate) reported first when SACK is in use. The snapshot meets
+    /// every ACK obligation so far: the delayed ACK and `ack_now` are
+    /// cleared. When [`MAX_PENDING_ACKS`] are owed already, the oldest is
+    /// dropped: the ones after it report a later state.
+    pub(super) fn queue_ack(&mut self, dsack: Option<(SeqNumber, SeqNumber)>) {
+        let mut sack = SackBlocks::new();
+        if self.opts.sack {
+            let mut room = if self.opts.timestamps { 3 } else { 4 };
+            if let Some((left, right)) = dsack {
+                sack.push(left, right);
+                room -= 1;
+            }
+            for &(left, right) in self.assembler.sack_blocks(room).as_slice() {
+                sack.push(left, right);
+            }
+        }
+        let window = self.advertise_window();
+        if self.ack_queue.len() >= MAX_PENDING_ACKS {
+            self.ack_queue.pop_front();
+            self.stats.acks_coalesced += 1;
+        }
+        self.ack_queue.push_back(AckSnapshot {
+            ack: self.rcv_nxt,
+            window,
+            tsecr: self.ts_recent,
+            sack,
+        });
+        self.ack_now = false;
+        self.timers.delack = None;
+        self.rcv_unacked = 0;
+    }
+
+    /// The pure ACK of an owed snapshot.
+    fn snapshot_repr(&mut self, now: Instant, snap: AckSnapshot) -> TcpRepr {
+        let mut options = TcpOptions::default();
+        if self.opts.timestamps {
+            options.timestamp = Some(TcpTimestamp {
+                tsval: self.ts_now(now),
+                tsecr: snap.tsecr,
+            });
+        }
+        options.sack = snap.sack;
+        self.last_ack_sent = snap.ack;
+        self.stats.segments_out += 1;
+        TcpRepr {
+            src_port: self.local.port(),
+            dst_port: self.remote.port(),
+            seq: self.snd_nxt,
+            ack_number: snap.ack,
+            flags: TcpFlags::ACK,
+            window: snap.window,
             urgent: 0,
             options,
         }
