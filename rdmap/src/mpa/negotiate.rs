@@ -1,0 +1,839 @@
+//! MPA connection setup, both roles, revisions 1 and 2 (RFC 5044 §7.1,
+//! RFC 6581 §3–§5), sans-IO.
+//!
+//! Runs once per connection, between the TCP handshake and the first FPDU.
+//! The initiator sends a request and waits for the reply; the responder
+//! waits for the request, shows it to the application, and sends the reply
+//! (or a reject) the application chose. What comes out is a [`Negotiated`]
+//! that configures the framer and the deframer (CRC, markers in each
+//! direction), the RDMA Read queues (IRD/ORD) and peer-to-peer start-up
+//! (which RTR message, who speaks first).
+//!
+//! Order of calls (the QP engine's side):
+//!
+//! 1. [`Negotiator::initiator`] or [`Negotiator::responder`].
+//! 2. Loop: [`Negotiator::poll_transmit`] (bytes to hand to TCP), feed
+//!    received bytes to [`Negotiator::handle_input`] (it returns how many
+//!    it consumed: exactly the frame and its private data, never a byte of
+//!    the FPDUs behind it, which go to the deframer), call
+//!    [`Negotiator::handle_timeout`] when [`Negotiator::poll_timeout`] is
+//!    due, and drain [`Negotiator::poll_event`].
+//! 3. Responder only: on [`Event::RequestReceived`], read
+//!    [`Negotiator::peer_request`], then call [`Negotiator::accept`] or
+//!    [`Negotiator::reject`] with the application's private data; transmit
+//!    the reply with [`Negotiator::poll_transmit`] *before* acting on the
+//!    [`Event::Negotiated`] that follows.
+//!
+//! The rules applied:
+//!
+//! - **CRC** is used in both directions if either frame sets C (RFC 5044
+//!   §7.1); a responder echoes the request's C.
+//! - **Markers** are per direction: M in a frame means its sender wants to
+//!   *receive* markers. So M in the request asks the responder to insert
+//!   them, M in the reply asks the initiator to. We insert markers whenever
+//!   the peer asks, unless configured not to ([`Config::markers_accepted`]),
+//!   in which case a responder rejects and an initiator fails.
+//! - **Revision**: a responder answers with the lower of the two revisions;
+//!   an initiator accepts a reply with a revision no higher than its own.
+//!   IRD/ORD words are exchanged only in revision 2 with the 0x10 flag.
+//! - **IRD/ORD** (revision 2): take the application's values, cap our ORD
+//!   at the peer's IRD, and raise to at least 1 whatever a READ RTR needs
+//!   (the initiator's ORD, the responder's IRD). An initiator whose IRD is
+//!   below the responder's ORD fails with "insufficient IRD" (RFC 6581
+//!   §8, as irdma does). Revision 1 carries no IRD/ORD: the application's
+//!   values stand.
+//! - **Peer-to-peer** (RFC 6581 §4): the initiator sets P and every RTR
+//!   kind it offers; the responder echoes P and sets exactly the one kind
+//!   it chose, by its preference order among those it accepts, or rejects
+//!   with "no matching RTR" when none is left. An initiator fails if the
+//!   reply picks a kind it did not offer, or more than one; a reply
+//!   without P means the responder declined peer-to-peer, and the
+//!   connection proceeds without an RTR (the initiator's application must
+//!   then speak first).
+//! - **Who speaks first**: a responder sends no FPDU before it has received
+//!   the initiator's first FPDU (the RTR in peer-to-peer mode):
+//!   [`Negotiated::must_wait_for_first_fpdu`]. An initiator in
+//!   peer-to-peer mode sends the RTR before anything else:
+//!   [`Negotiated::send_rtr`], built with [`super::rtr`].
+//! - **Timeouts**: an initiator gives up if no reply has arrived within
+//!   [`Config::timeout`] of its creation, a responder if no request has.
+//!   Time spent by the application deciding is not limited here.
+//!
+//! Time is an argument: `now` is a [`Duration`] since any epoch the caller
+//! keeps fixed for the connection.
+
+use core::fmt;
+use core::time::Duration;
+
+use super::frame::{
+    frame_len, Frame, FrameError, FrameKind, FrameRepr, IrdOrd, RtrSet, RtrType, HEADER_LEN,
+    IRD_ORD_LEN, IRD_ORD_MAX, MAX_PRIVATE_DATA_RECV, MAX_PRIVATE_DATA_SEND,
+};
+use crate::error::TerminateCause;
+
+/// How long to wait for the peer's frame unless configured otherwise. siw
+/// and the hardware drivers all give up after some seconds; ten is within
+/// their range and long enough for a loaded peer.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Which end of the connection setup we are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Sent the request (the active side).
+    Initiator,
+    /// Received the request (the passive side).
+    Responder,
+}
+
+/// What we want from connection setup. Every field is an operator option;
+/// the defaults are the ones in ARCHITECTURE.md ("Our defaults").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// MPA revision to offer (initiator) or the highest to accept
+    /// (responder): 1 or 2.
+    pub revision: u8,
+    /// Ask for CRCs (C flag). Hardware peers always do.
+    pub crc: bool,
+    /// Ask the peer to insert markers in what it sends us (M flag).
+    pub markers_wanted: bool,
+    /// Insert markers when the peer asks for them. If false, a peer asking
+    /// for markers is rejected (responder) or the setup fails (initiator),
+    /// the way siw behaves.
+    pub markers_accepted: bool,
+    /// Inbound RDMA Read queue depth the application asked for.
+    pub ird: u16,
+    /// Outbound RDMA Read queue depth the application asked for.
+    pub ord: u16,
+    /// Initiator: the RTR kinds to offer; empty means no peer-to-peer mode
+    /// (not accepted by irdma, which insists on P).
+    pub rtr_offer: RtrSet,
+    /// Responder: the RTR kinds accepted from a peer-to-peer initiator.
+    pub rtr_accept: RtrSet,
+    /// Responder: which accepted kind to pick first, second, third.
+    pub rtr_preference: [RtrType; 3],
+    /// How long to wait for the peer's request or reply.
+    pub timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            revision: 2,
+            crc: true,
+            markers_wanted: false,
+            markers_accepted: true,
+            ird: 16,
+            ord: 16,
+            rtr_offer: RtrSet {
+                send: false,
+                write: true,
+                read: true,
+            },
+            rtr_accept: RtrSet::ALL,
+            // A Write RTR costs the responder nothing; a Read RTR costs it a
+            // Read Response; a Send RTR consumes a posted receive.
+            rtr_preference: [RtrType::Write, RtrType::Read, RtrType::Send],
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+/// The FPDU format in each direction: what the framer and deframer need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Framing {
+    /// CRC32c generated and checked in both directions.
+    pub crc: bool,
+    /// The peer inserts markers in what we receive.
+    pub markers_rx: bool,
+    /// We insert markers in what we send.
+    pub markers_tx: bool,
+}
+
+/// A completed connection setup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiated {
+    /// Our role.
+    pub role: Role,
+    /// The revision in use (the reply's).
+    pub revision: u8,
+    /// IRD/ORD words were exchanged (revision 2 with the 0x10 flag).
+    pub enhanced: bool,
+    /// CRC and markers.
+    pub framing: Framing,
+    /// Peer-to-peer mode is in effect, with [`Negotiated::rtr`] as RTR.
+    pub peer_to_peer: bool,
+    /// The RTR kind both sides agreed on, in peer-to-peer mode.
+    pub rtr: Option<RtrType>,
+    /// Our inbound RDMA Read queue depth: how many Read Requests the peer
+    /// may have outstanding at us.
+    pub ird: u16,
+    /// Our outbound RDMA Read queue depth: how many Read Requests we may
+    /// have outstanding at the peer.
+    pub ord: u16,
+    /// The IRD the peer announced, if any.
+    pub peer_ird: Option<u16>,
+    /// The ORD the peer announced, if any.
+    pub peer_ord: Option<u16>,
+    /// The peer's application private data (IRD/ORD words removed).
+    pub private_data: Vec<u8>,
+    /// Responder: send no FPDU until the initiator's first FPDU (its RTR in
+    /// peer-to-peer mode) has arrived (RFC 5044 §7.1.1, RFC 6581 §4).
+    pub must_wait_for_first_fpdu: bool,
+}
+
+impl Negotiated {
+    /// Initiator in peer-to-peer mode: the RTR to send as the very first
+    /// FPDU, before any application message.
+    pub fn send_rtr(&self) -> Option<RtrType> {
+        match self.role {
+            Role::Initiator => self.rtr,
+            Role::Responder => None,
+        }
+    }
+
+    /// Responder in peer-to-peer mode: the RTR expected as the initiator's
+    /// first FPDU.
+    pub fn expect_rtr(&self) -> Option<RtrType> {
+        match self.role {
+            Role::Responder => self.rtr,
+            Role::Initiator => None,
+        }
+    }
+}
+
+/// Why a connection was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RejectReason {
+    /// Initiator: the responder sent a reject.
+    ByPeer,
+    /// Responder: the application called [`Negotiator::reject`].
+    ByApplication,
+    /// Responder: the initiator asked for markers and
+    /// [`Config::markers_accepted`] is off.
+    MarkersRefused,
+    /// Responder: peer-to-peer mode with no RTR kind both sides support.
+    NoMatchingRtr,
+}
+
+/// A refused connection, with the private data that came with the reject
+/// (initiator) or went with it (responder).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// Why.
+    pub reason: RejectReason,
+    /// Private data of the reject frame (IRD/ORD words removed).
+    pub private_data: Vec<u8>,
+}
+
+/// Why connection setup failed. After a failure the engine closes the TCP
+/// connection; for the errors that carry a [`Framing`], the reply had
+/// already switched both sides to FPDU mode and RFC 6581 §8 asks for a
+/// Terminate first ([`NegotiationError::terminate_cause`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NegotiationError {
+    /// No request (responder) or reply (initiator) in time.
+    Timeout,
+    /// The peer's frame is malformed: bad key, revision, private data
+    /// length, IRD/ORD words.
+    Frame(FrameError),
+    /// A request where a reply was due, or the reverse.
+    UnexpectedFrame(FrameKind),
+    /// Initiator: the reply's revision is higher than the request's.
+    RevisionMismatch {
+        /// What we sent.
+        sent: u8,
+        /// What came back.
+        received: u8,
+    },
+    /// Initiator: the responder wants markers and
+    /// [`Config::markers_accepted`] is off.
+    MarkersRefused(Framing),
+    /// Initiator: the responder's ORD exceeds our IRD.
+    InsufficientIrd(Framing),
+    /// Initiator: the reply picks an RTR kind we did not offer, or several.
+    NoMatchingRtr(Framing),
+}
+
+impl NegotiationError {
+    /// The Terminate to send before closing, when the setup failed after
+    /// FPDU mode began (RFC 6581 §8); `None` when there is nothing to send
+    /// (the stream is not in FPDU mode, or the peer is gone).
+    pub fn terminate_cause(&self) -> Option<(TerminateCause, Framing)> {
+        match *self {
+            NegotiationError::MarkersRefused(f) => {
+                Some((TerminateCause::MPA_INVALID_REQUEST_REPLY, f))
+            }
+            NegotiationError::InsufficientIrd(f) => Some((TerminateCause::MPA_INSUFFICIENT_IRD, f)),
+            NegotiationError::NoMatchingRtr(f) => Some((TerminateCause::MPA_NO_MATCHING_RTR, f)),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for NegotiationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NegotiationError::Timeout => f.write_str("MPA setup timed out"),
+            NegotiationError::Frame(e) => write!(f, "malformed MPA frame: {e}"),
+            NegotiationError::UnexpectedFrame(k) => write!(f, "unexpected MPA {k:?}"),
+            NegotiationError::RevisionMismatch { sent, received } => {
+                write!(
+                    f,
+                    "MPA reply revision {received} above request revision {sent}"
+                )
+            }
+            NegotiationError::MarkersRefused(_) => f.write_str("peer requires markers"),
+            NegotiationError::InsufficientIrd(_) => f.write_str("peer's ORD exceeds our IRD"),
+            NegotiationError::NoMatchingRtr(_) => f.write_str("no matching RTR"),
+        }
+    }
+}
+
+impl std::error::Error for NegotiationError {}
+
+/// A call the negotiator cannot honour: bad configuration or a call out of
+/// order. Nothing was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SetupError {
+    /// [`Config::revision`] is neither 1 nor 2.
+    BadRevision(u8),
+    /// More application private data than fits in 256 bytes in all (252
+    /// in revision 2).
+    PrivateDataTooLong {
+        /// Bytes given.
+        len: usize,
+        /// Bytes allowed.
+        max: usize,
+    },
+    /// [`Negotiator::accept`] or [`Negotiator::reject`] without a pending
+    /// request.
+    NoPendingRequest,
+}
+
+impl fmt::Display for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SetupError::BadRevision(r) => write!(f, "MPA revision {r} not supported"),
+            SetupError::PrivateDataTooLong { len, max } => {
+                write!(f, "{len} bytes of private data, at most {max}")
+            }
+            SetupError::NoPendingRequest => f.write_str("no MPA request awaiting a decision"),
+        }
+    }
+}
+
+impl std::error::Error for SetupError {}
+
+/// What a responder learns from the request, for the application to decide.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerRequest {
+    /// The request's revision.
+    pub revision: u8,
+    /// The initiator wants to receive markers.
+    pub markers: bool,
+    /// The initiator wants CRCs.
+    pub crc: bool,
+    /// The IRD/ORD words, if the request carried them.
+    pub ird_ord: Option<IrdOrd>,
+    /// The RTR kind we will choose if the application accepts (peer-to-peer
+    /// requests only).
+    pub rtr: Option<RtrType>,
+    /// The initiator's application private data.
+    pub private_data: Vec<u8>,
+}
+
+/// Something that happened, for the engine to act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Responder: a request arrived; see [`Negotiator::peer_request`], then
+    /// accept or reject.
+    RequestReceived,
+    /// Setup is complete: switch to FPDU mode with these parameters.
+    Negotiated(Negotiated),
+    /// The connection was refused (by either side); close it once any
+    /// reject frame has been transmitted.
+    Rejected(Rejection),
+    /// Setup failed; close the connection (after a Terminate, see
+    /// [`NegotiationError::terminate_cause`]).
+    Failed(NegotiationError),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Initiator: request queued or sent, waiting for the reply.
+    AwaitingReply,
+    /// Responder: waiting for the request.
+    AwaitingRequest,
+    /// Responder: request received, waiting for accept or reject.
+    AwaitingDecision,
+    /// Finished one way or another; consumes nothing more.
+    Done,
+}
+
+/// The connection-setup state machine for one connection.
+#[derive(Debug, Clone)]
+pub struct Negotiator {
+    role: Role,
+    config: Config,
+    state: State,
+    /// The peer's frame as it arrives (header, then private data).
+    rx: Vec<u8>,
+    /// Our frame, once built.
+    tx: Vec<u8>,
+    tx_pending: bool,
+    deadline: Option<Duration>,
+    /// Initiator: what our request announced.
+    sent: Option<FrameSummary>,
+    /// Responder: the request awaiting the application.
+    request: Option<PeerRequest>,
+    /// Responder: the revision and enhanced flag the reply will use.
+    reply_revision: u8,
+    reply_enhanced: bool,
+    events: Vec<Event>,
+}
+
+/// What the initiator put in its request, to check the reply against.
+#[derive(Debug, Clone, Copy)]
+struct FrameSummary {
+    revision: u8,
+    crc: bool,
+    markers: bool,
+    ird: u16,
+    ord: u16,
+    rtr_offer: RtrSet,
+}
+
+fn max_app_private_data(enhanced: bool) -> usize {
+    if enhanced {
+        MAX_PRIVATE_DATA_SEND - IRD_ORD_LEN
+    } else {
+        MAX_PRIVATE_DATA_SEND
+    }
+}
+
+fn check_private_data(enhanced: bool, private_data: &[u8]) -> Result<(), SetupError> {
+    let max = max_app_private_data(enhanced);
+    if private_data.len() > max {
+        return Err(SetupError::PrivateDataTooLong {
+            len: private_data.len(),
+            max,
+        });
+    }
+    Ok(())
+}
+
+fn clamp(v: u16) -> u16 {
+    v.min(IRD_ORD_MAX)
+}
+
+impl Negotiator {
+    /// Starts the active side: builds the request at once (fetch it with
+    /// [`Negotiator::poll_transmit`]).
+    pub fn initiator(
+        config: Config,
+        private_data: &[u8],
+        now: Duration,
+    ) -> Result<Negotiator, SetupError> {
+        if config.revision != 1 && config.revision != 2 {
+            return Err(SetupError::BadRevision(config.revision));
+        }
+        let enhanced = config.revision == 2;
+        check_private_data(enhanced, private_data)?;
+        let peer_to_peer = enhanced && !config.rtr_offer.is_empty();
+        let rtr_offer = if peer_to_peer {
+            config.rtr_offer
+        } else {
+            RtrSet::NONE
+        };
+        let ird = clamp(config.ird);
+        let mut ord = clamp(config.ord);
+        if rtr_offer.read {
+            // Our Read RTR is a Read Request: it needs an ORD slot.
+            ord = ord.max(1);
+        }
+        let repr = FrameRepr {
+            kind: FrameKind::Request,
+            markers: config.markers_wanted,
+            crc: config.crc,
+            revision: config.revision,
+            ird_ord: enhanced.then_some(IrdOrd {
+                ird,
+                ord,
+                peer_to_peer,
+                rtr: rtr_offer,
+            }),
+            private_data,
+        };
+        // Cannot fail: revision, IRD/ORD and length were checked above.
+        let tx = repr
+            .to_vec()
+            .map_err(|_| SetupError::BadRevision(config.revision))?;
+        let sent = FrameSummary {
+            revision: config.revision,
+            crc: config.crc,
+            markers: config.markers_wanted,
+            ird,
+            ord,
+            rtr_offer,
+        };
+        let deadline = now.checked_add(config.timeout);
+        Ok(Negotiator {
+            role: Role::Initiator,
+            config,
+            state: State::AwaitingReply,
+            rx: Vec::with_capacity(HEADER_LEN + MAX_PRIVATE_DATA_RECV),
+            tx,
+            tx_pending: true,
+            deadline,
+            sent: Some(sent),
+            request: None,
+            reply_revision: 0,
+            reply_enhanced: false,
+            events: Vec::with_capacity(2),
+        })
+    }
+
+    /// Starts the passive side: waits for the request.
+    pub fn responder(config: Config, now: Duration) -> Result<Negotiator, SetupError> {
+        if config.revision != 1 && config.revision != 2 {
+            return Err(SetupError::BadRevision(config.revision));
+        }
+        let deadline = now.checked_add(config.timeout);
+        Ok(Negotiator {
+            role: Role::Responder,
+            config,
+            state: State::AwaitingRequest,
+            rx: Vec::with_capacity(HEADER_LEN + MAX_PRIVATE_DATA_RECV),
+            tx: Vec::new(),
+            tx_pending: false,
+            deadline,
+            sent: None,
+            request: None,
+            reply_revision: 0,
+            reply_enhanced: false,
+            events: Vec::with_capacity(2),
+        })
+    }
+
+    /// Our role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Whether setup has finished (negotiated, rejected or failed).
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// Bytes to send, once: the request (initiator) or the reply or reject
+    /// (responder, after the decision). The caller copies them into the TCP
+    /// send buffer; they count as sent when this returns.
+    pub fn poll_transmit(&mut self) -> Option<&[u8]> {
+        if self.tx_pending {
+            self.tx_pending = false;
+            Some(&self.tx)
+        } else {
+            None
+        }
+    }
+
+    /// When [`Negotiator::handle_timeout`] should be called next.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        match self.state {
+            State::AwaitingReply | State::AwaitingRequest => self.deadline,
+            State::AwaitingDecision | State::Done => None,
+        }
+    }
+
+    /// Fails the setup if the deadline has passed.
+    pub fn handle_timeout(&mut self, now: Duration) {
+        if let Some(deadline) = self.poll_timeout() {
+            if now >= deadline {
+                self.fail(NegotiationError::Timeout);
+            }
+        }
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        if self.events.is_empty() {
+            None
+        } else {
+            Some(self.events.remove(0))
+        }
+    }
+
+    /// Responder: the request awaiting the application's decision.
+    pub fn peer_request(&self) -> Option<&PeerRequest> {
+        match self.state {
+            State::AwaitingDecision => self.request.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Takes bytes from the TCP stream. Returns how many it consumed: at
+    /// most the rest of the peer's frame, so that whatever follows in the
+    /// chunk (the first FPDUs) stays with the caller. Consumes nothing once
+    /// the frame is complete. `now` is checked against the deadline first.
+    pub fn handle_input(&mut self, chunk: &[u8], now: Duration) -> usize {
+        self.handle_timeout(now);
+        if !matches!(self.state, State::AwaitingReply | State::AwaitingRequest) {
+            return 0;
+        }
+        let mut used = 0;
+        // Header first, then exactly the private data it announces.
+        if self.rx.len() < HEADER_LEN {
+            let take = (HEADER_LEN - self.rx.len()).min(chunk.len());
+            self.rx.extend_from_slice(&chunk[..take]);
+            used += take;
+            if self.rx.len() < HEADER_LEN {
+                return used;
+            }
+        }
+        let total = match frame_len(&self.rx) {
+            Ok(Some(total)) => total,
+            Ok(None) => return used,
+            Err(e) => {
+                self.fail(NegotiationError::Frame(e));
+                return used;
+            }
+        };
+        let rest = &chunk[used..];
+        let take = (total - self.rx.len()).min(rest.len());
+        self.rx.extend_from_slice(&rest[..take]);
+        used += take;
+        if self.rx.len() == total {
+            let frame = core::mem::take(&mut self.rx);
+            match self.role {
+                Role::Initiator => self.on_reply(&frame),
+                Role::Responder => self.on_request(&frame),
+            }
+        }
+        used
+    }
+
+    /// Responder: accepts the pending request, sending `private_data` to
+    /// the initiator (at most 252 bytes in revision 2, 256 in revision 1).
+    pub fn accept(&mut self, private_data: &[u8]) -> Result<(), SetupError> {
+        let request = match (self.state, self.request.as_ref()) {
+            (State::AwaitingDecision, Some(r)) => r,
+            _ => return Err(SetupError::NoPendingRequest),
+        };
+        check_private_data(self.reply_enhanced, private_data)?;
+        let framing = Framing {
+            crc: self.config.crc || request.crc,
+            markers_rx: self.config.markers_wanted,
+            markers_tx: request.markers,
+        };
+        let rtr = request.rtr;
+        let (ird, ord, words) = match request.ird_ord.filter(|_| self.reply_enhanced) {
+            Some(peer) => {
+                let mut ird = clamp(self.config.ird);
+                if rtr == Some(RtrType::Read) {
+                    // The initiator's Read RTR lands in our inbound queue.
+                    ird = ird.max(1);
+                }
+                let ord = clamp(self.config.ord).min(peer.ird);
+                let words = IrdOrd {
+                    ird,
+                    ord,
+                    peer_to_peer: rtr.is_some(),
+                    rtr: rtr.map_or(RtrSet::NONE, RtrSet::only),
+                };
+                (ird, ord, Some(words))
+            }
+            None => (self.config.ird, self.config.ord, None),
+        };
+        let repr = FrameRepr {
+            kind: FrameKind::Reply,
+            markers: self.config.markers_wanted,
+            crc: framing.crc,
+            revision: self.reply_revision,
+            ird_ord: words,
+            private_data,
+        };
+        self.tx = repr.to_vec().map_err(|_| SetupError::PrivateDataTooLong {
+            len: private_data.len(),
+            max: max_app_private_data(self.reply_enhanced),
+        })?;
+        self.tx_pending = true;
+        let negotiated = Negotiated {
+            role: Role::Responder,
+            revision: self.reply_revision,
+            enhanced: words.is_some(),
+            framing,
+            peer_to_peer: rtr.is_some(),
+            rtr,
+            ird,
+            ord,
+            peer_ird: request.ird_ord.map(|w| w.ird),
+            peer_ord: request.ird_ord.map(|w| w.ord),
+            private_data: request.private_data.clone(),
+            must_wait_for_first_fpdu: true,
+        };
+        self.finish(Event::Negotiated(negotiated));
+        Ok(())
+    }
+
+    /// Responder: refuses the pending request with a reject frame carrying
+    /// `private_data`.
+    pub fn reject(&mut self, private_data: &[u8]) -> Result<(), SetupError> {
+        if self.state != State::AwaitingDecision || self.request.is_none() {
+            return Err(SetupError::NoPendingRequest);
+        }
+        check_private_data(self.reply_enhanced, private_data)?;
+        self.send_reject(RejectReason::ByApplication, private_data);
+        Ok(())
+    }
+
+    fn send_reject(&mut self, reason: RejectReason, private_data: &[u8]) {
+        // As siw does: the 0x10 flag and zero IRD/ORD words when the
+        // request had them, and neither M nor C.
+        let repr = FrameRepr {
+            kind: FrameKind::Reject,
+            markers: false,
+            crc: false,
+            revision: self.reply_revision,
+            ird_ord: self.reply_enhanced.then_some(IrdOrd::default()),
+            private_data,
+        };
+        match repr.to_vec() {
+            Ok(tx) => {
+                self.tx = tx;
+                self.tx_pending = true;
+                self.finish(Event::Rejected(Rejection {
+                    reason,
+                    private_data: private_data.to_vec(),
+                }));
+            }
+            // Unreachable: the length was checked by the callers.
+            Err(e) => self.fail(NegotiationError::Frame(e)),
+        }
+    }
+
+    fn finish(&mut self, event: Event) {
+        self.state = State::Done;
+        self.events.push(event);
+    }
+
+    fn fail(&mut self, error: NegotiationError) {
+        if self.state != State::Done {
+            self.finish(Event::Failed(error));
+        }
+    }
+
+    fn on_request(&mut self, bytes: &[u8]) {
+        let repr = match Frame::new_checked(bytes).and_then(|f| FrameRepr::parse(&f)) {
+            Ok(r) => r,
+            Err(e) => return self.fail(NegotiationError::Frame(e)),
+        };
+        if repr.kind != FrameKind::Request {
+            return self.fail(NegotiationError::UnexpectedFrame(repr.kind));
+        }
+        self.reply_revision = repr.revision.min(self.config.revision);
+        self.reply_enhanced = self.reply_revision == 2 && repr.ird_ord.is_some();
+        let p2p = repr
+            .ird_ord
+            .filter(|w| self.reply_enhanced && w.peer_to_peer);
+        let rtr = p2p.and_then(|w| {
+            let usable = w.rtr.intersection(self.config.rtr_accept);
+            self.config
+                .rtr_preference
+                .into_iter()
+                .find(|t| usable.contains(*t))
+        });
+        self.request = Some(PeerRequest {
+            revision: repr.revision,
+            markers: repr.markers,
+            crc: repr.crc,
+            ird_ord: repr.ird_ord,
+            rtr,
+            private_data: repr.private_data.to_vec(),
+        });
+        if repr.markers && !self.config.markers_accepted {
+            return self.send_reject(RejectReason::MarkersRefused, &[]);
+        }
+        if p2p.is_some() && rtr.is_none() {
+            return self.send_reject(RejectReason::NoMatchingRtr, &[]);
+        }
+        self.state = State::AwaitingDecision;
+        self.events.push(Event::RequestReceived);
+    }
+
+    fn on_reply(&mut self, bytes: &[u8]) {
+        let Some(sent) = self.sent else {
+            return self.fail(NegotiationError::UnexpectedFrame(FrameKind::Reply));
+        };
+        let repr = match Frame::new_checked(bytes).and_then(|f| FrameRepr::parse(&f)) {
+            Ok(r) => r,
+            Err(e) => return self.fail(NegotiationError::Frame(e)),
+        };
+        match repr.kind {
+            FrameKind::Request => {
+                return self.fail(NegotiationError::UnexpectedFrame(FrameKind::Request))
+            }
+            FrameKind::Reject => {
+                return self.finish(Event::Rejected(Rejection {
+                    reason: RejectReason::ByPeer,
+                    private_data: repr.private_data.to_vec(),
+                }))
+            }
+            FrameKind::Reply => {}
+        }
+        if repr.revision > sent.revision {
+            return self.fail(NegotiationError::RevisionMismatch {
+                sent: sent.revision,
+                received: repr.revision,
+            });
+        }
+        let framing = Framing {
+            crc: sent.crc || repr.crc,
+            markers_rx: sent.markers,
+            markers_tx: repr.markers,
+        };
+        if repr.markers && !self.config.markers_accepted {
+            return self.fail(NegotiationError::MarkersRefused(framing));
+        }
+        let (ird, ord, rtr) = match repr.ird_ord {
+            Some(peer) => {
+                if peer.ord > sent.ird {
+                    return self.fail(NegotiationError::InsufficientIrd(framing));
+                }
+                let rtr = if sent.rtr_offer.is_empty() || !peer.peer_to_peer {
+                    // We did not ask, or the responder declined.
+                    None
+                } else {
+                    let chosen = peer.rtr;
+                    let pick = [RtrType::Send, RtrType::Write, RtrType::Read]
+                        .into_iter()
+                        .find(|t| chosen.contains(*t));
+                    match pick {
+                        Some(t) if chosen.len() == 1 && sent.rtr_offer.contains(t) => Some(t),
+                        _ => return self.fail(NegotiationError::NoMatchingRtr(framing)),
+                    }
+                };
+                let mut ord = sent.ord.min(peer.ird);
+                if rtr == Some(RtrType::Read) {
+                    ord = ord.max(1);
+                }
+                (sent.ird, ord, rtr)
+            }
+            None => (self.config.ird, self.config.ord, None),
+        };
+        let negotiated = Negotiated {
+            role: Role::Initiator,
+            revision: repr.revision,
+            enhanced: repr.ird_ord.is_some(),
+            framing,
+            peer_to_peer: rtr.is_some(),
+            rtr,
+            ird,
+            ord,
+            peer_ird: repr.ird_ord.map(|w| w.ird),
+            peer_ord: repr.ird_ord.map(|w| w.ord),
+            private_data: repr.private_data.to_vec(),
+            must_wait_for_first_fpdu: false,
+        };
+        self.finish(Event::Negotiated(negotiated));
+    }
+}
