@@ -29,6 +29,20 @@ pub const ETHERNET_HEADER_LEN: usize = 14;
 /// [`LinkConfig::corrupt`]).
 const ETHERTYPE_ARP: u16 = 0x0806;
 
+/// EtherType of an 802.1Q tag, which adds 4 bytes to the header.
+const ETHERTYPE_VLAN: u16 = 0x8100;
+
+/// The Ethernet header length of `frame` (14, or 18 with a VLAN tag) and
+/// the EtherType of its payload; `None` for a runt.
+fn ethernet_header(frame: &[u8]) -> Option<(usize, u16)> {
+    let outer = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
+    if outer == ETHERTYPE_VLAN {
+        Some((18, u16::from_be_bytes([*frame.get(16)?, *frame.get(17)?])))
+    } else {
+        Some((ETHERNET_HEADER_LEN, outer))
+    }
+}
+
 /// How one link direction treats frames. Probabilities are per frame and
 /// independent; a value outside `[0, 1]` acts as the nearest bound.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,8 +59,8 @@ pub struct LinkConfig {
     /// Drop-tail limit on the bytes waiting for or in serialization.
     /// `None`: unbounded. Only meaningful with a bandwidth.
     pub queue_limit_bytes: Option<usize>,
-    /// The IP MTU: frames longer than `mtu + 14` bytes are dropped and
-    /// counted in [`LinkStats::dropped_mtu`].
+    /// The IP MTU: frames longer than `mtu + 14` bytes (`mtu + 18` with a
+    /// VLAN tag) are dropped and counted in [`LinkStats::dropped_mtu`].
     pub mtu: usize,
     /// Probability that a frame is lost on the wire.
     pub loss: f64,
@@ -315,7 +329,8 @@ impl LinkDirection {
         self.stats.sent += 1;
         self.stats.sent_bytes += len as u64;
 
-        if len > self.config.mtu.saturating_add(ETHERNET_HEADER_LEN) {
+        let header = ethernet_header(frame).map_or(ETHERNET_HEADER_LEN, |(h, _)| h);
+        if len > self.config.mtu.saturating_add(header) {
             self.stats.dropped_mtu += 1;
             return Fate::Dropped(DropReason::Mtu);
         }
@@ -398,17 +413,17 @@ impl LinkDirection {
 /// Flips 1–3 bits of `frame` where the Internet checksum must see them
 /// (see [`LinkConfig::corrupt`]). Returns whether anything was flipped.
 pub(crate) fn corrupt_frame(rng: &mut Rng, frame: &mut [u8]) -> bool {
-    if frame.len() <= ETHERNET_HEADER_LEN {
+    let Some((header, ethertype)) = ethernet_header(frame) else {
         return false;
-    }
-    if u16::from_be_bytes([frame[12], frame[13]]) == ETHERTYPE_ARP {
+    };
+    if frame.len() <= header || ethertype == ETHERTYPE_ARP {
         return false;
     }
     // The IPv4 header starts at an even offset of the frame and the TCP or
     // ICMP header at an even offset after it, so a byte's offset parity in
     // the frame is its half of the checksum's 16-bit word: the word bit
     // ("lane") of bit `b` of byte `i` is `(1 - i % 2) * 8 + b`.
-    let body = frame.len() - ETHERNET_HEADER_LEN;
+    let body = frame.len() - header;
     let parities: &[usize] = if body >= 2 { &[0, 1] } else { &[0] };
     let mut lanes = [usize::MAX; 3];
     let flips = 1 + usize::try_from(rng.below(3)).unwrap_or(0);
@@ -426,9 +441,7 @@ pub(crate) fn corrupt_frame(rng: &mut Rng, frame: &mut [u8]) -> bool {
         // A byte offset of the frame, past the Ethernet header, whose
         // parity is `parity` (the header length is even).
         let slots = (body - parity).div_ceil(2);
-        let index = ETHERNET_HEADER_LEN
-            + parity
-            + 2 * usize::try_from(rng.below(slots as u64)).unwrap_or(0);
+        let index = header + parity + 2 * usize::try_from(rng.below(slots as u64)).unwrap_or(0);
         frame[index] ^= 1 << bit;
     }
     true
@@ -476,6 +489,24 @@ mod tests {
                 assert_ne!(norm(a), norm(b), "undetectable corruption, len {len}");
             }
         }
+    }
+
+    #[test]
+    fn tagged_frames_are_corrupted_after_the_tag_and_tagged_arp_is_spared() {
+        let mut rng = Rng::new(5);
+        for _ in 0..500 {
+            let mut frame = vec![0u8; 100];
+            frame[12..14].copy_from_slice(&[0x81, 0x00]);
+            frame[16..18].copy_from_slice(&[0x08, 0x00]);
+            let before = frame.clone();
+            assert!(corrupt_frame(&mut rng, &mut frame));
+            assert_eq!(frame[..18], before[..18], "tagged header touched");
+            assert!(frame[18..].iter().any(|&b| b != 0));
+        }
+        let mut arp = vec![0u8; 64];
+        arp[12..14].copy_from_slice(&[0x81, 0x00]);
+        arp[16..18].copy_from_slice(&[0x08, 0x06]);
+        assert!(!corrupt_frame(&mut rng, &mut arp));
     }
 
     #[test]
