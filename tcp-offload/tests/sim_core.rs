@@ -430,3 +430,23 @@ fn wakeups_run_the_application_at_the_requested_time() {
     assert_eq!(r, Ok(Instant::from_millis(7)));
     assert_eq!(calls, vec![Instant::ZERO, Instant::from_millis(7)]);
 }
+
+#[test]
+fn stepping_by_hand_and_injecting_frames() {
+    let mut net: Network<Pinger> = Network::new(12);
+    let a = net.add_endpoint(Pinger::silent(1));
+    let b = net.add_endpoint(Pinger::silent(2));
+    let link = net.connect(a, b, LinkConfig::perfect());
+    let frame = Pinger::new(1, 2, 1, 64, Duration::ZERO).frame(7);
+    net.inject(link.forward, frame.clone());
+    // The injected frame is in flight: the next event is its arrival.
+    assert_eq!(net.next_event_time(), Some(Instant::from_micros(100)));
+    assert_eq!(net.step(), Some(Instant::from_micros(100)));
+    assert!(net.endpoint(b).arrivals.is_empty());
+    assert_eq!(net.step(), None);
+    assert_eq!(
+        net.endpoint(b).arrivals,
+        vec![(Instant::from_micros(100), frame)]
+    );
+    assert_eq!(net.link_stats(link.forward).delivered, 1);
+}

@@ -572,6 +572,14 @@ impl<E: Endpoint> Network<E> {
         Some(self.now)
     }
 
+    /// One round by hand: runs what is due now ([`Network::poll`]), then
+    /// moves time to the next event ([`Network::advance`]). Returns the new
+    /// time, or `None` when nothing is scheduled any more.
+    pub fn step(&mut self) -> Option<Instant> {
+        self.poll();
+        self.advance()
+    }
+
     /// Runs the network until `done` returns `true`, and returns the time
     /// it did. `done` is called once per round, after the round's events,
     /// timers and output: it plays the application (reading, sending) and
