@@ -1,1 +1,301 @@
 //! The placement trait: the only way the protocol core reaches application memory.
+//!
+//! The receive path (DDP tagged placement into a region and untagged
+//! placement into posted receive buffers, RFC 5041's two buffer models) and
+//! the send path (FPDU payload described by reference, Read Response source,
+//! RFC 5040 §5.1–§5.3)
+//! never hold pointers. They hold *capabilities* that only the memory-region
+//! table in [`crate::verbs::mr`] can mint, after it has checked STag, key,
+//! protection domain, access rights, base and bounds:
+//!
+//! - [`CheckedRange`]: a byte range inside one registered region, borrowed
+//!   from the check that produced it (from the table, or from a
+//!   [`RegionRef`]). Its lifetime keeps it from outliving the check: the
+//!   receive path checks, places, and drops it; a later segment checks again.
+//! - [`RegionRef`]: an owned, *pinned* reference. While it exists the region
+//!   cannot finish deregistering, so the send path can hand its bytes to the
+//!   NIC as an external buffer and retransmit them until TCP reports them
+//!   acknowledged. It is returned to the table with
+//!   [`MrTable::unpin`](crate::verbs::mr::MrTable::unpin).
+//!
+//! The dataplane implements [`Placement`] over its registered (hugepage)
+//! memory; tests use [`VecMemory`]. Because every range handed to an
+//! implementation was minted by the table, an implementation never sees an
+//! offset or length outside the span the application registered.
+
+use crate::verbs::mr::Mint;
+
+/// The dataplane's name for one block of registered memory (a hugepage
+/// buffer, an application allocation). Opaque to rdmap: it is only passed
+/// back to [`Placement`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionHandle(pub u64);
+
+/// The bytes `[offset, offset + len)` of the dataplane region `region`: what a
+/// memory registration (or a fast-register work request) binds an STag to.
+///
+/// Trusted input: it comes from the application through the dataplane, which
+/// owns the region and must only describe bytes that exist. A peer can never
+/// produce one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MemSpan {
+    /// The dataplane region.
+    pub region: RegionHandle,
+    /// Offset of the first byte inside the region.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+impl MemSpan {
+    /// The bytes `[offset, offset + len)` of `region`.
+    pub const fn new(region: RegionHandle, offset: u64, len: u64) -> MemSpan {
+        MemSpan {
+            region,
+            offset,
+            len,
+        }
+    }
+}
+
+/// A checked byte range of one registered region.
+///
+/// Only the memory-region table mints these, after every protection check
+/// has passed, so `offset + len` always lies inside the span the application
+/// registered. The lifetime ties it to the check: it cannot be kept across a
+/// deregistration. A check never yields an empty range (zero-length
+/// accesses yield no range at all); only the remainder left by
+/// [`CheckedRange::take_front`] can become empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckedRange<'a> {
+    region: RegionHandle,
+    offset: u64,
+    len: u32,
+    _check: core::marker::PhantomData<&'a ()>,
+}
+
+impl<'a> CheckedRange<'a> {
+    /// Minted by [`crate::verbs::mr`] only (the [`Mint`] token has a private
+    /// constructor there).
+    pub(crate) fn mint(_: Mint, region: RegionHandle, offset: u64, len: u32) -> CheckedRange<'a> {
+        CheckedRange {
+            region,
+            offset,
+            len,
+            _check: core::marker::PhantomData,
+        }
+    }
+
+    /// The dataplane region.
+    pub fn region(&self) -> RegionHandle {
+        self.region
+    }
+
+    /// Offset inside the dataplane region (not the tagged offset).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether nothing is left (only after [`CheckedRange::take_front`]).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The sub-range `[at, at + len)` of this range, or `None` if it does not
+    /// lie inside it or is empty. How the receive path places the pieces of
+    /// one DDP segment that the deframer hands over in several slices.
+    pub fn sub(&self, at: u32, len: u32) -> Option<CheckedRange<'a>> {
+        let end = at.checked_add(len)?;
+        if len == 0 || end > self.len {
+            return None;
+        }
+        Some(CheckedRange {
+            region: self.region,
+            offset: self.offset + u64::from(at),
+            len,
+            _check: core::marker::PhantomData,
+        })
+    }
+
+    /// Splits off the first `n` bytes: returns them and leaves the rest in
+    /// `self`. `None` (and `self` untouched) if `n` is zero or longer than
+    /// the range; taking the whole range leaves `self` empty.
+    pub fn take_front(&mut self, n: usize) -> Option<CheckedRange<'a>> {
+        let n = u32::try_from(n).ok()?;
+        if n == 0 || n > self.len {
+            return None;
+        }
+        let front = CheckedRange {
+            region: self.region,
+            offset: self.offset,
+            len: n,
+            _check: core::marker::PhantomData,
+        };
+        self.offset += u64::from(n);
+        self.len -= n;
+        Some(front)
+    }
+}
+
+/// A pinned reference to part of a registered region, owned by whoever
+/// must keep the bytes alive: an FPDU waiting for TCP's acknowledgement, a
+/// Read Response that may be retransmitted, an inbound Read Request queued
+/// for response.
+///
+/// While any `RegionRef` to a memory region exists, deregistering it only
+/// *starts* (the region is refused to every new access at once) and
+/// completes when the last reference is returned with
+/// [`MrTable::unpin`](crate::verbs::mr::MrTable::unpin). Invalidation is
+/// immediate for new accesses but does not disturb existing references.
+///
+/// Not `Clone`: each one accounts for one pin count. Dropping one without
+/// returning it leaks the pin (the region then never finishes
+/// deregistering), which is safe but a bug in the caller.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a RegionRef must be returned with MrTable::unpin"]
+pub struct RegionRef {
+    pub(crate) index: u32,
+    pub(crate) epoch: u32,
+    region: RegionHandle,
+    offset: u64,
+    len: u32,
+}
+
+impl RegionRef {
+    pub(crate) fn mint(
+        _: Mint,
+        index: u32,
+        epoch: u32,
+        region: RegionHandle,
+        offset: u64,
+        len: u32,
+    ) -> RegionRef {
+        RegionRef {
+            index,
+            epoch,
+            region,
+            offset,
+            len,
+        }
+    }
+
+    /// The pinned bytes, for the framer and the dataplane's external buffer.
+    pub fn range(&self) -> CheckedRange<'_> {
+        CheckedRange {
+            region: self.region,
+            offset: self.offset,
+            len: self.len,
+            _check: core::marker::PhantomData,
+        }
+    }
+
+    /// Length in bytes (at least 1).
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Always false (see [`CheckedRange::is_empty`]).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Access to registered memory, implemented by the dataplane.
+///
+/// Every range passed in was minted by the memory-region table after its
+/// checks; implementations may rely on `range.offset() + range.len()` lying
+/// inside the region, and on the region being registered.
+pub trait Placement {
+    /// Copies `data` into `dst`. `data.len()` equals `dst.len()`: callers cut
+    /// the range to the slice with [`CheckedRange::take_front`] or
+    /// [`CheckedRange::sub`].
+    fn write(&mut self, dst: CheckedRange<'_>, data: &[u8]);
+
+    /// Copies `src` into `dst`; `dst.len()` equals `src.len()`. The send path
+    /// uses it only where the port cannot attach the region as an external
+    /// buffer (and tests use it to check placement).
+    fn read(&self, src: CheckedRange<'_>, dst: &mut [u8]);
+}
+
+/// Registered memory as plain vectors: the test and simulation
+/// implementation of [`Placement`].
+#[derive(Debug, Default, Clone)]
+pub struct VecMemory {
+    regions: Vec<Vec<u8>>,
+}
+
+impl VecMemory {
+    /// No regions yet.
+    pub fn new() -> VecMemory {
+        VecMemory::default()
+    }
+
+    /// Adds a zeroed region of `len` bytes.
+    pub fn add_region(&mut self, len: usize) -> RegionHandle {
+        self.regions.push(vec![0; len]);
+        RegionHandle((self.regions.len() - 1) as u64)
+    }
+
+    /// Adds a region holding `bytes`.
+    pub fn add_region_with(&mut self, bytes: Vec<u8>) -> RegionHandle {
+        self.regions.push(bytes);
+        RegionHandle((self.regions.len() - 1) as u64)
+    }
+
+    /// The span `[offset, offset + len)` of `region`, or `None` if it does
+    /// not exist there.
+    pub fn span(&self, region: RegionHandle, offset: u64, len: u64) -> Option<MemSpan> {
+        let bytes = self.regions.get(usize::try_from(region.0).ok()?)?;
+        let end = offset.checked_add(len)?;
+        (end <= bytes.len() as u64).then_some(MemSpan::new(region, offset, len))
+    }
+
+    /// The whole of `region` as a span.
+    pub fn whole(&self, region: RegionHandle) -> Option<MemSpan> {
+        let len = self.bytes(region)?.len() as u64;
+        Some(MemSpan::new(region, 0, len))
+    }
+
+    /// The bytes of `region`.
+    pub fn bytes(&self, region: RegionHandle) -> Option<&[u8]> {
+        self.regions
+            .get(usize::try_from(region.0).ok()?)
+            .map(Vec::as_slice)
+    }
+
+    /// The bytes of `region`, writable (what the application itself does
+    /// with its buffers).
+    pub fn bytes_mut(&mut self, region: RegionHandle) -> Option<&mut [u8]> {
+        self.regions
+            .get_mut(usize::try_from(region.0).ok()?)
+            .map(Vec::as_mut_slice)
+    }
+
+    fn slot(&self, range: &CheckedRange<'_>) -> core::ops::Range<usize> {
+        // A range outside the vector is a broken invariant of the MR table
+        // (or a span the test registered wrongly): panicking is the point
+        // of a test implementation.
+        let start = usize::try_from(range.offset).expect("offset fits usize");
+        start..start + range.len as usize
+    }
+}
+
+impl Placement for VecMemory {
+    fn write(&mut self, dst: CheckedRange<'_>, data: &[u8]) {
+        assert_eq!(data.len(), dst.len as usize, "placement length mismatch");
+        let slot = self.slot(&dst);
+        let bytes = &mut self.regions[dst.region.0 as usize];
+        bytes[slot].copy_from_slice(data);
+    }
+
+    fn read(&self, src: CheckedRange<'_>, dst: &mut [u8]) {
+        assert_eq!(dst.len(), src.len as usize, "placement length mismatch");
+        let slot = self.slot(&src);
+        dst.copy_from_slice(&self.regions[src.region.0 as usize][slot]);
+    }
+}

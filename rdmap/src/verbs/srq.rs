@@ -1,0 +1,176 @@
+//! Receive queues: the buffers untagged Sends are placed into (RFC 5041's
+//! untagged buffer model, queue 0: one posted buffer per incoming Send, in
+//! order), either one queue pair's own or a shared receive queue that
+//! several queue pairs of the same protection domain draw from
+//! (`ibv_create_srq`).
+//!
+//! Both are bounded rings allocated at creation. A shared receive queue can
+//! be armed with a limit (`ibv_modify_srq` with `srq_limit`): when taking a
+//! buffer leaves fewer than the limit posted, it raises
+//! [`SrqEvent::LimitReached`] once and disarms. Buffers of a shared queue
+//! are not flushed when one of its queue pairs fails; only the buffer that
+//! queue pair had already taken is.
+
+use std::collections::VecDeque;
+
+use super::pd::PdId;
+use super::wr::{PostError, RecvWr};
+
+/// A shared receive queue's id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SrqId(pub u32);
+
+/// Creation attributes of a shared receive queue (`ibv_srq_init_attr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrqInitAttr {
+    /// Posted receives it holds at most.
+    pub max_wr: u32,
+    /// SGEs per receive at most.
+    pub max_sge: u32,
+    /// Initial limit (0: not armed).
+    pub srq_limit: u32,
+}
+
+/// Asynchronous events of a shared receive queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SrqEvent {
+    /// Fewer buffers than the armed limit remain (`IBV_EVENT_SRQ_LIMIT_REACHED`).
+    LimitReached,
+}
+
+/// A bounded FIFO of posted receives, used as a queue pair's own receive
+/// queue and inside a shared receive queue.
+#[derive(Debug)]
+pub(crate) struct RecvQueue {
+    ring: VecDeque<RecvWr>,
+    capacity: usize,
+    max_sge: usize,
+}
+
+impl RecvQueue {
+    pub(crate) fn new(capacity: u32, max_sge: u32) -> RecvQueue {
+        RecvQueue {
+            ring: VecDeque::with_capacity(capacity as usize),
+            capacity: capacity as usize,
+            max_sge: max_sge as usize,
+        }
+    }
+
+    pub(crate) fn push(&mut self, wr: &RecvWr) -> Result<(), PostError> {
+        if wr.sges.len() > self.max_sge {
+            return Err(PostError::TooManySges);
+        }
+        if wr.sges.total_len().is_none() {
+            return Err(PostError::InvalidWr);
+        }
+        if self.ring.len() >= self.capacity {
+            return Err(PostError::QueueFull);
+        }
+        self.ring.push_back(*wr);
+        Ok(())
+    }
+
+    pub(crate) fn pop(&mut self) -> Option<RecvWr> {
+        self.ring.pop_front()
+    }
+
+    pub(crate) fn front(&self) -> Option<&RecvWr> {
+        self.ring.front()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ring.len()
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+/// A shared receive queue.
+#[derive(Debug)]
+pub struct SharedReceiveQueue {
+    id: SrqId,
+    pd: PdId,
+    rq: RecvQueue,
+    limit: u32,
+    event_pending: bool,
+}
+
+impl SharedReceiveQueue {
+    /// A queue for `attr`, allocated now. Normally created through
+    /// [`Device::create_srq`](super::Device::create_srq).
+    pub fn new(id: SrqId, pd: PdId, attr: SrqInitAttr) -> SharedReceiveQueue {
+        SharedReceiveQueue {
+            id,
+            pd,
+            rq: RecvQueue::new(attr.max_wr, attr.max_sge),
+            limit: attr.srq_limit,
+            event_pending: false,
+        }
+    }
+
+    /// Its id.
+    pub fn id(&self) -> SrqId {
+        self.id
+    }
+
+    /// Its protection domain (receive buffers are checked against it).
+    pub fn pd(&self) -> PdId {
+        self.pd
+    }
+
+    /// Posted receives waiting.
+    pub fn len(&self) -> usize {
+        self.rq.len()
+    }
+
+    /// Whether none is posted.
+    pub fn is_empty(&self) -> bool {
+        self.rq.len() == 0
+    }
+
+    /// Posted receives it can hold.
+    pub fn capacity(&self) -> usize {
+        self.rq.capacity()
+    }
+
+    /// Posts a receive (`ibv_post_srq_recv`). SGEs are checked when a
+    /// message is placed into them.
+    pub fn post_srq_recv(&mut self, wr: &RecvWr) -> Result<(), PostError> {
+        self.rq.push(wr)
+    }
+
+    /// Arms the limit event at `limit` posted receives (0 disarms)
+    /// (`ibv_modify_srq` with `IBV_SRQ_LIMIT`).
+    pub fn modify_srq(&mut self, limit: u32) {
+        self.limit = limit;
+    }
+
+    /// The armed limit (0 when disarmed).
+    pub fn srq_limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Takes the oldest posted receive for an incoming Send (the queue
+    /// pair's engine does this, through
+    /// [`QueuePair::begin_recv`](super::qp::QueuePair::begin_recv)).
+    pub fn take(&mut self) -> Option<RecvWr> {
+        let wr = self.rq.pop()?;
+        if self.limit > 0 && (self.rq.len() as u64) < u64::from(self.limit) {
+            self.limit = 0;
+            self.event_pending = true;
+        }
+        Some(wr)
+    }
+
+    /// The oldest posted receive, without taking it.
+    pub fn peek(&self) -> Option<&RecvWr> {
+        self.rq.front()
+    }
+
+    /// The next asynchronous event, if any.
+    pub fn take_event(&mut self) -> Option<SrqEvent> {
+        core::mem::take(&mut self.event_pending).then_some(SrqEvent::LimitReached)
+    }
+}
