@@ -21,8 +21,13 @@
 //!
 //! Everything is on-link: the next hop of every destination is the
 //! destination itself (one subnet, no gateway). When its MAC address is
-//! unknown, the segment is dropped (TCP retransmits it) and an ARP request
-//! goes out instead, at most once per [`ARP_RETRY`] per address.
+//! unknown, an ARP request goes out, at most once per [`ARP_RETRY`] per
+//! address, and the frame is held until the reply comes (as a host's
+//! neighbour table does), so that the first SYN to a new peer does not
+//! wait for the retransmission timer. Resolution is the slow path: held
+//! frames are copies, at most [`ARP_HOLD_PER_ADDR`] per address and
+//! [`ARP_HOLD`] in all, in buffers allocated once and reused. Frames held
+//! past the last unanswered request are dropped and counted.
 
 use core::net::Ipv4Addr;
 use core::time::Duration;
@@ -47,6 +52,15 @@ pub const ARP_PENDING: usize = 16;
 
 /// Minimum interval between ARP requests for one address.
 pub const ARP_RETRY: Duration = Duration::from_secs(1);
+
+/// Frames held for one address while it is resolved; the oldest gives way
+/// to a newer one. A handshake needs one; a few more cover a connection
+/// whose neighbour entry was replaced while it was sending.
+pub const ARP_HOLD_PER_ADDR: usize = 4;
+
+/// Frames held in all while addresses are resolved; past it, frames to
+/// unresolved addresses are dropped (TCP retransmits them).
+pub const ARP_HOLD: usize = 32;
 
 /// Requests sent for one address before giving up until traffic asks
 /// again.
@@ -138,7 +152,11 @@ pub struct IfaceStats {
     pub icmp_out: u64,
     pub tcp_in: u64,
     pub tcp_out: u64,
-    /// TCP segments dropped because the next hop's MAC was unknown.
+    /// TCP segments held while the next hop's MAC address was resolved.
+    pub arp_held: u64,
+    /// TCP segments dropped because the next hop's MAC was unknown: the
+    /// hold bounds were reached, no resolution could be started, or it
+    /// failed.
     pub arp_miss_drops: u64,
     /// Slow-path frames dropped because [`SLOW_QUEUE`] was full.
     pub slow_queue_drops: u64,
@@ -169,6 +187,16 @@ struct Pending {
     tries: u32,
 }
 
+/// A whole frame built for an address being resolved; its destination MAC
+/// is filled in when it is known.
+#[derive(Debug)]
+struct HeldFrame {
+    ip: Ipv4Addr,
+    /// Known once the address is resolved: the frame may go.
+    mac: Option<EthernetAddress>,
+    frame: Vec<u8>,
+}
+
 /// A frame waiting in the slow-path queue.
 #[derive(Debug)]
 enum SlowFrame {
@@ -192,6 +220,11 @@ pub struct Interface<B, R> {
     stack: Stack<B, R>,
     arp_cache: Vec<ArpEntry>,
     pending: Vec<Pending>,
+    /// Frames waiting for an address, oldest first.
+    held: VecDeque<HeldFrame>,
+    /// Buffers of frames no longer held, for reuse: together with `held`
+    /// never more than [`ARP_HOLD`].
+    spare: Vec<Vec<u8>>,
     slow: VecDeque<SlowFrame>,
     ident: u16,
     stats: IfaceStats,
@@ -208,6 +241,8 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
             stack,
             arp_cache: Vec::with_capacity(ARP_CACHE_SIZE),
             pending: Vec::with_capacity(ARP_PENDING),
+            held: VecDeque::with_capacity(ARP_HOLD),
+            spare: Vec::with_capacity(ARP_HOLD),
             slow: VecDeque::with_capacity(SLOW_QUEUE),
             ident: 0,
             stats: IfaceStats::default(),
@@ -260,23 +295,27 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
 
     /// Records `ip → mac`. An existing entry is always updated (RFC 826's
     /// merge); a new one is added only when `create` (the packet was for
-    /// us), replacing the oldest dynamic entry when full.
+    /// us) or when we are resolving `ip`, replacing the oldest dynamic
+    /// entry when full. Frames held for `ip` are released.
     fn learn(&mut self, now: Instant, ip: Ipv4Addr, mac: EthernetAddress, create: bool, st: bool) {
         if ip.is_unspecified() || !mac.is_unicast() {
             return;
         }
-        self.pending.retain(|p| p.ip != ip);
+        let create = create || self.pending.iter().any(|p| p.ip == ip);
         if let Some(e) = self.arp_cache.iter_mut().find(|e| e.ip == ip) {
             if !e.is_static || st {
                 e.mac = mac;
                 e.learned = now;
                 e.is_static |= st;
             }
+            let mac = e.mac;
+            self.resolved(ip, mac);
             return;
         }
         if !create {
             return;
         }
+        self.resolved(ip, mac);
         let entry = ArpEntry {
             ip,
             mac,
@@ -293,6 +332,96 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
         {
             *oldest = entry;
         }
+    }
+
+    /// `ip` is at `mac`: its resolution ends and the frames held for it
+    /// may go.
+    fn resolved(&mut self, ip: Ipv4Addr, mac: EthernetAddress) {
+        self.pending.retain(|p| p.ip != ip);
+        for h in self.held.iter_mut().filter(|h| h.ip == ip) {
+            h.mac = Some(mac);
+        }
+    }
+
+    /// Keeps a copy of `frame`, bound for `ip` whose MAC address is
+    /// unknown, and starts or continues its resolution.
+    fn hold(&mut self, now: Instant, ip: Ipv4Addr, frame: &[u8]) {
+        if !self.resolve(now, ip) {
+            // No room to resolve another address now.
+            self.stats.arp_miss_drops += 1;
+            return;
+        }
+        let waiting = self.held.iter().filter(|h| h.ip == ip).count();
+        if waiting >= ARP_HOLD_PER_ADDR {
+            // The oldest gives way: a newer segment carries later state.
+            if let Some(i) = self.held.iter().position(|h| h.ip == ip) {
+                self.release(i);
+            }
+            self.stats.arp_miss_drops += 1;
+        } else if self.held.len() >= ARP_HOLD {
+            self.stats.arp_miss_drops += 1;
+            return;
+        }
+        // Buffers are allocated only until ARP_HOLD exist, then reused.
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(frame);
+        self.held.push_back(HeldFrame {
+            ip,
+            mac: None,
+            frame: buf,
+        });
+        self.stats.arp_held += 1;
+    }
+
+    /// Stops holding frame `i`, keeping its buffer for reuse.
+    fn release(&mut self, i: usize) {
+        if let Some(h) = self.held.remove(i) {
+            self.spare.push(h.frame);
+        }
+    }
+
+    /// Drops the frames held for addresses whose last request went
+    /// unanswered for [`ARP_RETRY`].
+    fn expire_held(&mut self, now: Instant) {
+        let mut i = 0;
+        while let Some(h) = self.held.get(i) {
+            let failed = h.mac.is_none()
+                && self
+                    .pending
+                    .iter()
+                    .any(|p| p.ip == h.ip && p.tries >= ARP_MAX_TRIES && p.next <= now);
+            if failed {
+                self.release(i);
+                self.stats.arp_miss_drops += 1;
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Writes the oldest held frame whose address is now resolved into
+    /// `buf`; its length, or `None` if none is ready.
+    fn emit_held(&mut self, buf: &mut [u8]) -> Option<usize> {
+        while let Some(i) = self.held.iter().position(|h| h.mac.is_some()) {
+            let h = &self.held[i];
+            let n = h.frame.len();
+            let fits = n <= buf.len();
+            if fits {
+                buf[..n].copy_from_slice(&h.frame);
+                if let Some(mac) = h.mac {
+                    EthernetFrame::new_unchecked(&mut buf[..n]).set_dst_addr(mac);
+                }
+            }
+            self.release(i);
+            if fits {
+                self.stats.tcp_out += 1;
+                self.stats.tx_frames += 1;
+                return Some(n);
+            }
+            self.stats.tx_too_large += 1;
+        }
+        None
     }
 
     fn queue_slow(&mut self, f: SlowFrame) {
@@ -417,8 +546,9 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
     }
 
     /// Queues an ARP request for `ip` unless one went out less than
-    /// [`ARP_RETRY`] ago.
-    fn resolve(&mut self, now: Instant, ip: Ipv4Addr) {
+    /// [`ARP_RETRY`] ago. Returns whether `ip` is being resolved (false
+    /// when [`ARP_PENDING`] other addresses are).
+    fn resolve(&mut self, now: Instant, ip: Ipv4Addr) -> bool {
         let room = self.pending.len() < ARP_PENDING;
         let due = match self.pending.iter_mut().find(|p| p.ip == ip) {
             Some(p) if now < p.next => false,
@@ -441,6 +571,7 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
         if due {
             self.queue_arp_request(ip);
         }
+        self.pending.iter().any(|p| p.ip == ip)
     }
 
     fn queue_arp_request(&mut self, ip: Ipv4Addr) {
@@ -456,13 +587,15 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
         });
     }
 
-    /// When `handle_timeout` must next be called: the stack's timers and
-    /// ARP retries.
+    /// When `handle_timeout` must next be called: the stack's timers, ARP
+    /// retries, and the end of resolutions that frames wait for.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let arp = self
             .pending
             .iter()
-            .filter(|p| p.tries < ARP_MAX_TRIES)
+            .filter(|p| {
+                p.tries < ARP_MAX_TRIES || self.held.iter().any(|h| h.ip == p.ip && h.mac.is_none())
+            })
             .map(|p| p.next)
             .min();
         match (self.stack.poll_timeout(), arp) {
@@ -471,9 +604,11 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
         }
     }
 
-    /// Runs the stack's timers and retries ARP requests that are due.
+    /// Runs the stack's timers, retries ARP requests that are due, and
+    /// drops the frames held for addresses that did not answer.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.stack.handle_timeout(now);
+        self.expire_held(now);
         let mut due = [Ipv4Addr::UNSPECIFIED; ARP_PENDING];
         let mut n = 0;
         for p in &mut self.pending {
@@ -495,8 +630,10 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
     }
 
     /// Writes the next outgoing frame into `buf` and returns its length:
-    /// ARP and ICMP first, then TCP segments. A segment whose frame would
-    /// exceed the MTU or `buf` is dropped and counted.
+    /// ARP and ICMP first, then frames held for an address just resolved,
+    /// then TCP segments. A segment whose frame would exceed the MTU or
+    /// `buf` is dropped and counted; one to an address not yet resolved is
+    /// held (see the module documentation) and the next one is tried.
     pub fn poll_frame(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         loop {
             if let Some(f) = self.slow.pop_front() {
@@ -511,22 +648,21 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
                     }
                 }
             }
+            if let Some(n) = self.emit_held(buf) {
+                return Some(n);
+            }
             let ident = self.ident.wrapping_add(1);
             let (tuple, seg) = self.stack.poll_transmit(now)?;
             let dst_ip = *tuple.remote.ip();
-            let Some(dst_mac) = self
+            let dst_mac = self
                 .arp_cache
                 .iter()
                 .find(|e| e.ip == dst_ip)
-                .map(|e| e.mac)
-            else {
-                self.stats.arp_miss_drops += 1;
-                self.resolve(now, dst_ip);
-                continue;
-            };
+                .map(|e| e.mac);
             let eth = EthernetRepr {
                 src_addr: self.config.mac,
-                dst_addr: dst_mac,
+                // Filled in when the frame is released, if unknown now.
+                dst_addr: dst_mac.unwrap_or(EthernetAddress([0; 6])),
                 ethertype: EtherType::Ipv4,
                 vlan: None,
             };
@@ -558,6 +694,10 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
             seg.repr.emit(head, ip.src_addr, ip.dst_addr, rest);
             buf[len..len.max(MIN_FRAME)].fill(0);
             self.ident = ident;
+            if dst_mac.is_none() {
+                self.hold(now, dst_ip, &buf[..len.max(MIN_FRAME)]);
+                continue;
+            }
             self.stats.tcp_out += 1;
             self.stats.tx_frames += 1;
             return Some(len.max(MIN_FRAME));
@@ -858,12 +998,36 @@ mod tests {
         assert!(poll_all(&mut a, now).is_empty());
     }
 
+    /// The TCP header of a frame, if it is a valid TCP frame.
+    fn tcp_of(frame: &[u8]) -> (EthernetAddress, Ipv4Repr, TcpRepr) {
+        let f = EthernetFrame::new_checked(frame).unwrap();
+        let ipp = Ipv4Packet::new_checked(f.payload()).unwrap();
+        let ip = Ipv4Repr::parse(&ipp, Checksum::Verify).unwrap();
+        let tp = TcpPacket::new_checked(ipp.payload()).unwrap();
+        let r = TcpRepr::parse(&tp, ip.src_addr, ip.dst_addr, Checksum::Verify).unwrap();
+        (f.dst_addr(), ip, r)
+    }
+
+    /// An ARP packet from `ip` at `mac`, as a broadcast frame.
+    fn arp_from(op: ArpOperation, mac: EthernetAddress, ip: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
+        let mut p = [0u8; 28];
+        ArpRepr::EthernetIpv4 {
+            operation: op,
+            source_hardware_addr: mac,
+            source_protocol_addr: ip,
+            target_hardware_addr: EthernetAddress([0; 6]),
+            target_protocol_addr: target,
+        }
+        .emit(&mut p);
+        eth(mac, EthernetAddress::BROADCAST, EtherType::Arp, &p)
+    }
+
     #[test]
-    fn tcp_reaches_stack_and_unresolved_next_hop_triggers_arp() {
+    fn unresolved_next_hop_holds_frames_until_resolution_fails() {
         let mut a = iface(MAC_A, IP_A);
         let now = Instant::from_millis(1);
         // A SYN to a closed port: the stack answers RST, but B's MAC is
-        // unknown, so an ARP request goes out instead.
+        // unknown, so an ARP request goes out and the RST is held.
         a.handle_frame(now, tcp_frame(&syn_to(80), &[]));
         assert_eq!(a.stack().stats().segments_in, 1);
         assert_eq!(a.stats().tcp_in, 1);
@@ -879,36 +1043,152 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(a.stats().arp_miss_drops, 1);
+        assert_eq!((a.stats().arp_held, a.stats().arp_miss_drops), (1, 0));
         // Rate limited: a second miss within a second sends nothing.
         a.handle_frame(now, tcp_frame(&syn_to(81), &[]));
         assert!(poll_all(&mut a, now).is_empty());
-        assert_eq!(a.stats().arp_miss_drops, 2);
-        // Retried by the timer, up to the limit.
+        assert_eq!((a.stats().arp_held, a.stats().arp_miss_drops), (2, 0));
+        // Retried by the timer, up to the limit; then the held frames are
+        // dropped, one retry interval after the last request.
         let mut t = now;
         let mut requests = 1;
         while let Some(next) = a.poll_timeout() {
             t = next;
             a.handle_timeout(t);
-            requests += poll_all(&mut a, t).len();
+            let out = poll_all(&mut a, t);
+            assert!(out.iter().all(|f| arp_of(f).0.dst_addr.is_broadcast()));
+            requests += out.len();
         }
         assert_eq!(requests, ARP_MAX_TRIES as usize);
-        // Once resolved, the RST goes out as a proper frame.
+        assert_eq!(t, now + ARP_RETRY * ARP_MAX_TRIES);
+        assert_eq!(a.stats().arp_miss_drops, 2);
+        assert_eq!(a.stats().tcp_out, 0);
+        // Once resolved, a new RST goes out as a proper frame, alone.
         a.add_static_arp(IP_B, MAC_B);
         a.handle_frame(t, tcp_frame(&syn_to(82), b"xyz"));
         let out = poll_all(&mut a, t);
         assert_eq!(out.len(), 1);
-        let f = EthernetFrame::new_checked(&out[0][..]).unwrap();
-        assert_eq!(f.dst_addr(), MAC_B);
-        let ipp = Ipv4Packet::new_checked(f.payload()).unwrap();
-        let ip = Ipv4Repr::parse(&ipp, Checksum::Verify).unwrap();
+        let (dst, ip, r) = tcp_of(&out[0]);
+        assert_eq!(dst, MAC_B);
         assert_eq!(ip.hop_limit, TTL);
-        let tp = TcpPacket::new_checked(ipp.payload()).unwrap();
-        let r = TcpRepr::parse(&tp, ip.src_addr, ip.dst_addr, Checksum::Verify).unwrap();
         assert_eq!(r.flags, TcpFlags::RST | TcpFlags::ACK);
         assert_eq!(r.ack_number, SeqNumber(1000 + 1 + 3));
         assert_eq!((r.src_port, r.dst_port), (82, 40000));
         assert_eq!(a.stats().tcp_out, 1);
+    }
+
+    /// The first SYN to a peer whose MAC address is unknown leaves as soon
+    /// as the ARP reply arrives, not when the SYN is retransmitted.
+    #[test]
+    fn first_syn_to_unresolved_peer_leaves_on_arp_reply() {
+        let mut a = iface(MAC_A, IP_A);
+        let t0 = Instant::from_millis(1);
+        let cid = a
+            .stack_mut()
+            .connect(t0, IP_A, SocketAddrV4::new(IP_B, 7000))
+            .unwrap();
+        let out = poll_all(&mut a, t0);
+        assert_eq!(out.len(), 1, "only the ARP request");
+        let (_, r) = arp_of(&out[0]);
+        assert!(matches!(
+            r,
+            ArpRepr::EthernetIpv4 {
+                operation: ArpOperation::Request,
+                target_protocol_addr: IP_B,
+                ..
+            }
+        ));
+        assert_eq!(a.stats().arp_held, 1);
+        // The reply, 2 ms later.
+        let t1 = t0 + Duration::from_millis(2);
+        let mut p = [0u8; 28];
+        ArpRepr::EthernetIpv4 {
+            operation: ArpOperation::Reply,
+            source_hardware_addr: MAC_B,
+            source_protocol_addr: IP_B,
+            target_hardware_addr: MAC_A,
+            target_protocol_addr: IP_A,
+        }
+        .emit(&mut p);
+        a.handle_frame(t1, eth(MAC_B, MAC_A, EtherType::Arp, &p));
+        let out = poll_all(&mut a, t1);
+        assert_eq!(out.len(), 1, "the held SYN");
+        let (dst, ip, r) = tcp_of(&out[0]);
+        assert_eq!(dst, MAC_B);
+        assert_eq!((ip.src_addr, ip.dst_addr), (IP_A, IP_B));
+        assert_eq!(r.flags, TcpFlags::SYN);
+        assert_eq!(r.dst_port, 7000);
+        assert_eq!(r.options.mss, Some(1460));
+        let conn = a.stack().conn(cid).unwrap();
+        assert_eq!(
+            conn.stats().retransmits,
+            0,
+            "the original SYN, not a retransmission"
+        );
+        assert_eq!(conn.stats().rto_expirations, 0);
+        assert_eq!((a.stats().tcp_out, a.stats().arp_miss_drops), (1, 0));
+        assert!(poll_all(&mut a, t1).is_empty());
+    }
+
+    #[test]
+    fn held_frames_are_bounded_per_address_and_in_all() {
+        let mut a = iface(MAC_A, IP_A);
+        let now = Instant::from_millis(1);
+        // Six RSTs for B: the two oldest give way.
+        for port in 80..86 {
+            a.handle_frame(now, tcp_frame(&syn_to(port), &[]));
+        }
+        assert_eq!(poll_all(&mut a, now).len(), 1, "one ARP request");
+        assert_eq!(a.stats().arp_held, 6);
+        assert_eq!(a.stats().arp_miss_drops, 2);
+        // Any ARP packet from B resolves it, even one asking for another
+        // host: the four newest go, in order.
+        a.handle_frame(
+            now,
+            arp_from(
+                ArpOperation::Request,
+                MAC_B,
+                IP_B,
+                Ipv4Addr::new(10, 9, 0, 77),
+            ),
+        );
+        assert_eq!(a.arp_lookup(IP_B), Some(MAC_B));
+        let ports: Vec<u16> = poll_all(&mut a, now)
+            .iter()
+            .map(|f| {
+                let (dst, _, r) = tcp_of(f);
+                assert_eq!(dst, MAC_B);
+                r.src_port
+            })
+            .collect();
+        assert_eq!(ports, [82, 83, 84, 85]);
+        // Their buffers wait for reuse; no more were allocated.
+        assert!(a.held.is_empty());
+        assert_eq!(a.spare.len(), ARP_HOLD_PER_ADDR);
+
+        // In all: ten addresses with four frames each overflow the bound.
+        let mut a = iface(MAC_A, IP_A);
+        for host in 0..10u8 {
+            let src = Ipv4Addr::new(10, 9, 0, 100 + host);
+            for port in 0..4 {
+                let mut t = vec![0u8; 20 + 4];
+                let repr = syn_to(90 + port);
+                let (h, p) = t.split_at_mut(repr.header_len());
+                repr.emit(h, src, IP_A, p);
+                let f = eth(
+                    MAC_B,
+                    MAC_A,
+                    EtherType::Ipv4,
+                    &ipv4(src, IP_A, IpProtocol::Tcp, &t),
+                );
+                a.handle_frame(now, f);
+            }
+        }
+        assert_eq!(poll_all(&mut a, now).len(), 10, "ten ARP requests");
+        assert_eq!(a.held.len(), ARP_HOLD);
+        assert_eq!(a.stats().arp_held, ARP_HOLD as u64);
+        assert_eq!(a.stats().arp_miss_drops, 40 - ARP_HOLD as u64);
+        assert!(a.held.len() + a.spare.len() <= ARP_HOLD);
     }
 
     /// Moves frames between two interfaces until both are quiet, running
