@@ -12,12 +12,11 @@
 //! - layer 0, RDMAP: RFC 5040 §4.8 (Terminate Header, Error Code table);
 //! - layer 1, DDP: RFC 5041 §7.2 (DDP Error Numbers);
 //! - layer 2, the LLP, here MPA: RFC 5044 §8 for codes 1–4 and
-//!   RFC 6581 §8 for codes 5–7 (enhanced connection setup).
+//!   RFC 6581 (enhanced connection setup) for codes 5–7.
 //!
 //! All of them are also listed in the IANA "Remote Direct Data Placement"
-//! registries that RFC 6580 created, which is what the values here were
-//! checked against. [`ALL`] is that table with, for each row, the condition
-//! that raises it in this implementation.
+//! registries that RFC 6580 created. [`ALL`] is that table with, for each
+//! row, the condition that raises it in this implementation.
 
 use core::fmt;
 
@@ -215,7 +214,7 @@ impl TerminateCause {
     pub const DDP_UNTAGGED_INVALID_VERSION: TerminateCause =
         TerminateCause::new(Layer::Ddp, ddp_etype::UNTAGGED_BUFFER, 0x06);
 
-    // ---- MPA, layer 2 (RFC 5044 §8, RFC 6581 §8) -----------------------
+    // ---- MPA, layer 2 (RFC 5044 §8, RFC 6581) -----------------------
 
     /// RFC 5044 §8, 2/0/0x01: TCP connection closed, terminated or lost.
     pub const MPA_TCP_CLOSED: TerminateCause =
@@ -229,13 +228,13 @@ impl TerminateCause {
     /// Frame.
     pub const MPA_INVALID_REQUEST_REPLY: TerminateCause =
         TerminateCause::new(Layer::Llp, mpa_etype::MPA, 0x04);
-    /// RFC 6581 §8, 2/0/0x05: Local catastrophic error (MPA).
+    /// RFC 6581, 2/0/0x05: Local catastrophic error (MPA).
     pub const MPA_LOCAL_CATASTROPHIC: TerminateCause =
         TerminateCause::new(Layer::Llp, mpa_etype::MPA, 0x05);
-    /// RFC 6581 §8, 2/0/0x06: Insufficient IRD resources.
+    /// RFC 6581, 2/0/0x06: Insufficient IRD resources.
     pub const MPA_INSUFFICIENT_IRD: TerminateCause =
         TerminateCause::new(Layer::Llp, mpa_etype::MPA, 0x06);
-    /// RFC 6581 §8, 2/0/0x07: No matching RTR option.
+    /// RFC 6581, 2/0/0x07: No matching RTR option.
     pub const MPA_NO_MATCHING_RTR: TerminateCause =
         TerminateCause::new(Layer::Llp, mpa_etype::MPA, 0x07);
 

@@ -27,7 +27,7 @@
 use super::rdmap::{RdmapOpcode, QN_TERMINATE, RDMAP_VERSION};
 use super::{Result, WireError};
 
-/// The DDP version this implementation speaks (RFC 5041 §4.2: DV = 01b).
+/// The DDP version this implementation speaks (RFC 5041 §4.1: DV = 01b).
 pub const DDP_VERSION: u8 = 1;
 /// Length of a tagged DDP header, both control bytes included.
 pub const TAGGED_HEADER_LEN: usize = 14;

@@ -81,7 +81,7 @@ impl RdmapOpcode {
         matches!(self, RdmapOpcode::RdmaWrite | RdmapOpcode::ReadResponse)
     }
 
-    /// The DDP queue number an untagged opcode travels on (RFC 5040 §5.1:
+    /// The DDP queue number an untagged opcode travels on (RFC 5040 §5:
     /// 0 for the Send family, 1 for RDMA Read Requests, 2 for Terminate),
     /// or `None` for a tagged one.
     pub const fn queue_number(self) -> Option<u32> {
@@ -122,11 +122,11 @@ impl RdmapOpcode {
     }
 }
 
-/// Queue number of the Send family (RFC 5040 §5.1).
+/// Queue number of the Send family (RFC 5040 §5).
 pub const QN_SEND: u32 = 0;
-/// Queue number of RDMA Read Requests (RFC 5040 §5.1).
+/// Queue number of RDMA Read Requests (RFC 5040 §5).
 pub const QN_READ_REQUEST: u32 = 1;
-/// Queue number of Terminate messages (RFC 5040 §5.1).
+/// Queue number of Terminate messages (RFC 5040 §5).
 pub const QN_TERMINATE: u32 = 2;
 
 mod field {
