@@ -117,16 +117,12 @@ fn fast_retransmit(tcp: Config) {
 }
 
 /// RFC 5681 §4.2: a receiver sends an immediate duplicate ACK for every
-/// out-of-order segment. When a batch of segments arrives at one instant
-/// (as a poll-mode driver hands over a burst), each out-of-order segment
-/// in it must still produce its own duplicate ACK: a peer without SACK
-/// (every hardware iWARP NIC) counts them to trigger fast retransmit.
-///
-/// Fails today: the engine answers a whole burst of out-of-order segments
-/// with one ACK, so the NewReno sender of `fast_retransmit` needs three
-/// more round trips (three more bursts) before it resends.
+/// out-of-order segment. When a burst of segments arrives at one instant
+/// (as a poll-mode driver hands over a batch), each out-of-order segment
+/// in it must still draw its own duplicate ACK: a peer without SACK
+/// (every hardware iWARP NIC) counts them to trigger fast retransmit, and
+/// one ACK per burst would cost it a round trip per duplicate.
 #[test]
-#[ignore = "engine bug: duplicate ACKs are coalesced per burst of out-of-order segments"]
 fn each_out_of_order_segment_of_a_burst_gets_a_duplicate_ack() {
     let mut t = Transfer::new(&one_way(Config::iwarp_hardware(), 256 * KIB)).unwrap();
     t.net.enable_capture();
@@ -618,10 +614,11 @@ fn syn_flood(pool: u64) {
     // Connection state stays bounded by the backlog (half-open plus
     // accept queue) plus the genuine connection.
     assert!(max_conns <= 2 * BACKLOG + 1, "{max_conns} connections held");
-    // The flood did not delay the accept by more than a SYN retransmission
-    // or two (the client's first SYN may wait for ARP).
+    // The flood did not cost the genuine client a SYN retransmission (the
+    // first would come after 1 s): its handshake went through at once,
+    // through a cookie if the backlog was full.
     assert!(
-        accepted_at - start < Duration::from_secs(4),
+        accepted_at - start < Duration::from_millis(500),
         "{:?}",
         accepted_at - start
     );

@@ -297,9 +297,9 @@ pub struct TransferSpec {
     /// Whether each side checks what it receives as it arrives.
     pub verify: bool,
     /// Whether the hosts start with each other's MAC address in their ARP
-    /// caches. Without it the first SYN waits for ARP (the interface drops
-    /// a segment whose next hop is unresolved and TCP retransmits it, one
-    /// initial RTO later), which throughput measurements do not want.
+    /// caches. Without it the connection starts with an ARP exchange over
+    /// the (possibly lossy) link; with it, timing measurements start at the
+    /// first SYN.
     pub static_arp: bool,
 }
 
