@@ -50,6 +50,10 @@ pub const fn fpdu_len(ulpdu_len: usize) -> usize {
     LENGTH_LEN + ulpdu_len + pad_len(ulpdu_len) + CRC_LEN
 }
 
+/// Longest FPDU on the wire: with markers, a marker near the end of a
+/// longer one could not point back to its length field in 16 bits.
+const MAX_WIRE_LEN: u32 = u16::MAX as u32 + MARKER_LEN as u32;
+
 /// Why an FPDU cannot be framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FramerError {
@@ -143,9 +147,7 @@ impl FpduLayout {
         let len = u16::try_from(ulpdu_len).map_err(|_| FramerError::UlpduTooLong(ulpdu_len))?;
         let logical = fpdu_len(ulpdu_len) as u32;
         let wire_len = wire_len(start, logical, markers);
-        if wire_len > u32::from(u16::MAX) + MARKER_LEN as u32 {
-            // A marker near the end could not point back to the length
-            // field in 16 bits.
+        if markers && wire_len > MAX_WIRE_LEN {
             return Err(FramerError::UlpduTooLong(ulpdu_len));
         }
         Ok(FpduLayout {
@@ -403,13 +405,14 @@ impl Framer {
     /// fits in `max_segment` octets (MULPDU, with this position's markers
     /// and the CRC counted); `None` if not even an empty FPDU fits.
     pub fn max_ulpdu_len(&self, max_segment: usize) -> Option<usize> {
-        let cap = max_segment.min(fpdu_len(MAX_ULPDU_LEN) + 4 * 130);
         // Logical lengths are multiples of 4; the largest ULPDU of a
-        // logical length L is L - 6.
-        let mut logical = cap & !3;
+        // logical length L is L - 6. Walk down from the largest that could
+        // fit; each step drops at most one marker, so this takes a few
+        // rounds.
+        let mut logical = max_segment.min(fpdu_len(MAX_ULPDU_LEN)) & !3;
         while logical >= MIN_FPDU_LEN {
-            let wire = wire_len(self.pos, logical as u32, self.markers) as usize;
-            if wire <= max_segment {
+            let wire = wire_len(self.pos, logical as u32, self.markers);
+            if wire as usize <= max_segment && (!self.markers || wire <= MAX_WIRE_LEN) {
                 return Some((logical - LENGTH_LEN - CRC_LEN).min(MAX_ULPDU_LEN));
             }
             logical -= 4;
@@ -523,6 +526,18 @@ mod tests {
         assert_eq!(f.max_ulpdu_len(1 << 20), Some(MAX_ULPDU_LEN));
         assert_eq!(f.max_payload_len(14, 1448), 1428);
         assert_eq!(f.max_payload_len(18, 1448), 1424);
+    }
+
+    #[test]
+    fn mulpdu_for_huge_segments() {
+        for markers in [false, true] {
+            for pos in [0, 4, 508, 1000] {
+                let f = Framer::with_position(true, markers, pos);
+                let u = f.max_ulpdu_len(1 << 20).unwrap();
+                assert!(f.layout(u).is_ok(), "markers {markers} pos {pos}");
+                assert!(u == MAX_ULPDU_LEN || f.layout(u + 1).is_err());
+            }
+        }
     }
 
     #[test]

@@ -107,7 +107,9 @@ pub struct Config {
     /// Initiator: the RTR kinds to offer; empty means no peer-to-peer mode
     /// (not accepted by irdma, which insists on P).
     pub rtr_offer: RtrSet,
-    /// Responder: the RTR kinds accepted from a peer-to-peer initiator.
+    /// Responder: the RTR kinds accepted from a peer-to-peer initiator;
+    /// a peer-to-peer request offering none of them is rejected ("no
+    /// matching RTR").
     pub rtr_accept: RtrSet,
     /// Responder: which accepted kind to pick first, second, third.
     pub rtr_preference: [RtrType; 3],
