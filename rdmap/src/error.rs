@@ -429,7 +429,9 @@ pub const ALL: &[(TerminateCause, &str)] = &[
     (
         TerminateCause::RDMAP_PROT_CANNOT_INVALIDATE,
         "A Send with Invalidate (or with SE and Invalidate) names an STag this stream may \
-         not invalidate: unknown, already invalid, or owned by another protection domain.",
+         not invalidate: unknown, owned by another protection domain, or a region \
+         registered as not invalidatable. Invalidating an STag that is already invalid \
+         succeeds, as the verbs specification and siw have it.",
     ),
     (
         TerminateCause::RDMAP_PROT_UNSPECIFIED,
