@@ -15,8 +15,12 @@
 //!   small `Copy` values that map one-to-one to Terminate bytes.
 //! - [`verbs`]: protection domains, memory regions and STags, completion
 //!   queues, shared receive queues, queue-pair states and work requests.
+//! - [`engine`]: the per-connection endpoint that ties them together: MPA
+//!   setup, the receive path (deframe, check, place, complete, Terminate)
+//!   and the send path (FPDU records with payload by reference).
 #![forbid(unsafe_code)]
 
+pub mod engine;
 pub mod error;
 pub mod mpa;
 pub mod placement;

@@ -220,6 +220,30 @@ pub trait Placement {
     /// uses it only where the port cannot attach the region as an external
     /// buffer (and tests use it to check placement).
     fn read(&self, src: CheckedRange<'_>, dst: &mut [u8]);
+
+    /// Extends the CRC32c `crc` (as [`crc32c::crc32c_append`] does) over the
+    /// bytes of `src`. The send path computes the MPA CRC of an FPDU whose
+    /// payload stays in the region (RFC 5044 §4, zero-copy transmit).
+    ///
+    /// The default reads the range through [`Placement::read`] into a
+    /// small stack buffer, chunk by chunk; implementations that can see
+    /// their memory as slices should override it and run over the bytes in
+    /// place.
+    fn crc32c_append(&self, crc: u32, src: CheckedRange<'_>) -> u32 {
+        const CHUNK: usize = 512;
+        let mut buf = [0u8; CHUNK];
+        let mut rest = src;
+        let mut crc = crc;
+        while !rest.is_empty() {
+            let n = (rest.len() as usize).min(CHUNK);
+            let Some(front) = rest.take_front(n) else {
+                break;
+            };
+            self.read(front, &mut buf[..n]);
+            crc = crc32c::crc32c_append(crc, &buf[..n]);
+        }
+        crc
+    }
 }
 
 /// Registered memory as plain vectors: the test and simulation
@@ -297,5 +321,10 @@ impl Placement for VecMemory {
         assert_eq!(dst.len(), src.len as usize, "placement length mismatch");
         let slot = self.slot(&src);
         dst.copy_from_slice(&self.regions[src.region.0 as usize][slot]);
+    }
+
+    fn crc32c_append(&self, crc: u32, src: CheckedRange<'_>) -> u32 {
+        let slot = self.slot(&src);
+        crc32c::crc32c_append(crc, &self.regions[src.region.0 as usize][slot])
     }
 }

@@ -384,6 +384,14 @@ impl QueuePair {
         self.rq.len()
     }
 
+    /// The position of the oldest request still in the send queue (not yet
+    /// retired by [`QueuePair::deliver_completions`]); the next one posted
+    /// gets `head_seq() + sq_len()`. The QP engine walks from here to find
+    /// the request a Terminate from the peer is about.
+    pub fn head_seq(&self) -> WrSeq {
+        WrSeq(self.head_seq)
+    }
+
     /// Reads whose Response has not completed.
     pub fn outstanding_reads(&self) -> usize {
         self.outstanding_reads.len()

@@ -1,0 +1,665 @@
+//! The QP engine: one iWARP endpoint per connection, tying MPA (RFC 5044,
+//! RFC 6581), DDP (RFC 5041) and RDMAP (RFC 5040) to the verbs objects,
+//! sans-IO, over an in-order byte stream.
+//!
+//! It sits between the TCP engine (which hands it in-order payload and
+//! takes records sized to one segment) and the verbs model (the queue pair
+//! it owns, the STag table, completion queues, shared receive queues, and
+//! memory through [`Placement`]). The stream is abstract: in the dataplane
+//! it is `tcp-offload`'s connection; in tests a plain byte pipe.
+//!
+//! # Call order (the driver's side)
+//!
+//! 1. [`Endpoint::initiator`] (the active side, after TCP's handshake) or
+//!    [`Endpoint::responder`] (the passive side), with an MPA
+//!    [`Config`] and the [`QueuePair`] the connection will carry (created
+//!    in Idle; work may already be posted to it).
+//! 2. Whenever TCP can take a record: [`Endpoint::poll_record`] with the
+//!    size TCP offers (`send_capacity`), repeatedly until it returns
+//!    `None`; queue each [`OutRecord`] as one TCP record. MPA frames come
+//!    out first, then (in peer-to-peer mode) the RTR, then FPDUs.
+//! 3. In-order payload from TCP: [`Endpoint::handle_stream`], in whatever
+//!    chunks it arrives. The MPA negotiator consumes exactly its frame;
+//!    what follows in the same chunk goes to the deframer and the receive
+//!    path.
+//! 4. When TCP reports a record acknowledged: [`Endpoint::record_acked`]
+//!    (returns its pin, completes Sends and Writes whose last byte it
+//!    carried). When the connection goes away with records unacknowledged:
+//!    [`Endpoint::record_dropped`] for each, and
+//!    [`Endpoint::handle_stream_closed`].
+//! 5. [`Endpoint::poll_timeout`] / [`Endpoint::handle_timeout`] while MPA
+//!    setup runs.
+//! 6. Drain [`Endpoint::poll_event`] after each call. A responder answers
+//!    [`EngineEvent::ConnectRequest`] with [`Endpoint::accept`] or
+//!    [`Endpoint::reject`]. On [`EngineEvent::ReadyToClose`] the driver
+//!    closes TCP (after the records already queued).
+//!
+//! After posting work to the queue pair ([`Endpoint::qp_mut`]), call
+//! [`Endpoint::poll_record`] again; after polling the CQs, nothing is
+//! needed. Completions are written to the CQs in [`Env`] by every call.
+//!
+//! # Receive path
+//!
+//! Each ULPDU's header is gathered into a small array (it may be split
+//! across chunks and markers), parsed, and checked before a byte is
+//! placed: tagged segments against the STag table (RDMA Write: STag, key,
+//! protection domain, remote write right, TO wrap, base and bounds; Read
+//! Response: the sink of the oldest outstanding Read, in order), untagged
+//! Sends against the queue's MSN and the posted receive buffer (MO, length).
+//! Payload is then written piece by piece through [`Placement`], each piece
+//! re-checked. Tagged and untagged reassembly are kept apart, so a Send
+//! may sit between the segments of a Read Response. Payload is placed
+//! before the CRC that covers it arrives (the deframer's design); nothing
+//! completes until the CRC has matched. Read Requests (queue 1) are checked
+//! (source STag, rights, bounds, pinned) and queued against IRD; their
+//! Responses go out from the pinned source. A Terminate (queue 2) from the
+//! peer moves the queue pair to Error.
+//!
+//! Any fault the peer causes — a framing, CRC, header or placement error —
+//! is answered with one Terminate (RFC 5040 §4.8 layout, reporting the
+//! offending segment's header where the cause calls for it). The first
+//! fault wins; the rest of the stream is ignored. The queue pair moves to
+//! Terminate, then to Error once the Terminate has been handed to TCP,
+//! and outstanding work is flushed. A local failure (a work request's
+//! memory gone, a full CQ) moves the queue pair to Error and is reported
+//! to the peer as an RDMAP local catastrophic error.
+//!
+//! # Send path
+//!
+//! Work comes from [`QueuePair::next_work`] (ORD and fences are its
+//! business). Every FPDU is built to fit the segment TCP offers (MULPDU at
+//! the current stream position, markers and CRC counted): its header in a
+//! fixed array, its payload by reference (a pin on the source region, one
+//! per FPDU, carried by the record), pad and CRC after. An FPDU's payload
+//! never spans two scatter/gather entries. The CRC is computed through
+//! [`Placement::crc32c_append`], which implementations with direct access
+//! to their memory run over the bytes in place. A Send or Write is
+//! reported transmitted when its last FPDU is built, and completes when
+//! the record that carried it is acknowledged — after any earlier Read
+//! ([`QueuePair`] orders completions). Read Responses alternate FPDU by
+//! FPDU with the send queue's own work.
+//!
+//! Nothing here allocates per FPDU: headers and trailers are fixed arrays,
+//! queues were sized when the objects were created. MPA frames are copied
+//! into one allocation per connection.
+
+mod record;
+mod rx;
+mod tx;
+
+use std::collections::VecDeque;
+
+use core::time::Duration;
+
+pub use record::{OutRecord, Piece, Pieces, RangeError, RecordKind, MAX_HEAD_LEN};
+
+use crate::error::TerminateCause;
+use crate::mpa::{
+    Config, Deframer, Event as MpaEvent, Framer, Negotiated, NegotiationError, Negotiator,
+    PeerRequest, Rejection, Role, RtrType, SetupError,
+};
+use crate::placement::Placement;
+use crate::verbs::{
+    CompletionQueue, Device, QpModify, QpState, QueuePair, SharedReceiveQueue, VerbsError,
+    WcStatus, WrSeq,
+};
+use crate::wire::{RdmapOpcode, TerminateRepr};
+
+/// What the engine needs from its surroundings for one call: the device
+/// (STag table), memory, and the shared objects the queue pair uses.
+///
+/// `recv_cq: None` means the receive CQ is `send_cq` (one CQ for both, as
+/// rping and perftest create them).
+#[derive(Debug)]
+pub struct Env<'a, M: Placement + ?Sized> {
+    /// The device whose STag table checks every access.
+    pub device: &'a mut Device,
+    /// Registered memory.
+    pub mem: &'a mut M,
+    /// The queue pair's send CQ.
+    pub send_cq: &'a mut CompletionQueue,
+    /// Its receive CQ, if not the same as `send_cq`.
+    pub recv_cq: Option<&'a mut CompletionQueue>,
+    /// Its shared receive queue, if it was created with one.
+    pub srq: Option<&'a mut SharedReceiveQueue>,
+}
+
+impl<'a, M: Placement + ?Sized> Env<'a, M> {
+    /// An environment with one CQ for sends and receives and no SRQ.
+    pub fn new(device: &'a mut Device, mem: &'a mut M, cq: &'a mut CompletionQueue) -> Self {
+        Env {
+            device,
+            mem,
+            send_cq: cq,
+            recv_cq: None,
+            srq: None,
+        }
+    }
+
+    fn recv_cq(&mut self) -> &mut CompletionQueue {
+        match self.recv_cq {
+            Some(ref mut cq) => cq,
+            None => self.send_cq,
+        }
+    }
+}
+
+/// Who ended the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TerminateOrigin {
+    /// We found a fault (or failed locally) and sent a Terminate.
+    Local,
+    /// The peer sent a Terminate.
+    Peer,
+    /// TCP went away under the stream; nothing could be sent.
+    Stream,
+}
+
+/// Why connection setup did not produce a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SetupFailure {
+    /// The MPA negotiation failed (a Terminate follows when RFC 6581 §8
+    /// asks for one).
+    Negotiation(NegotiationError),
+    /// Bytes arrived where the protocol allows none (after the request,
+    /// before our reply).
+    UnexpectedData,
+    /// The queue pair refused the negotiated state (not in Idle, or IRD/ORD
+    /// beyond its limits).
+    QueuePair(VerbsError),
+    /// TCP closed before setup finished.
+    StreamClosed,
+}
+
+/// What the driver and the application learn from the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineEvent {
+    /// Responder: an MPA request arrived; read [`Endpoint::peer_request`]
+    /// and call [`Endpoint::accept`] or [`Endpoint::reject`].
+    ConnectRequest,
+    /// The stream is up; the queue pair is in Rts.
+    Connected(Negotiated),
+    /// The connection was refused (by the peer, or by us with a reject).
+    Rejected(Rejection),
+    /// Setup failed.
+    SetupFailed(SetupFailure),
+    /// The stream ended abnormally. `cause` is `None` when the peer's
+    /// Terminate could not be read.
+    Terminated {
+        /// The Terminate cause.
+        cause: Option<TerminateCause>,
+        /// Who ended it.
+        origin: TerminateOrigin,
+    },
+    /// Nothing more will come out of [`Endpoint::poll_record`]: close TCP
+    /// once the records already queued have been sent.
+    ReadyToClose,
+}
+
+/// Counters of one endpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// FPDUs received, by RDMAP opcode (index = opcode value); those whose
+    /// header could not be parsed are not counted here.
+    pub fpdus_in: [u64; 8],
+    /// FPDUs sent, by RDMAP opcode.
+    pub fpdus_out: [u64; 8],
+    /// Payload bytes placed into registered memory.
+    pub bytes_placed: u64,
+    /// Payload bytes sent by reference.
+    pub bytes_sent: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fatal {
+    origin: TerminateOrigin,
+}
+
+/// One iWARP connection endpoint. See the module documentation for the
+/// order of calls.
+#[derive(Debug)]
+pub struct Endpoint {
+    role: Role,
+    qp: QueuePair,
+    negotiator: Negotiator,
+    negotiated: Option<Negotiated>,
+    /// MPA frame bytes still to hand out, and how many went already.
+    setup_tx: Option<(Box<[u8]>, usize)>,
+    framer: Framer,
+    /// The framer is configured (FPDU mode in our sending direction).
+    framing_ready: bool,
+    deframer: Deframer,
+    /// Input goes to the deframer.
+    rx_running: bool,
+    /// The queue pair reached Rts through setup.
+    connected: bool,
+    /// Responder: the initiator's first FPDU (or RTR) has arrived.
+    may_send_fpdus: bool,
+    /// Initiator: the RTR still to send.
+    rtr_to_send: Option<RtrType>,
+    /// Responder: the RTR the first FPDU must be.
+    rtr_expected: Option<RtrType>,
+    /// Initiator: our Read RTR's zero-length Response has not arrived.
+    rtr_read_pending: bool,
+    /// Responder: the zero-length Read Response owed for a Read RTR.
+    rtr_read_response: Option<(u32, u64)>,
+    rx: rx::RxState,
+    tx: tx::TxState,
+    /// Bytes handed out on the stream so far (MPA frames included).
+    tx_offset: u64,
+    fatal: Option<Fatal>,
+    /// Our Terminate, waiting for room in a segment.
+    terminate_tx: Option<TerminateRepr>,
+    close_pending: bool,
+    close_reported: bool,
+    events: VecDeque<EngineEvent>,
+    stats: Stats,
+}
+
+impl Endpoint {
+    /// The active side: builds the MPA request at once (it is the first
+    /// record [`Endpoint::poll_record`] yields). The IRD and ORD offered
+    /// are the configuration's, capped at the queue pair's limits.
+    pub fn initiator(
+        config: Config,
+        private_data: &[u8],
+        qp: QueuePair,
+        now: Duration,
+    ) -> Result<Endpoint, SetupError> {
+        let config = cap_config(config, &qp);
+        let negotiator = Negotiator::initiator(config, private_data, now)?;
+        let mut ep = Endpoint::new(Role::Initiator, negotiator, qp);
+        ep.take_setup_bytes();
+        Ok(ep)
+    }
+
+    /// The passive side: waits for the MPA request.
+    pub fn responder(config: Config, qp: QueuePair, now: Duration) -> Result<Endpoint, SetupError> {
+        let config = cap_config(config, &qp);
+        let negotiator = Negotiator::responder(config, now)?;
+        Ok(Endpoint::new(Role::Responder, negotiator, qp))
+    }
+
+    fn new(role: Role, negotiator: Negotiator, qp: QueuePair) -> Endpoint {
+        Endpoint {
+            role,
+            qp,
+            negotiator,
+            negotiated: None,
+            setup_tx: None,
+            framer: Framer::new(false, false),
+            framing_ready: false,
+            deframer: Deframer::new(false, false, u16::MAX),
+            rx_running: false,
+            connected: false,
+            may_send_fpdus: false,
+            rtr_to_send: None,
+            rtr_expected: None,
+            rtr_read_pending: false,
+            rtr_read_response: None,
+            rx: rx::RxState::new(),
+            tx: tx::TxState::new(),
+            tx_offset: 0,
+            fatal: None,
+            terminate_tx: None,
+            close_pending: false,
+            close_reported: false,
+            events: VecDeque::with_capacity(8),
+            stats: Stats::default(),
+        }
+    }
+
+    /// Our role in connection setup.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The queue pair.
+    pub fn qp(&self) -> &QueuePair {
+        &self.qp
+    }
+
+    /// The queue pair, to post work (`post_send`, `post_recv`) or change
+    /// its state.
+    pub fn qp_mut(&mut self) -> &mut QueuePair {
+        &mut self.qp
+    }
+
+    /// Gives the queue pair back (to destroy it). Pins held by records the
+    /// driver still has must be returned to the STag table first
+    /// ([`Endpoint::record_dropped`]).
+    pub fn into_qp(self) -> QueuePair {
+        self.qp
+    }
+
+    /// What setup agreed on, once connected.
+    pub fn negotiated(&self) -> Option<&Negotiated> {
+        self.negotiated.as_ref()
+    }
+
+    /// Responder: the request awaiting [`Endpoint::accept`] or
+    /// [`Endpoint::reject`].
+    pub fn peer_request(&self) -> Option<&PeerRequest> {
+        self.negotiator.peer_request()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Bytes handed out on the stream so far, MPA frames included.
+    pub fn stream_offset(&self) -> u64 {
+        self.tx_offset
+    }
+
+    /// Whether the stream has ended (a Terminate sent or received, or TCP
+    /// gone).
+    pub fn is_terminated(&self) -> bool {
+        self.fatal.is_some()
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<EngineEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`Endpoint::handle_timeout`] is due (MPA setup only).
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        self.negotiator.poll_timeout()
+    }
+
+    /// Runs the MPA setup timer.
+    pub fn handle_timeout(&mut self, now: Duration) {
+        self.negotiator.handle_timeout(now);
+        self.drain_negotiator();
+    }
+
+    /// Responder: accepts the pending request with `private_data` for the
+    /// initiator. The reply is the next record; the stream is up at once
+    /// ([`EngineEvent::Connected`]), though no FPDU leaves before the
+    /// initiator's first one.
+    pub fn accept(&mut self, private_data: &[u8]) -> Result<(), SetupError> {
+        self.negotiator.accept(private_data)?;
+        self.drain_negotiator();
+        Ok(())
+    }
+
+    /// Responder: refuses the pending request with a reject frame.
+    pub fn reject(&mut self, private_data: &[u8]) -> Result<(), SetupError> {
+        self.negotiator.reject(private_data)?;
+        self.drain_negotiator();
+        Ok(())
+    }
+
+    /// Ends the stream from our side with a Terminate for `cause` (for
+    /// example [`TerminateCause::RDMAP_OP_CATASTROPHIC_GLOBAL`] when the
+    /// worker shuts down on an internal error). Nothing happens if the
+    /// stream has ended already.
+    pub fn abort<M: Placement + ?Sized>(&mut self, cause: TerminateCause, env: &mut Env<'_, M>) {
+        self.fail(cause, None);
+        self.service(env);
+    }
+
+    /// TCP has closed or reset the connection. A stream still up ends with
+    /// [`TerminateCause::MPA_TCP_CLOSED`], reported locally.
+    pub fn handle_stream_closed<M: Placement + ?Sized>(&mut self, env: &mut Env<'_, M>) {
+        if !self.connected && self.fatal.is_none() && !self.close_pending {
+            self.events
+                .push_back(EngineEvent::SetupFailed(SetupFailure::StreamClosed));
+        } else if self.fatal.is_none() && self.connected {
+            self.fatal = Some(Fatal {
+                origin: TerminateOrigin::Stream,
+            });
+            self.events.push_back(EngineEvent::Terminated {
+                cause: Some(TerminateCause::MPA_TCP_CLOSED),
+                origin: TerminateOrigin::Stream,
+            });
+        }
+        self.rx_running = false;
+        self.terminate_tx = None;
+        self.setup_tx = None;
+        self.tx.abandon();
+        self.enter_error();
+        self.close_pending = true;
+        self.service(env);
+    }
+
+    /// Takes in-order bytes from the stream. Never fails: a fault of the
+    /// peer becomes a Terminate and an event.
+    pub fn handle_stream<M: Placement + ?Sized>(
+        &mut self,
+        now: Duration,
+        chunk: &[u8],
+        env: &mut Env<'_, M>,
+    ) {
+        let mut rest = chunk;
+        if !self.negotiator.is_done() {
+            let used = self.negotiator.handle_input(rest, now);
+            rest = rest.get(used..).unwrap_or(&[]);
+            self.drain_negotiator();
+        }
+        if !rest.is_empty() {
+            if self.rx_running {
+                self.rx_feed(rest, env);
+            } else if !self.negotiator.is_done() {
+                // The peer spoke out of turn (a request's private data is
+                // counted exactly, so these bytes belong to nobody).
+                self.setup_failed(SetupFailure::UnexpectedData);
+            }
+        }
+        self.service(env);
+    }
+
+    /// TCP acknowledged `record`: returns its pin and advances the
+    /// acknowledged stream offset, completing the Sends and Writes it
+    /// finishes (in send-queue order).
+    pub fn record_acked<M: Placement + ?Sized>(
+        &mut self,
+        mut record: OutRecord,
+        env: &mut Env<'_, M>,
+    ) {
+        if let Some(pin) = record.take_pin() {
+            env.device.mrs_mut().unpin(pin);
+        }
+        self.qp.acked(record.end_offset());
+        self.service(env);
+    }
+
+    /// The connection went away with `record` unacknowledged: returns its
+    /// pin only.
+    pub fn record_dropped(&mut self, mut record: OutRecord, device: &mut Device) {
+        if let Some(pin) = record.take_pin() {
+            device.mrs_mut().unpin(pin);
+        }
+    }
+
+    /// Moves finished work into the CQs (flushing in Error), returns the
+    /// pins of queued inbound Reads once in Error, and notices a queue pair
+    /// that failed locally. Every other call ends with this.
+    pub fn service<M: Placement + ?Sized>(&mut self, env: &mut Env<'_, M>) {
+        if self.qp.state() == QpState::Error {
+            self.qp.drain_inbound_reads(env.device.mrs_mut());
+        }
+        // A full CQ is recorded by the queue pair (it moves to Error and
+        // keeps the completion for a later call).
+        let _ = self.qp.deliver_completions(env.send_cq);
+        if self.qp.state() == QpState::Error {
+            let _ = self.qp.flush_rq(env.recv_cq());
+            if self.connected && self.fatal.is_none() {
+                // A work request failed locally (its memory went away, a
+                // CQ overflowed) or the application forced Error.
+                self.fail(TerminateCause::RDMAP_LOCAL_CATASTROPHIC, None);
+                self.qp.drain_inbound_reads(env.device.mrs_mut());
+            }
+        }
+        self.check_close();
+    }
+
+    fn take_setup_bytes(&mut self) {
+        if let Some(bytes) = self.negotiator.poll_transmit() {
+            if !bytes.is_empty() {
+                self.setup_tx = Some((bytes.into(), 0));
+            }
+        }
+    }
+
+    fn drain_negotiator(&mut self) {
+        // The reply or reject goes out before anything the event leads to.
+        self.take_setup_bytes();
+        while let Some(ev) = self.negotiator.poll_event() {
+            self.take_setup_bytes();
+            match ev {
+                MpaEvent::RequestReceived => self.events.push_back(EngineEvent::ConnectRequest),
+                MpaEvent::Negotiated(n) => self.on_negotiated(n),
+                MpaEvent::Rejected(r) => {
+                    self.events.push_back(EngineEvent::Rejected(r));
+                    self.close_pending = true;
+                    self.enter_error();
+                }
+                MpaEvent::Failed(e) => {
+                    self.setup_failed(SetupFailure::Negotiation(e));
+                    if let Some((cause, framing)) = e.terminate_cause() {
+                        // RFC 6581 §8: the reply switched both sides to
+                        // FPDU mode, so say why in a Terminate.
+                        self.framer = Framer::from_framing(&framing);
+                        self.framing_ready = true;
+                        self.terminate_tx = Some(TerminateRepr::bare(cause));
+                    }
+                }
+            }
+        }
+    }
+
+    fn setup_failed(&mut self, why: SetupFailure) {
+        if self.close_pending {
+            return;
+        }
+        self.events.push_back(EngineEvent::SetupFailed(why));
+        self.close_pending = true;
+        self.rx_running = false;
+        self.enter_error();
+    }
+
+    fn on_negotiated(&mut self, n: Negotiated) {
+        let attr = *self.qp.attr();
+        let m = QpModify {
+            state: Some(QpState::Rts),
+            ord: Some(u32::from(n.ord).min(attr.max_ord)),
+            ird: Some(u32::from(n.ird).min(attr.max_ird)),
+        };
+        if let Err(e) = self.qp.modify_qp(m) {
+            self.setup_failed(SetupFailure::QueuePair(e));
+            return;
+        }
+        self.framer = Framer::from_framing(&n.framing);
+        self.framing_ready = true;
+        self.deframer = Deframer::from_framing(&n.framing, u16::MAX);
+        self.rx_running = true;
+        self.connected = true;
+        self.may_send_fpdus = !n.must_wait_for_first_fpdu;
+        self.rtr_to_send = n.send_rtr();
+        self.rtr_expected = n.expect_rtr();
+        self.events.push_back(EngineEvent::Connected(n.clone()));
+        self.negotiated = Some(n);
+    }
+
+    /// We end the stream: queue a Terminate for `cause` reporting
+    /// `offending` (the ULPDU bytes gathered, and its full length), move
+    /// the queue pair towards Error. The first fault wins.
+    fn fail(&mut self, cause: TerminateCause, offending: Option<(&[u8], u16)>) {
+        if self.fatal.is_some() {
+            return;
+        }
+        self.fatal = Some(Fatal {
+            origin: TerminateOrigin::Local,
+        });
+        self.events.push_back(EngineEvent::Terminated {
+            cause: Some(cause),
+            origin: TerminateOrigin::Local,
+        });
+        self.rx_running = false;
+        self.close_pending = true;
+        self.tx.abandon();
+        if self.framing_ready {
+            let mut repr = TerminateRepr::for_segment(cause, offending.map(|(b, _)| b));
+            if repr.segment_length.is_some() {
+                repr.segment_length = offending.map(|(_, len)| len);
+            }
+            self.terminate_tx = Some(repr);
+            if self
+                .qp
+                .modify_qp(QpModify::state(QpState::Terminate))
+                .is_err()
+            {
+                self.enter_error();
+            }
+        } else {
+            self.enter_error();
+        }
+    }
+
+    /// The peer's Terminate (`None` if unreadable), about a message of
+    /// `about` if it included the DDP header.
+    fn peer_terminated(&mut self, cause: Option<TerminateCause>, about: Option<RdmapOpcode>) {
+        if self.fatal.is_some() {
+            return;
+        }
+        self.fatal = Some(Fatal {
+            origin: TerminateOrigin::Peer,
+        });
+        self.events.push_back(EngineEvent::Terminated {
+            cause,
+            origin: TerminateOrigin::Peer,
+        });
+        self.rx_running = false;
+        self.close_pending = true;
+        self.tx.abandon();
+        // The peer blames one of our messages: the oldest request in flight
+        // takes the status its cause maps to (a Terminate about a Read
+        // Response we sent blames no request of ours). Everything else is
+        // flushed.
+        let blame = !matches!(
+            about,
+            Some(RdmapOpcode::ReadResponse | RdmapOpcode::Terminate)
+        );
+        if blame {
+            let status = cause.map_or(WcStatus::RemoteOperationError, WcStatus::from_terminate);
+            let head = self.qp.head_seq().0;
+            for seq in head..head + self.qp.sq_len() as u64 {
+                if self.qp.complete(WrSeq(seq), status).is_ok() {
+                    break;
+                }
+            }
+        }
+        self.enter_error();
+    }
+
+    fn enter_error(&mut self) {
+        // Any state may go to Error.
+        let _ = self.qp.modify_qp(QpModify::state(QpState::Error));
+    }
+
+    fn check_close(&mut self) {
+        if self.close_pending
+            && !self.close_reported
+            && self.setup_tx.is_none()
+            && self.terminate_tx.is_none()
+        {
+            self.close_reported = true;
+            self.events.push_back(EngineEvent::ReadyToClose);
+        }
+    }
+}
+
+/// The IRD/ORD we offer never exceed what the queue pair can hold.
+fn cap_config(mut config: Config, qp: &QueuePair) -> Config {
+    let attr = qp.attr();
+    config.ird = config
+        .ird
+        .min(u16::try_from(attr.max_ird).unwrap_or(u16::MAX));
+    config.ord = config
+        .ord
+        .min(u16::try_from(attr.max_ord).unwrap_or(u16::MAX));
+    config
+}

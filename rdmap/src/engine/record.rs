@@ -1,0 +1,348 @@
+//! What the send path hands to TCP: one record per FPDU (RFC 5044 §4),
+//! header bytes inline, payload by reference into a pinned region, pad and
+//! CRC after, markers where the layout puts them (RFC 5044 §5–§6); or, during
+//! connection setup, a piece of an MPA request, reply or reject frame.
+//!
+//! A record is sent as exactly one TCP segment (the engine sizes it to the
+//! capacity TCP offered, so FPDUs stay aligned with segments, as hardware
+//! peers need). It owns the pin of its payload: the region cannot finish
+//! deregistering while TCP may still retransmit the record. The driver gives
+//! it back with [`Endpoint::record_acked`](super::Endpoint::record_acked) once
+//! TCP reports it acknowledged (or
+//! [`Endpoint::record_dropped`](super::Endpoint::record_dropped) when the
+//! connection went away with it unacknowledged).
+//!
+//! A zero-copy driver walks [`OutRecord::pieces`]: small byte pieces (length
+//! and DDP header, markers, pad and CRC) go into a header buffer, payload
+//! pieces are attached from the region. A copying driver (the simulator,
+//! ports without multi-segment transmit) uses [`OutRecord::copy_to`].
+
+use crate::mpa::fpdu::MarkerSlots;
+use crate::mpa::fpdu::{FpduLayout, Trailer};
+use crate::mpa::markers::MARKER_LEN;
+use crate::placement::{CheckedRange, Placement, RegionRef};
+use crate::wire::rdmap::READ_REQUEST_LEN;
+use crate::wire::terminate::{CONTROL_LEN, SEGMENT_LENGTH_LEN};
+use crate::wire::UNTAGGED_HEADER_LEN;
+
+/// Bytes of an FPDU before its payload, at most: the 2-byte ULPDU length,
+/// an untagged DDP header and the longest RDMAP header after it (a
+/// Terminate reporting an RDMA Read Request: control, segment length, the
+/// DDP header and the Read Request header).
+pub const MAX_HEAD_LEN: usize = 2
+    + UNTAGGED_HEADER_LEN
+    + CONTROL_LEN
+    + SEGMENT_LENGTH_LEN
+    + UNTAGGED_HEADER_LEN
+    + READ_REQUEST_LEN;
+
+/// What a record carries, for statistics and for the driver's logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordKind {
+    /// Bytes of an MPA request, reply or reject frame.
+    MpaFrame,
+    /// The peer-to-peer ready-to-receive message.
+    Rtr,
+    /// A Send (any variant).
+    Send,
+    /// An RDMA Write.
+    RdmaWrite,
+    /// An RDMA Read Request.
+    ReadRequest,
+    /// An RDMA Read Response (the zero-length answer to a Read RTR
+    /// included).
+    ReadResponse,
+    /// Our Terminate.
+    Terminate,
+}
+
+/// One piece of a record in wire order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece<'r> {
+    /// Bytes held by the record: length field and headers, pad and CRC,
+    /// or MPA frame bytes.
+    Bytes(&'r [u8]),
+    /// A marker (RFC 5044 §5).
+    Marker([u8; MARKER_LEN]),
+    /// Payload in registered memory, pinned by the record.
+    Payload(CheckedRange<'r>),
+}
+
+impl Piece<'_> {
+    /// Octets on the wire.
+    pub fn len(&self) -> usize {
+        match self {
+            Piece::Bytes(b) => b.len(),
+            Piece::Marker(_) => MARKER_LEN,
+            Piece::Payload(r) => r.len() as usize,
+        }
+    }
+
+    /// Whether the piece is empty (never, from [`OutRecord::pieces`]).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One TCP record produced by [`Endpoint::poll_record`](super::Endpoint::poll_record).
+///
+/// Not `Clone`: it accounts for one pin of its payload's region. Dropping
+/// it without giving it back leaks that pin (the region then never
+/// finishes deregistering).
+#[derive(Debug)]
+#[must_use = "give the record back with Endpoint::record_acked or record_dropped"]
+pub struct OutRecord {
+    pub(super) kind: RecordKind,
+    /// Stream offset just past this record (bytes sent on the connection
+    /// since it started, MPA frames included).
+    pub(super) end: u64,
+    pub(super) body: Body,
+}
+
+#[derive(Debug)]
+pub(super) enum Body {
+    /// A slice of an MPA frame (connection setup; allocated once per
+    /// connection).
+    Setup(Box<[u8]>),
+    /// An FPDU.
+    Fpdu(Fpdu),
+}
+
+#[derive(Debug)]
+pub(super) struct Fpdu {
+    pub(super) layout: FpduLayout,
+    /// Length field, DDP header and any RDMAP header after it.
+    pub(super) head: [u8; MAX_HEAD_LEN],
+    pub(super) head_len: u8,
+    pub(super) payload: Option<RegionRef>,
+    pub(super) trailer: Trailer,
+}
+
+impl OutRecord {
+    /// What it carries.
+    pub fn kind(&self) -> RecordKind {
+        self.kind
+    }
+
+    /// Octets on the wire (what TCP's sequence space advances by).
+    pub fn len(&self) -> usize {
+        match &self.body {
+            Body::Setup(b) => b.len(),
+            Body::Fpdu(f) => f.layout.wire_len(),
+        }
+    }
+
+    /// Whether it is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The stream offset just past this record: the engine's count of
+    /// bytes sent on the connection, MPA frames included.
+    pub fn end_offset(&self) -> u64 {
+        self.end
+    }
+
+    /// The FPDU's layout (stream position, markers), `None` for setup bytes.
+    pub fn layout(&self) -> Option<&FpduLayout> {
+        match &self.body {
+            Body::Setup(_) => None,
+            Body::Fpdu(f) => Some(&f.layout),
+        }
+    }
+
+    /// The payload's pinned region, if the FPDU carries payload.
+    pub fn payload(&self) -> Option<&RegionRef> {
+        match &self.body {
+            Body::Setup(_) => None,
+            Body::Fpdu(f) => f.payload.as_ref(),
+        }
+    }
+
+    /// The pieces in wire order, markers inserted.
+    pub fn pieces(&self) -> Pieces<'_> {
+        Pieces::new(self, false)
+    }
+
+    /// Copies `dst.len()` octets of the record, starting at `offset`, into
+    /// `dst`, reading payload through `mem`. Fails (copying nothing) if the
+    /// range is not inside the record.
+    pub fn copy_to<M: Placement + ?Sized>(
+        &self,
+        mem: &M,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<(), RangeError> {
+        let end = offset.checked_add(dst.len()).ok_or(RangeError)?;
+        if end > self.len() {
+            return Err(RangeError);
+        }
+        let mut at = 0usize;
+        for piece in self.pieces() {
+            let len = piece.len();
+            let (lo, hi) = (at.max(offset), (at + len).min(end));
+            if lo < hi {
+                let out = &mut dst[lo - offset..hi - offset];
+                let (from, n) = (lo - at, hi - lo);
+                match piece {
+                    Piece::Bytes(b) => out.copy_from_slice(&b[from..from + n]),
+                    Piece::Marker(m) => out.copy_from_slice(&m[from..from + n]),
+                    Piece::Payload(r) => {
+                        // from + n <= r.len(), which fits u32.
+                        if let Some(sub) = r.sub(from as u32, n as u32) {
+                            mem.read(sub, out);
+                        }
+                    }
+                }
+            }
+            at += len;
+            if at >= end {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The whole record as a vector (tests and copying drivers).
+    pub fn to_vec<M: Placement + ?Sized>(&self, mem: &M) -> Vec<u8> {
+        let mut v = vec![0; self.len()];
+        // Cannot fail: the range is the whole record.
+        let _ = self.copy_to(mem, 0, &mut v);
+        v
+    }
+
+    /// Takes the payload pin out (to return it to the table).
+    pub(super) fn take_pin(&mut self) -> Option<RegionRef> {
+        match &mut self.body {
+            Body::Setup(_) => None,
+            Body::Fpdu(f) => f.payload.take(),
+        }
+    }
+}
+
+/// A range outside the record was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RangeError;
+
+impl core::fmt::Display for RangeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("range outside the record")
+    }
+}
+
+impl std::error::Error for RangeError {}
+
+/// The pieces of a record; see [`OutRecord::pieces`].
+///
+/// In "CRC mode" (used while building the FPDU) the walk stops at the CRC
+/// field, after a marker that sits right before it: exactly the octets the
+/// CRC covers (RFC 5044 §4.4 with markers, as [`FpduLayout::crc`] counts
+/// them).
+#[derive(Debug, Clone)]
+pub struct Pieces<'r> {
+    record: &'r OutRecord,
+    /// Logical offset (markers not counted) of the next octet.
+    logical: u32,
+    /// Where the walk ends, logically.
+    total: u32,
+    crc_mode: bool,
+    /// The FPDU's markers still to come (`None` for setup bytes).
+    markers: Option<core::iter::Peekable<MarkerSlots>>,
+    /// Setup records: already yielded.
+    done: bool,
+}
+
+impl<'r> Pieces<'r> {
+    pub(super) fn new(record: &'r OutRecord, crc_mode: bool) -> Pieces<'r> {
+        let (total, markers) = match &record.body {
+            Body::Setup(b) => (b.len() as u32, None),
+            Body::Fpdu(f) => {
+                let total = if crc_mode {
+                    f.layout.crc_offset()
+                } else {
+                    f.layout.logical_len()
+                };
+                (total as u32, Some(f.layout.markers().peekable()))
+            }
+        };
+        Pieces {
+            record,
+            logical: 0,
+            total,
+            crc_mode,
+            markers,
+            done: false,
+        }
+    }
+}
+
+impl<'r> Iterator for Pieces<'r> {
+    type Item = Piece<'r>;
+
+    fn next(&mut self) -> Option<Piece<'r>> {
+        let f = match &self.record.body {
+            Body::Setup(b) => {
+                if self.done || b.is_empty() {
+                    return None;
+                }
+                self.done = true;
+                return Some(Piece::Bytes(b));
+            }
+            Body::Fpdu(f) => f,
+        };
+        // A marker due before the next octet (or, in CRC mode, right
+        // before the CRC field).
+        let logical = self.logical;
+        let total = self.total;
+        let crc_mode = self.crc_mode;
+        let markers = self.markers.as_mut()?;
+        if let Some(m) = markers.next_if(|m| {
+            m.logical_offset == logical && (logical < total || (crc_mode && logical == total))
+        }) {
+            return Some(Piece::Marker(m.bytes));
+        }
+        let next_marker = markers.peek().map(|m| m.logical_offset);
+        if self.logical >= self.total {
+            return None;
+        }
+        let head = u32::from(f.head_len);
+        let plen = f.payload.as_ref().map_or(0, RegionRef::len);
+        let (seg_start, seg_end) = if self.logical < head {
+            (0, head)
+        } else if self.logical < head + plen {
+            (head, head + plen)
+        } else {
+            (head + plen, self.total)
+        };
+        let mut end = seg_end.min(self.total);
+        if let Some(m) = next_marker.filter(|&m| m > self.logical) {
+            end = end.min(m);
+        }
+        let from = (self.logical - seg_start) as usize;
+        let n = (end - self.logical) as usize;
+        self.logical = end;
+        Some(if seg_start == 0 && head > 0 {
+            Piece::Bytes(&f.head[from..from + n])
+        } else if seg_start == head && plen > 0 {
+            let range = f.payload.as_ref().map(RegionRef::range)?;
+            Piece::Payload(range.sub(from as u32, n as u32)?)
+        } else {
+            let t = f.trailer.as_bytes();
+            Piece::Bytes(&t[from..(from + n).min(t.len())])
+        })
+    }
+}
+
+/// CRC32c of an FPDU record over its covered octets (length field, ULPDU,
+/// pad, and markers before the CRC field), payload read through `mem`.
+pub(super) fn fpdu_crc<M: Placement + ?Sized>(record: &OutRecord, mem: &M) -> u32 {
+    let mut crc = 0u32;
+    for piece in Pieces::new(record, true) {
+        crc = match piece {
+            Piece::Bytes(b) => crc32c::crc32c_append(crc, b),
+            Piece::Marker(m) => crc32c::crc32c_append(crc, &m),
+            Piece::Payload(r) => mem.crc32c_append(crc, r),
+        };
+    }
+    crc
+}

@@ -1,0 +1,477 @@
+//! The send path: work requests, Read Responses, RTRs and Terminates to
+//! FPDU records sized to the segment TCP offers (RDMAP RFC 5040 §5, DDP
+//! RFC 5041 §4–§5, MPA framing RFC 5044 §4–§6, RTR RFC 6581 §4).
+//!
+//! Priority, per call: MPA frame bytes; our Terminate (then nothing else);
+//! in peer-to-peer mode the RTR (initiator) or the zero-length Read
+//! Response a Read RTR asked for (responder); then Read Responses and the
+//! send queue's own messages, alternating FPDU by FPDU.
+
+use super::record::{fpdu_crc, Body, Fpdu, OutRecord, RecordKind, MAX_HEAD_LEN};
+use super::rx::stat_index;
+use super::{Endpoint, Env};
+use crate::error::TerminateCause;
+use crate::mpa::fpdu::LENGTH_LEN;
+use crate::mpa::rtr::{read_response_ulpdu, rtr_ulpdu, RTR_STAG};
+use crate::mpa::RtrType;
+use crate::placement::{Placement, RegionRef};
+use crate::verbs::{Access, QpModify, QpState, SendWork, Stag, WireOp};
+use crate::wire::rdmap::READ_REQUEST_LEN;
+use crate::wire::{
+    DdpRepr, RdmapOpcode, ReadRequest, TerminateMessage, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
+};
+
+/// A send-queue request being put on the wire.
+#[derive(Debug, Clone, Copy)]
+struct TxWork {
+    work: SendWork,
+    /// Message bytes framed so far.
+    sent: u32,
+    /// The SGE the next byte comes from, and the offset in it.
+    sge: usize,
+    sge_off: u32,
+    /// The MSN it goes out with (Sends and Read Requests).
+    msn: u32,
+}
+
+/// Send-side state of one stream.
+#[derive(Debug)]
+pub(super) struct TxState {
+    cur: Option<TxWork>,
+    /// Next MSN on the peer's Send queue (queue 0).
+    send_msn: u32,
+    /// Next MSN on the peer's Read Request queue (queue 1).
+    read_msn: u32,
+    /// Whose turn it is: a Read Response FPDU (true) or the send queue's.
+    response_turn: bool,
+}
+
+impl TxState {
+    pub(super) const fn new() -> TxState {
+        TxState {
+            cur: None,
+            send_msn: 1,
+            read_msn: 1,
+            response_turn: true,
+        }
+    }
+
+    /// Stops the message in progress (the stream has ended; the queue pair
+    /// flushes it).
+    pub(super) fn abandon(&mut self) {
+        self.cur = None;
+    }
+}
+
+/// What to frame: the ULPDU's header bytes (DDP header and any RDMAP
+/// header) and the payload pin.
+struct Ulpdu {
+    head: [u8; MAX_HEAD_LEN - LENGTH_LEN],
+    head_len: usize,
+}
+
+impl Ulpdu {
+    fn new() -> Ulpdu {
+        Ulpdu {
+            head: [0; MAX_HEAD_LEN - LENGTH_LEN],
+            head_len: 0,
+        }
+    }
+
+    fn ddp(repr: &DdpRepr) -> Ulpdu {
+        let mut u = Ulpdu::new();
+        repr.emit(&mut u.head);
+        u.head_len = repr.header_len();
+        u
+    }
+
+    fn bytes(b: &[u8]) -> Ulpdu {
+        let mut u = Ulpdu::new();
+        let n = b.len().min(u.head.len());
+        u.head[..n].copy_from_slice(&b[..n]);
+        u.head_len = n;
+        u
+    }
+}
+
+impl Endpoint {
+    /// The next record to hand to TCP, at most `max_segment` octets (the
+    /// size TCP offers now: `send_capacity`, never above the MSS). `None`
+    /// when there is nothing to send or it does not fit; call again when
+    /// TCP has room, after posting work, and after receiving.
+    pub fn poll_record<M: Placement + ?Sized>(
+        &mut self,
+        max_segment: usize,
+        env: &mut Env<'_, M>,
+    ) -> Option<OutRecord> {
+        let record = self.next_record(max_segment, env);
+        self.service(env);
+        record
+    }
+
+    fn next_record<M: Placement + ?Sized>(
+        &mut self,
+        max_segment: usize,
+        env: &mut Env<'_, M>,
+    ) -> Option<OutRecord> {
+        if max_segment == 0 {
+            return None;
+        }
+        if let Some(r) = self.next_setup_record(max_segment) {
+            return Some(r);
+        }
+        if self.setup_tx.is_some() {
+            return None;
+        }
+        if let Some(repr) = self.terminate_tx {
+            let msg = TerminateMessage {
+                msn: 1,
+                header: repr,
+            };
+            let mut u = Ulpdu::new();
+            u.head_len = msg.emit(&mut u.head);
+            if !self.fits(u.head_len, max_segment) {
+                return None;
+            }
+            let r = self.frame(RecordKind::Terminate, &u, None, env)?;
+            self.terminate_tx = None;
+            // RFC 5040 §6.2: the Terminate is the stream's last message.
+            let _ = self.qp.modify_qp(QpModify::state(QpState::Error));
+            return Some(r);
+        }
+        if self.fatal.is_some() || !self.connected || !self.may_send_fpdus {
+            return None;
+        }
+        if let Some(rtr) = self.rtr_to_send {
+            let u = Ulpdu::bytes(rtr_ulpdu(rtr).as_bytes());
+            if !self.fits(u.head_len, max_segment) {
+                return None;
+            }
+            let r = self.frame(RecordKind::Rtr, &u, None, env)?;
+            self.rtr_to_send = None;
+            match rtr {
+                RtrType::Send => self.tx.send_msn = 2,
+                RtrType::Read => {
+                    self.tx.read_msn = 2;
+                    self.rtr_read_pending = true;
+                }
+                RtrType::Write => {}
+            }
+            return Some(r);
+        }
+        if let Some((stag, to)) = self.rtr_read_response {
+            let u = Ulpdu::bytes(&read_response_ulpdu(stag, to));
+            if !self.fits(u.head_len, max_segment) {
+                return None;
+            }
+            let r = self.frame(RecordKind::ReadResponse, &u, None, env)?;
+            self.rtr_read_response = None;
+            return Some(r);
+        }
+        let first_response = self.tx.response_turn;
+        self.tx.response_turn = !self.tx.response_turn;
+        for response in [first_response, !first_response] {
+            let r = if response {
+                self.next_read_response(max_segment, env)
+            } else {
+                self.next_sq_fpdu(max_segment, env)
+            };
+            if r.is_some() {
+                return r;
+            }
+            if self.fatal.is_some() {
+                return None;
+            }
+        }
+        None
+    }
+
+    fn next_setup_record(&mut self, max_segment: usize) -> Option<OutRecord> {
+        let (bytes, at) = self.setup_tx.as_mut()?;
+        let n = (bytes.len() - *at).min(max_segment);
+        let chunk: Box<[u8]> = bytes[*at..*at + n].into();
+        *at += n;
+        if *at == bytes.len() {
+            self.setup_tx = None;
+        }
+        self.tx_offset += n as u64;
+        Some(OutRecord {
+            kind: RecordKind::MpaFrame,
+            end: self.tx_offset,
+            body: Body::Setup(chunk),
+        })
+    }
+
+    /// Whether a ULPDU of `ulpdu_len` octets fits `max_segment` here.
+    fn fits(&self, ulpdu_len: usize, max_segment: usize) -> bool {
+        self.framer
+            .max_ulpdu_len(max_segment)
+            .is_some_and(|m| m >= ulpdu_len)
+    }
+
+    /// How much payload fits behind a `header_len`-octet header; `None` if
+    /// not even the header does.
+    fn payload_room(&self, header_len: usize, max_segment: usize) -> Option<u32> {
+        let max = self.framer.max_ulpdu_len(max_segment)?;
+        let room = max.checked_sub(header_len)?;
+        Some(u32::try_from(room).unwrap_or(u32::MAX))
+    }
+
+    fn next_read_response<M: Placement + ?Sized>(
+        &mut self,
+        max_segment: usize,
+        env: &mut Env<'_, M>,
+    ) -> Option<OutRecord> {
+        let room = self.payload_room(TAGGED_HEADER_LEN, max_segment)?;
+        let front = self.qp.inbound_read_front()?;
+        let remaining = front.len - front.sent;
+        if remaining > 0 && room == 0 {
+            return None;
+        }
+        let n = remaining.min(room);
+        let last = front.sent + n == front.len;
+        let header = DdpRepr::tagged(
+            RdmapOpcode::ReadResponse,
+            last,
+            front.sink_stag.0,
+            front.sink_to.wrapping_add(u64::from(front.sent)),
+        );
+        let pin = match (&front.source, n) {
+            (_, 0) => None,
+            (Some(source), n) => match env.device.mrs_mut().pin_sub(source, front.sent, n) {
+                Some(pin) => Some(pin),
+                None => {
+                    self.fail(TerminateCause::RDMAP_LOCAL_CATASTROPHIC, None);
+                    return None;
+                }
+            },
+            (None, _) => {
+                self.fail(TerminateCause::RDMAP_LOCAL_CATASTROPHIC, None);
+                return None;
+            }
+        };
+        front.sent += n;
+        let r = self.frame(RecordKind::ReadResponse, &Ulpdu::ddp(&header), pin, env)?;
+        if last {
+            // The FPDUs hold their own pins until acknowledged; the
+            // request's pin on the whole source goes back now.
+            if let Some(done) = self.qp.pop_inbound_read() {
+                if let Some(pin) = done.source {
+                    env.device.mrs_mut().unpin(pin);
+                }
+            }
+        }
+        Some(r)
+    }
+
+    fn next_sq_fpdu<M: Placement + ?Sized>(
+        &mut self,
+        max_segment: usize,
+        env: &mut Env<'_, M>,
+    ) -> Option<OutRecord> {
+        if self.tx.cur.is_none() {
+            if self.rtr_read_pending {
+                // Our Read RTR holds one of the peer's IRD slots until its
+                // Response arrives: start nothing that could exceed it.
+                return None;
+            }
+            let work = self.qp.next_work(env.device.mrs_mut())?;
+            let msn = match work.op {
+                WireOp::Send { .. } => {
+                    let m = self.tx.send_msn;
+                    self.tx.send_msn = m.wrapping_add(1);
+                    m
+                }
+                WireOp::RdmaRead { .. } => {
+                    let m = self.tx.read_msn;
+                    self.tx.read_msn = m.wrapping_add(1);
+                    m
+                }
+                WireOp::RdmaWrite { .. } => 0,
+            };
+            self.tx.cur = Some(TxWork {
+                work,
+                sent: 0,
+                sge: 0,
+                sge_off: 0,
+                msn,
+            });
+        }
+        let mut cur = self.tx.cur?;
+        match cur.work.op {
+            WireOp::RdmaRead { remote_addr, rkey } => {
+                if !self.fits(UNTAGGED_HEADER_LEN + READ_REQUEST_LEN, max_segment) {
+                    return None;
+                }
+                let sink = cur.work.sges.as_slice().first().copied();
+                let rr = ReadRequest {
+                    sink_stag: sink.map_or(RTR_STAG, |s| s.lkey.0),
+                    sink_to: sink.map_or(0, |s| s.addr),
+                    size: cur.work.len,
+                    source_stag: rkey.0,
+                    source_to: remote_addr,
+                };
+                let header = DdpRepr::untagged(RdmapOpcode::ReadRequest, true, cur.msn, 0);
+                let mut u = Ulpdu::ddp(&header);
+                rr.emit(&mut u.head[u.head_len..]);
+                u.head_len += READ_REQUEST_LEN;
+                let r = self.frame(RecordKind::ReadRequest, &u, None, env)?;
+                self.tx.cur = None;
+                let _ = self.qp.transmitted(cur.work.seq, self.tx_offset);
+                Some(r)
+            }
+            WireOp::Send { .. } | WireOp::RdmaWrite { .. } => {
+                let (header_len, kind) = match cur.work.op {
+                    WireOp::Send { .. } => (UNTAGGED_HEADER_LEN, RecordKind::Send),
+                    _ => (TAGGED_HEADER_LEN, RecordKind::RdmaWrite),
+                };
+                let room = self.payload_room(header_len, max_segment)?;
+                let remaining = cur.work.len - cur.sent;
+                if remaining > 0 && room == 0 {
+                    return None;
+                }
+                // Skip empty SGEs; an FPDU's payload stays within one SGE.
+                let sges = cur.work.sges;
+                let sges = sges.as_slice();
+                while remaining > 0 && sges.get(cur.sge).is_some_and(|s| cur.sge_off >= s.length) {
+                    cur.sge += 1;
+                    cur.sge_off = 0;
+                }
+                let sge = sges.get(cur.sge).copied();
+                let n = match sge {
+                    Some(s) if remaining > 0 => remaining.min(room).min(s.length - cur.sge_off),
+                    _ => 0,
+                };
+                let pin = match (sge, n) {
+                    (_, 0) => None,
+                    (Some(s), n) => {
+                        let pd = self.qp.pd();
+                        let pinned = s.addr.checked_add(u64::from(cur.sge_off)).map(|addr| {
+                            env.device
+                                .mrs_mut()
+                                .pin_local(s.lkey, addr, n, pd, Access::NONE)
+                        });
+                        match pinned {
+                            Some(Ok(Some(pin))) => Some(pin),
+                            Some(Err(e)) => {
+                                // The source went away since the post: the
+                                // request fails, and the queue pair with it.
+                                self.tx.cur = None;
+                                let _ = self.qp.complete(cur.work.seq, e.wc_status());
+                                return None;
+                            }
+                            _ => {
+                                self.tx.cur = None;
+                                let _ = self.qp.complete(
+                                    cur.work.seq,
+                                    crate::verbs::WcStatus::LocalLengthError,
+                                );
+                                return None;
+                            }
+                        }
+                    }
+                    (None, _) => None,
+                };
+                let last = cur.sent + n == cur.work.len;
+                let header = match cur.work.op {
+                    WireOp::Send {
+                        solicited,
+                        invalidate,
+                    } => DdpRepr::Untagged {
+                        opcode: send_opcode(solicited, invalidate.is_some()),
+                        last,
+                        qn: 0,
+                        msn: cur.msn,
+                        mo: cur.sent,
+                        inv_stag: invalidate.map(|s: Stag| s.0),
+                    },
+                    WireOp::RdmaWrite { remote_addr, rkey } => DdpRepr::tagged(
+                        RdmapOpcode::RdmaWrite,
+                        last,
+                        rkey.0,
+                        remote_addr.wrapping_add(u64::from(cur.sent)),
+                    ),
+                    WireOp::RdmaRead { .. } => return None,
+                };
+                let r = self.frame(kind, &Ulpdu::ddp(&header), pin, env)?;
+                cur.sent += n;
+                cur.sge_off += n;
+                if last {
+                    self.tx.cur = None;
+                    let _ = self.qp.transmitted(cur.work.seq, self.tx_offset);
+                } else {
+                    self.tx.cur = Some(cur);
+                }
+                Some(r)
+            }
+        }
+    }
+
+    /// Frames one FPDU at the current stream position: length field and
+    /// header in the record, payload by reference, pad and CRC computed.
+    fn frame<M: Placement + ?Sized>(
+        &mut self,
+        kind: RecordKind,
+        ulpdu: &Ulpdu,
+        payload: Option<RegionRef>,
+        env: &mut Env<'_, M>,
+    ) -> Option<OutRecord> {
+        let plen = payload.as_ref().map_or(0, RegionRef::len);
+        let layout = match self.framer.layout(ulpdu.head_len + plen as usize) {
+            Ok(l) => l,
+            Err(_) => {
+                // Sized by max_ulpdu_len, so unreachable; fail safe.
+                if let Some(pin) = payload {
+                    env.device.mrs_mut().unpin(pin);
+                }
+                self.fail(TerminateCause::RDMAP_LOCAL_CATASTROPHIC, None);
+                return None;
+            }
+        };
+        let mut head = [0u8; MAX_HEAD_LEN];
+        head[..LENGTH_LEN].copy_from_slice(&layout.prefix());
+        head[LENGTH_LEN..LENGTH_LEN + ulpdu.head_len]
+            .copy_from_slice(&ulpdu.head[..ulpdu.head_len]);
+        let mut record = OutRecord {
+            kind,
+            end: 0,
+            body: Body::Fpdu(Fpdu {
+                layout,
+                head,
+                head_len: (LENGTH_LEN + ulpdu.head_len) as u8,
+                payload,
+                trailer: layout.trailer(0),
+            }),
+        };
+        if self.framer.crc_enabled() {
+            let crc = fpdu_crc(&record, &*env.mem);
+            if let Body::Fpdu(f) = &mut record.body {
+                f.trailer = layout.trailer(crc);
+            }
+        }
+        self.framer.advance(&layout);
+        self.tx_offset += layout.wire_len() as u64;
+        record.end = self.tx_offset;
+        if let Some(i) = opcode_of(&ulpdu.head[..ulpdu.head_len]).and_then(stat_index) {
+            self.stats.fpdus_out[i] += 1;
+        }
+        self.stats.bytes_sent += u64::from(plen);
+        Some(record)
+    }
+}
+
+/// The RDMAP opcode of a Send work request's message.
+fn send_opcode(solicited: bool, invalidate: bool) -> RdmapOpcode {
+    match (solicited, invalidate) {
+        (false, false) => RdmapOpcode::Send,
+        (true, false) => RdmapOpcode::SendSe,
+        (false, true) => RdmapOpcode::SendInvalidate,
+        (true, true) => RdmapOpcode::SendSeInvalidate,
+    }
+}
+
+fn opcode_of(ulpdu: &[u8]) -> Option<RdmapOpcode> {
+    ulpdu
+        .get(1)
+        .and_then(|b| RdmapOpcode::from_u4(b & crate::wire::ddp::rdmap_ctrl::OPCODE))
+}
