@@ -583,7 +583,10 @@ impl Endpoint {
         self.tx.abandon();
         if self.framing_ready {
             let mut repr = TerminateRepr::for_segment(cause, offending.map(|(b, _)| b));
-            if repr.segment_length.is_some() {
+            if cause.reports_segment() {
+                // The whole ULPDU's length (only its head was kept), even
+                // for an empty one: M also keeps a headerless Terminate
+                // from reading as siw's swapped layout.
                 repr.segment_length = offending.map(|(_, len)| len);
             }
             self.terminate_tx = Some(repr);

@@ -209,13 +209,10 @@ impl Endpoint {
             }
             seg.hdr_len = header_len_for_ctrl(ctrl);
             seg.ctl_need = seg.hdr_len.min(usize::from(seg.len));
-            if seg.ctl_len < seg.ctl_need {
-                return;
-            }
-            if seg.ctl_len < seg.hdr_len {
-                // Shorter than its own header: reported at the end.
-                return;
-            }
+        }
+        if seg.ctl_len < seg.hdr_len {
+            // Shorter than its own header: reported at the end.
+            return;
         }
         self.rx_header(env);
     }

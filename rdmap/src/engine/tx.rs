@@ -104,8 +104,14 @@ impl Endpoint {
         max_segment: usize,
         env: &mut Env<'_, M>,
     ) -> Option<OutRecord> {
-        let record = self.next_record(max_segment, env);
+        let mut record = self.next_record(max_segment, env);
         self.service(env);
+        if record.is_none() && self.terminate_tx.is_some() {
+            // Building found a local failure (a request's memory gone):
+            // its Terminate goes out now.
+            record = self.next_record(max_segment, env);
+            self.service(env);
+        }
         record
     }
 
