@@ -14,6 +14,7 @@ use rdmap::wire::{
     DdpPacket, DdpRepr, RdmapOpcode, ReadRequest, TerminateLayout, TerminateMessage, WireError,
     READ_REQUEST_LEN,
 };
+use tcp_offload::pcap::{Reader, Reassembler};
 
 fn hex(s: &str) -> Vec<u8> {
     let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
@@ -173,141 +174,6 @@ fn captures_dir() -> Option<PathBuf> {
     d.is_dir().then_some(d)
 }
 
-/// Link-layer frames of a pcap or pcapng file (Ethernet only), as
-/// captured (possibly cut by the snap length).
-fn read_frames(data: &[u8]) -> Vec<Vec<u8>> {
-    let u32_at = |b: &[u8], o: usize, le: bool| {
-        let a = [b[o], b[o + 1], b[o + 2], b[o + 3]];
-        if le {
-            u32::from_le_bytes(a)
-        } else {
-            u32::from_be_bytes(a)
-        }
-    };
-    let mut out = Vec::new();
-    if data.starts_with(&[0x0a, 0x0d, 0x0d, 0x0a]) {
-        let le = data[8..12] == [0x4d, 0x3c, 0x2b, 0x1a];
-        let mut links = Vec::new();
-        let mut off = 0;
-        while off + 12 <= data.len() {
-            let kind = u32_at(data, off, le);
-            let len = u32_at(data, off + 4, le) as usize;
-            if len < 12 || off + len > data.len() {
-                break;
-            }
-            let body = &data[off + 8..off + len - 4];
-            match kind {
-                1 => {
-                    let lt = if le {
-                        u16::from_le_bytes([body[0], body[1]])
-                    } else {
-                        u16::from_be_bytes([body[0], body[1]])
-                    };
-                    links.push(lt);
-                }
-                6 => {
-                    let iface = u32_at(body, 0, le) as usize;
-                    let cap = u32_at(body, 12, le) as usize;
-                    if links.get(iface) == Some(&1) {
-                        out.push(body[20..20 + cap].to_vec());
-                    }
-                }
-                _ => {}
-            }
-            off += len;
-        }
-    } else {
-        let le = data[..4] == [0xd4, 0xc3, 0xb2, 0xa1];
-        assert!(le || data[..4] == [0xa1, 0xb2, 0xc3, 0xd4], "not a pcap");
-        if u32_at(data, 20, le) != 1 {
-            return out;
-        }
-        let mut off = 24;
-        while off + 16 <= data.len() {
-            let cap = u32_at(data, off + 8, le) as usize;
-            off += 16;
-            if off + cap > data.len() {
-                break;
-            }
-            out.push(data[off..off + cap].to_vec());
-            off += cap;
-        }
-    }
-    out
-}
-
-type Flow = ([u8; 4], u16, [u8; 4], u16);
-
-#[derive(Default)]
-struct Direction {
-    isn: Option<u32>,
-    /// Payload by offset from ISN + 1.
-    pieces: BTreeMap<u32, Vec<u8>>,
-}
-
-impl Direction {
-    /// The contiguous stream from its start, up to the first gap.
-    fn stream(&self) -> Vec<u8> {
-        let mut s = Vec::new();
-        for (&off, data) in &self.pieces {
-            let off = off as usize;
-            if off > s.len() {
-                break;
-            }
-            let skip = s.len() - off;
-            if skip < data.len() {
-                s.extend_from_slice(&data[skip..]);
-            }
-        }
-        s
-    }
-}
-
-fn tcp_directions(frames: &[Vec<u8>]) -> BTreeMap<Flow, Direction> {
-    let mut dirs: BTreeMap<Flow, Direction> = BTreeMap::new();
-    for f in frames {
-        if f.len() < 14 + 20 || f[12..14] != [0x08, 0x00] {
-            continue;
-        }
-        let ip = &f[14..];
-        let ihl = usize::from(ip[0] & 0x0F) * 4;
-        if ip[9] != 6 || ip.len() < ihl + 20 {
-            continue;
-        }
-        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-        let end = if total == 0 {
-            ip.len()
-        } else {
-            total.min(ip.len())
-        };
-        let tcp = &ip[ihl..end];
-        let flow = (
-            [ip[12], ip[13], ip[14], ip[15]],
-            u16::from_be_bytes([tcp[0], tcp[1]]),
-            [ip[16], ip[17], ip[18], ip[19]],
-            u16::from_be_bytes([tcp[2], tcp[3]]),
-        );
-        let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
-        let doff = usize::from(tcp[12] >> 4) * 4;
-        let syn = tcp[13] & 0x02 != 0;
-        let d = dirs.entry(flow).or_default();
-        if syn {
-            d.isn = Some(seq);
-            continue;
-        }
-        let Some(isn) = d.isn else { continue };
-        // A frame cut by the snap length contributes what was captured;
-        // the stream then ends at the gap its missing tail leaves.
-        let payload = tcp.get(doff..).unwrap_or(&[]);
-        if payload.is_empty() {
-            continue;
-        }
-        let off = seq.wrapping_sub(isn).wrapping_sub(1);
-        d.pieces.entry(off).or_insert_with(|| payload.to_vec());
-    }
-    dirs
-}
-
 #[derive(Default, Debug)]
 struct Tally {
     by_opcode: BTreeMap<String, usize>,
@@ -361,13 +227,17 @@ fn walk(name: &str, s: &[u8], tally: &mut Tally) {
     }
 }
 
+/// Walks the in-order prefix of both directions of every TCP connection
+/// (up to the first octet the capture lacks).
 fn scan(path: &Path) -> Tally {
     let data = std::fs::read(path).unwrap();
-    let frames = read_frames(&data);
+    let records = Reader::read_all(&data).expect("capture reads");
     let mut tally = Tally::default();
-    for (flow, dir) in tcp_directions(&frames) {
-        let name = format!("{}:{:?}", path.display(), flow);
-        walk(&name, &dir.stream(), &mut tally);
+    for conn in Reassembler::from_records(records) {
+        for s in &conn.streams {
+            let name = format!("{}:{}>{}", path.display(), s.src, s.dst);
+            walk(&name, s.prefix(), &mut tally);
+        }
     }
     tally
 }

@@ -12,6 +12,7 @@
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
+use tcp_offload::pcap::{LinkType, Reader, Record};
 use tcp_offload::wire::checksum;
 use tcp_offload::wire::{
     ArpOperation, ArpPacket, ArpRepr, Checksum, EtherType, EthernetAddress, EthernetFrame,
@@ -656,97 +657,13 @@ fn real_frames_truncated_everywhere() {
 // ---------------------------------------------------------------------------
 // Every frame of every capture.
 
-/// One captured frame: the bytes kept and the length on the wire.
-struct Record<'a> {
-    data: &'a [u8],
-    orig_len: usize,
-}
-
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-/// Reads a classic little-endian pcap (magic 0xa1b2c3d4, 24-byte global
-/// header, 16-byte record headers) or a little-endian pcapng file, whose
-/// frames must all be Ethernet.
+/// The records of a capture file, all of which must be Ethernet.
 fn read_capture(file: &[u8]) -> Result<Vec<Record<'_>>, String> {
-    let mut out = Vec::new();
-    let magic = le32(file, 0);
-    if magic == 0xa1b2_c3d4 || magic == 0xa1b2_3c4d {
-        if le32(file, 20) != 1 {
-            return Err("link type is not Ethernet".into());
-        }
-        let mut at = 24;
-        while at + 16 <= file.len() {
-            let incl = le32(file, at + 8) as usize;
-            let orig = le32(file, at + 12) as usize;
-            let data = file
-                .get(at + 16..at + 16 + incl)
-                .ok_or("record past the end")?;
-            out.push(Record {
-                data,
-                orig_len: orig,
-            });
-            at += 16 + incl;
-        }
-        return Ok(out);
+    let records = Reader::read_all(file).map_err(|e| e.to_string())?;
+    match records.iter().find(|r| r.link_type != LinkType::ETHERNET) {
+        Some(r) => Err(format!("link type {} is not Ethernet", r.link_type.0)),
+        None => Ok(records),
     }
-    if magic != 0x0a0d_0d0a {
-        return Err(format!("unknown magic {magic:#x}"));
-    }
-    // pcapng: a sequence of blocks (type, total length, body, total length).
-    let mut at = 0;
-    let mut link_types = Vec::new();
-    let mut snaplen = usize::MAX;
-    while at + 12 <= file.len() {
-        let ty = le32(file, at);
-        let len = le32(file, at + 4) as usize;
-        if len < 12 || at + len > file.len() {
-            return Err("bad block length".into());
-        }
-        let body = &file[at + 8..at + len - 4];
-        match ty {
-            0x0a0d_0d0a if le32(body, 0) != 0x1a2b_3c4d => {
-                return Err("big-endian pcapng".into());
-            }
-            1 => {
-                link_types.push(le16(body, 0));
-                snaplen = match le32(body, 4) {
-                    0 => usize::MAX,
-                    s => s as usize,
-                };
-            }
-            6 => {
-                let iface = le32(body, 0) as usize;
-                if link_types.get(iface) != Some(&1) {
-                    return Err("interface is not Ethernet".into());
-                }
-                let cap = le32(body, 12) as usize;
-                let orig = le32(body, 16) as usize;
-                let data = body.get(20..20 + cap).ok_or("packet past block")?;
-                out.push(Record {
-                    data,
-                    orig_len: orig,
-                });
-            }
-            3 => {
-                let orig = le32(body, 0) as usize;
-                let cap = orig.min(snaplen);
-                let data = body.get(4..4 + cap).ok_or("packet past block")?;
-                out.push(Record {
-                    data,
-                    orig_len: orig,
-                });
-            }
-            _ => {}
-        }
-        at += len;
-    }
-    Ok(out)
 }
 
 #[derive(Debug, Default)]
@@ -787,7 +704,7 @@ fn check_frame(rec: &Record<'_>, offload: bool, t: &mut Tally) -> Result<(), Str
             t.arp += 1;
         }
         EtherType::Ipv4 => {
-            let truncated = rec.data.len() < rec.orig_len;
+            let truncated = rec.is_truncated();
             let ipp = Ipv4Packet::new_unchecked(frame.payload());
             let ip = match Ipv4Repr::parse(&ipp, Checksum::Verify) {
                 Err(WireError::Truncated) if truncated => {
