@@ -100,10 +100,10 @@ use crate::mpa::{
 };
 use crate::placement::Placement;
 use crate::verbs::{
-    CompletionQueue, Device, QpModify, QpState, QueuePair, SharedReceiveQueue, VerbsError,
-    WcStatus, WrSeq,
+    CompletionQueue, Device, QpModify, QpState, QueuePair, SendOp, SendWr, SharedReceiveQueue,
+    VerbsError, WcStatus, WrSeq,
 };
-use crate::wire::{RdmapOpcode, TerminateRepr};
+use crate::wire::{DdpRepr, RdmapOpcode, ReadRequest, TerminateRepr};
 
 /// What the engine needs from its surroundings for one call: the device
 /// (STag table), memory, and the shared objects the queue pair uses.
@@ -602,9 +602,9 @@ impl Endpoint {
         }
     }
 
-    /// The peer's Terminate (`None` if unreadable), about a message of
-    /// `about` if it included the DDP header.
-    fn peer_terminated(&mut self, cause: Option<TerminateCause>, about: Option<RdmapOpcode>) {
+    /// The peer's Terminate: its cause (`None` if unreadable) and the
+    /// headers of our message it reports, if it included them.
+    fn peer_terminated(&mut self, cause: Option<TerminateCause>, about: Option<Blamed>) {
         if self.fatal.is_some() {
             return;
         }
@@ -618,22 +618,41 @@ impl Endpoint {
         self.rx_running = false;
         self.close_pending = true;
         self.tx.abandon();
-        // The peer blames one of our messages: the oldest request in flight
-        // takes the status its cause maps to (a Terminate about a Read
-        // Response we sent blames no request of ours). Everything else is
-        // flushed.
-        let blame = !matches!(
-            about,
-            Some(RdmapOpcode::ReadResponse | RdmapOpcode::Terminate)
-        );
-        if blame {
-            let status = cause.map_or(WcStatus::RemoteOperationError, WcStatus::from_terminate);
-            let head = self.qp.head_seq().0;
-            for seq in head..head + self.qp.sq_len() as u64 {
-                if self.qp.complete(WrSeq(seq), status).is_ok() {
-                    break;
+        // The request the Terminate is about takes the status its cause
+        // maps to; everything else is flushed. It is found by the reported
+        // headers when the peer included them, else it is the oldest
+        // request in flight. A Terminate about a Read Response (or one
+        // that blames nothing of ours) fails no request. Requests before it
+        // that had not finished are flushed ahead of it, and then, by the
+        // queue pair's rule, so is it: the status reaches the application
+        // when the request at fault is the oldest one outstanding.
+        let status = cause.map_or(WcStatus::RemoteOperationError, WcStatus::from_terminate);
+        let head = self.qp.head_seq().0;
+        let seqs = head..head + self.qp.sq_len() as u64;
+        let blamed = match about {
+            Some(Blamed::Nothing) => None,
+            Some(b) => seqs
+                .clone()
+                .find(|&s| self.qp.send_wr(WrSeq(s)).is_some_and(|wr| b.matches(wr)))
+                .or_else(|| {
+                    seqs.clone()
+                        .find(|&s| self.qp.send_wr(WrSeq(s)).is_some_and(|wr| b.same_kind(wr)))
+                }),
+            None => None,
+        };
+        match blamed {
+            Some(seq) => {
+                // Fails (harmlessly) if the request had already finished.
+                let _ = self.qp.complete(WrSeq(seq), status);
+            }
+            None if about.is_none() => {
+                for seq in seqs {
+                    if self.qp.complete(WrSeq(seq), status).is_ok() {
+                        break;
+                    }
                 }
             }
+            None => {}
         }
         self.enter_error();
     }
@@ -651,6 +670,67 @@ impl Endpoint {
         {
             self.close_reported = true;
             self.events.push_back(EngineEvent::ReadyToClose);
+        }
+    }
+}
+
+/// Which of our messages a peer's Terminate reports, from its DDP header
+/// (and the Read Request header for a Read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Blamed {
+    /// A Send of any kind.
+    Send,
+    /// An RDMA Write to this STag and TO.
+    Write { stag: u32, to: u64 },
+    /// An RDMA Read Request, with its header if included.
+    Read(Option<ReadRequest>),
+    /// A Read Response or a Terminate: no request of ours.
+    Nothing,
+}
+
+impl Blamed {
+    fn from_report(ddp: Option<DdpRepr>, rdma: Option<ReadRequest>) -> Option<Blamed> {
+        Some(match ddp? {
+            DdpRepr::Tagged {
+                opcode: RdmapOpcode::RdmaWrite,
+                stag,
+                to,
+                ..
+            } => Blamed::Write { stag, to },
+            DdpRepr::Tagged { .. } => Blamed::Nothing,
+            DdpRepr::Untagged {
+                opcode: RdmapOpcode::ReadRequest,
+                ..
+            } => Blamed::Read(rdma),
+            DdpRepr::Untagged {
+                opcode: RdmapOpcode::Terminate,
+                ..
+            } => Blamed::Nothing,
+            DdpRepr::Untagged { .. } => Blamed::Send,
+        })
+    }
+
+    fn same_kind(&self, wr: &SendWr) -> bool {
+        matches!(
+            (self, wr.op),
+            (
+                Blamed::Send,
+                SendOp::Send | SendOp::SendWithInvalidate { .. }
+            ) | (Blamed::Write { .. }, SendOp::RdmaWrite { .. })
+                | (Blamed::Read(_), SendOp::RdmaRead { .. })
+        )
+    }
+
+    fn matches(&self, wr: &SendWr) -> bool {
+        match (*self, wr.op) {
+            (Blamed::Write { stag, to }, SendOp::RdmaWrite { remote_addr, rkey }) => {
+                let len = wr.sges.total_len().unwrap_or(0);
+                rkey.0 == stag && to >= remote_addr && to - remote_addr <= u64::from(len)
+            }
+            (Blamed::Read(Some(rr)), SendOp::RdmaRead { remote_addr, rkey }) => {
+                rkey.0 == rr.source_stag && remote_addr == rr.source_to
+            }
+            _ => false,
         }
     }
 }

@@ -9,7 +9,7 @@
 //! ([`RxState::recv`]), the Read Request queue's MSN, and, apart from them,
 //! the progress of the Read Response being placed ([`RxState::rresp_placed`]).
 
-use super::{Endpoint, Env};
+use super::{Blamed, Endpoint, Env};
 use crate::error::TerminateCause;
 use crate::mpa::rtr::{read_rtr_sink, recognize_rtr};
 use crate::mpa::DeframeEvent;
@@ -592,10 +592,10 @@ impl Endpoint {
                 let (cause, about) = match TerminateMessage::parse(&seg.ctl[..seg.ctl_len]) {
                     Ok((m, _layout)) => (
                         Some(m.header.cause),
-                        m.header
-                            .ddp_header
-                            .and_then(|h| h.parse().ok())
-                            .map(|h| h.opcode()),
+                        Blamed::from_report(
+                            m.header.ddp_header.and_then(|h| h.parse().ok()),
+                            m.header.rdma_header,
+                        ),
                     ),
                     Err(_) => (None, None),
                 };

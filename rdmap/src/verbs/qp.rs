@@ -392,6 +392,11 @@ impl QueuePair {
         WrSeq(self.head_seq)
     }
 
+    /// The request at position `seq`, if it is still in the send queue.
+    pub fn send_wr(&self, seq: WrSeq) -> Option<&SendWr> {
+        self.entry(seq.0).map(|e| &e.wr)
+    }
+
     /// Reads whose Response has not completed.
     pub fn outstanding_reads(&self) -> usize {
         self.outstanding_reads.len()

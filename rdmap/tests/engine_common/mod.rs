@@ -92,6 +92,8 @@ pub struct Side {
     /// Records' lengths and the segment size they were built for.
     pub records: u64,
     pub bufs: Vec<Buf>,
+    /// When set, a copy of every record sent: (end offset, bytes).
+    pub log: Option<Vec<(u64, Vec<u8>)>>,
 }
 
 pub fn qp_attr(pd: PdId, cq: &CompletionQueue) -> QpInitAttr {
@@ -177,6 +179,7 @@ impl Side {
             hold_acks: false,
             records: 0,
             bufs: Vec::new(),
+            log: None,
         }
     }
 
@@ -274,7 +277,11 @@ impl Side {
                 r.len()
             );
             assert!(!r.is_empty());
-            self.pipe.extend(r.to_vec(&self.mem));
+            let bytes = r.to_vec(&self.mem);
+            if let Some(log) = self.log.as_mut() {
+                log.push((r.end_offset(), bytes.clone()));
+            }
+            self.pipe.extend(bytes);
             assert_eq!(
                 self.delivered + self.pipe.len() as u64,
                 r.end_offset(),
