@@ -94,6 +94,8 @@ pub struct Side {
     pub bufs: Vec<Buf>,
     /// When set, a copy of every record sent: (end offset, bytes).
     pub log: Option<Vec<(u64, Vec<u8>)>>,
+    /// Accept connection requests as they come (else reject them).
+    pub auto_accept: bool,
 }
 
 pub fn qp_attr(pd: PdId, cq: &CompletionQueue) -> QpInitAttr {
@@ -147,7 +149,7 @@ pub fn config(s: &Setup) -> Config {
 }
 
 impl Side {
-    fn new(name: &'static str, seed: u64, setup: &Setup, initiator: bool) -> Side {
+    pub fn new(name: &'static str, seed: u64, setup: &Setup, initiator: bool) -> Side {
         let mut dev = Device::with_seed(
             DeviceLimits {
                 max_mr: 64,
@@ -180,6 +182,7 @@ impl Side {
             records: 0,
             bufs: Vec::new(),
             log: None,
+            auto_accept: true,
         }
     }
 
@@ -315,7 +318,11 @@ impl Side {
     pub fn drain(&mut self) {
         while let Some(ev) = self.ep.poll_event() {
             if ev == EngineEvent::ConnectRequest {
-                self.ep.accept(b"resp").unwrap();
+                if self.auto_accept {
+                    self.ep.accept(b"resp").unwrap();
+                } else {
+                    self.ep.reject(b"no").unwrap();
+                }
             }
             self.events.push(ev);
         }
