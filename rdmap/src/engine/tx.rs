@@ -99,6 +99,11 @@ impl Endpoint {
     /// size TCP offers now: `send_capacity`, never above the MSS). `None`
     /// when there is nothing to send or it does not fit; call again when
     /// TCP has room, after posting work, and after receiving.
+    ///
+    /// A record returned is part of the stream already (the MPA framer's
+    /// position, markers, MSNs and offsets have moved past it): the driver
+    /// must queue it, so it asks with no more than TCP will accept. Its
+    /// [`OutRecord::end_offset`] identifies it and grows with every record.
     pub fn poll_record<M: Placement + ?Sized>(
         &mut self,
         max_segment: usize,
