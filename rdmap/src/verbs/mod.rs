@@ -233,6 +233,36 @@ impl Device {
         self.mrs.reg_mr_with(pd, mem, iova, access, options)
     }
 
+    /// Registers memory under a caller-chosen STag; see
+    /// [`MrTable::reg_mr_at`].
+    pub fn reg_mr_at(
+        &mut self,
+        stag: Stag,
+        pd: PdId,
+        mem: MemSpan,
+        iova: u64,
+        access: Access,
+    ) -> Result<Stag, VerbsError> {
+        self.reg_mr_at_with(stag, pd, mem, iova, access, RegOptions::default())
+    }
+
+    /// [`Device::reg_mr_at`] with options; see [`MrTable::reg_mr_at_with`].
+    pub fn reg_mr_at_with(
+        &mut self,
+        stag: Stag,
+        pd: PdId,
+        mem: MemSpan,
+        iova: u64,
+        access: Access,
+        options: RegOptions,
+    ) -> Result<Stag, VerbsError> {
+        if !self.pds.is_live(pd) {
+            return Err(VerbsError::InvalidPd);
+        }
+        self.mrs
+            .reg_mr_at_with(stag, pd, mem, iova, access, options)
+    }
+
     /// Allocates a fast-register region (`ib_alloc_mr`); see
     /// [`MrTable::alloc_mr`].
     pub fn alloc_mr(&mut self, pd: PdId, max_len: u64) -> Result<Stag, VerbsError> {

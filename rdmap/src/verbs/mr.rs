@@ -8,6 +8,15 @@
 //! index advances its key, so an STag from an earlier registration no longer
 //! matches; index 0 is never handed out (some peers treat STag 0 specially).
 //!
+//! **Caller-chosen STags.** [`MrTable::reg_mr_at`] registers a region under
+//! an STag the caller names, whatever its index: STags imported from
+//! elsewhere (a replayed capture names siw's `0x2b9d4f00`; a control plane
+//! that mirrors a hardware RNIC's STag layout). Indices beyond the dense
+//! table live in a small ordered side map, allocated at registration and
+//! consulted by the same checks only when it is not empty; everything
+//! else (key, domain, rights, bounds, pins, invalidation, deregistration)
+//! behaves exactly as for a region from [`MrTable::reg_mr`].
+//!
 //! The checks follow RFC 5041's tagged buffer model and RFC 5040 §5 with
 //! the Terminate errors both define: STag known, key
 //! matching and valid; same protection domain as the stream; access right;
@@ -31,7 +40,7 @@
 //! reports [`MrEvent::Deregistered`] when the last pin is returned. Only then
 //! may the application reuse or free the memory.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use super::pd::PdId;
 use super::VerbsError;
@@ -372,6 +381,12 @@ struct Resolved {
 #[derive(Debug)]
 pub struct MrTable {
     entries: Vec<Entry>,
+    /// Regions registered at a caller-chosen index beyond `entries`
+    /// ([`MrTable::reg_mr_at`]); empty unless that is used.
+    imported: BTreeMap<u32, Entry>,
+    /// Epoch of the next imported entry: never reused, so a pin of a
+    /// deregistered imported region cannot reach a later one at its index.
+    imported_epoch: u32,
     free: VecDeque<u32>,
     events: VecDeque<MrEvent>,
     events_lost: u64,
@@ -406,6 +421,8 @@ impl MrTable {
         }
         MrTable {
             entries,
+            imported: BTreeMap::new(),
+            imported_epoch: 0,
             free: (1..=capacity).collect(),
             events: VecDeque::with_capacity(capacity as usize),
             events_lost: 0,
@@ -489,13 +506,93 @@ impl MrTable {
         })
     }
 
+    /// Registers `mem` under the caller's `stag` (index and key as given),
+    /// for STags chosen elsewhere: a replayed or imported connection whose
+    /// peer already names them, or a hardware-compatible STag layout. The
+    /// region then behaves exactly like one from [`MrTable::reg_mr`]: the
+    /// same checks (key, domain, rights, wrap, bounds), pins,
+    /// deregistration and, with [`RegOptions::invalidatable`],
+    /// invalidation.
+    ///
+    /// An index inside the dense table must be free (it is taken out of the
+    /// free list); one beyond it goes to a side map allocated here, on the
+    /// control path, never per packet. Counts against the table's capacity
+    /// like any region. Errors: [`VerbsError::InvalidStag`] for index 0,
+    /// [`VerbsError::Busy`] if the index is taken, [`VerbsError::TableFull`],
+    /// and those of [`MrTable::reg_mr`].
+    pub fn reg_mr_at(
+        &mut self,
+        stag: Stag,
+        pd: PdId,
+        mem: MemSpan,
+        iova: u64,
+        access: Access,
+    ) -> Result<Stag, VerbsError> {
+        self.reg_mr_at_with(stag, pd, mem, iova, access, RegOptions::default())
+    }
+
+    /// [`MrTable::reg_mr_at`] with options.
+    pub fn reg_mr_at_with(
+        &mut self,
+        stag: Stag,
+        pd: PdId,
+        mem: MemSpan,
+        iova: u64,
+        access: Access,
+        options: RegOptions,
+    ) -> Result<Stag, VerbsError> {
+        if !access.is_consistent() {
+            return Err(VerbsError::InvalidAccess);
+        }
+        validate_binding(mem, iova)?;
+        let index = stag.index();
+        if index == 0 {
+            return Err(VerbsError::InvalidStag);
+        }
+        if self.entry(index).is_some_and(|e| e.mr.is_some()) {
+            return Err(VerbsError::Busy);
+        }
+        if self.live >= self.capacity() {
+            return Err(VerbsError::TableFull);
+        }
+        let mr = Mr {
+            pd,
+            kind: MrKind::Registered,
+            state: MrState::Valid,
+            access,
+            iova,
+            mem,
+            max_len: mem.len,
+            invalidatable: options.invalidatable,
+            pins: 0,
+        };
+        if (index as usize) < self.entries.len() {
+            self.free.retain(|&i| i != index);
+            let entry = &mut self.entries[index as usize];
+            entry.key = stag.key();
+            entry.mr = Some(mr);
+        } else {
+            let epoch = self.imported_epoch;
+            self.imported_epoch = epoch.wrapping_add(1);
+            self.imported.insert(
+                index,
+                Entry {
+                    key: stag.key(),
+                    epoch,
+                    mr: Some(mr),
+                },
+            );
+        }
+        self.live += 1;
+        Ok(stag)
+    }
+
     /// Deregisters the region named by `stag` (index and current key).
     /// Immediate if nothing pins it; otherwise the STag dies now and the
     /// memory is released when the last pin is returned.
     pub fn dereg_mr(&mut self, stag: Stag) -> Result<DeregStatus, VerbsError> {
         let index = self.lookup(stag).map_err(|_| VerbsError::InvalidStag)?;
-        let entry = &mut self.entries[index as usize];
-        let Some(mr) = entry.mr.as_mut() else {
+        let Some(mr) = self.entry_mut(index).and_then(|e| e.mr.as_mut()) else {
             return Err(VerbsError::InvalidStag);
         };
         if mr.state == MrState::Deregistering {
@@ -514,11 +611,7 @@ impl MrTable {
     /// `wr.stag` and makes it valid.
     pub fn fast_register(&mut self, wr: &FastReg, pd: PdId) -> Result<(), AccessError> {
         let index = wr.stag.index();
-        let entry = self
-            .entries
-            .get_mut(index as usize)
-            .filter(|_| index != 0)
-            .ok_or(AccessError::InvalidStag)?;
+        let entry = self.entry_mut(index).ok_or(AccessError::InvalidStag)?;
         let mr = entry.mr.as_mut().ok_or(AccessError::InvalidStag)?;
         match mr.state {
             MrState::Deregistering => return Err(AccessError::InvalidStag),
@@ -550,9 +643,9 @@ impl MrTable {
     /// are untouched.
     pub fn invalidate_local(&mut self, stag: Stag, pd: PdId) -> Result<(), AccessError> {
         let index = self.lookup(stag)?;
-        let mr = self.entries[index as usize]
-            .mr
-            .as_mut()
+        let mr = self
+            .entry_mut(index)
+            .and_then(|e| e.mr.as_mut())
             .ok_or(AccessError::InvalidStag)?;
         if mr.state == MrState::Deregistering {
             return Err(AccessError::InvalidStag);
@@ -574,9 +667,9 @@ impl MrTable {
     /// access while existing pins (an in-flight Read Response) stay valid.
     pub fn invalidate_remote(&mut self, stag: Stag, pd: PdId) -> Result<(), AccessError> {
         let index = self.lookup(stag)?;
-        let mr = self.entries[index as usize]
-            .mr
-            .as_mut()
+        let mr = self
+            .entry_mut(index)
+            .and_then(|e| e.mr.as_mut())
             .ok_or(AccessError::InvalidStag)?;
         if mr.state == MrState::Deregistering {
             return Err(AccessError::InvalidStag);
@@ -669,7 +762,7 @@ impl MrTable {
     /// if the sub-range is empty or outside `pinned`.
     pub fn pin_sub(&mut self, pinned: &RegionRef, at: u32, len: u32) -> Option<RegionRef> {
         let range = pinned.range().sub(at, len)?;
-        let entry = self.entries.get_mut(pinned.index as usize)?;
+        let entry = self.entry_mut(pinned.index)?;
         let mr = entry.mr.as_mut().filter(|_| entry.epoch == pinned.epoch)?;
         mr.pins = mr.pins.checked_add(1)?;
         Some(RegionRef::mint(
@@ -686,7 +779,7 @@ impl MrTable {
     /// the region is released and [`MrEvent::Deregistered`] is queued.
     pub fn unpin(&mut self, pinned: RegionRef) {
         let index = pinned.index;
-        let Some(entry) = self.entries.get_mut(index as usize) else {
+        let Some(entry) = self.entry_mut(index) else {
             debug_assert!(false, "RegionRef from another table");
             return;
         };
@@ -724,10 +817,7 @@ impl MrTable {
     /// A snapshot of the region with `stag`'s index, whatever its key.
     pub fn query_mr(&self, stag: Stag) -> Option<MrInfo> {
         let index = stag.index();
-        if index == 0 {
-            return None;
-        }
-        let entry = self.entries.get(index as usize)?;
+        let entry = self.entry(index)?;
         let mr = entry.mr?;
         Some(MrInfo {
             stag: Stag::new(index, entry.key),
@@ -747,10 +837,14 @@ impl MrTable {
     pub fn pd_in_use(&self, pd: PdId) -> bool {
         self.entries
             .iter()
+            .chain(self.imported.values())
             .any(|e| e.mr.is_some_and(|mr| mr.pd == pd))
     }
 
     fn insert(&mut self, mr: Mr) -> Result<Stag, VerbsError> {
+        if self.live >= self.capacity() {
+            return Err(VerbsError::TableFull);
+        }
         let index = self.free.pop_front().ok_or(VerbsError::TableFull)?;
         let entry = &mut self.entries[index as usize];
         entry.mr = Some(mr);
@@ -759,6 +853,12 @@ impl MrTable {
     }
 
     fn free_index(&mut self, index: u32) {
+        if index as usize >= self.entries.len() {
+            if self.imported.remove(&index).is_some() {
+                self.live -= 1;
+            }
+            return;
+        }
         let entry = &mut self.entries[index as usize];
         entry.mr = None;
         entry.key = entry.key.wrapping_add(1);
@@ -769,16 +869,34 @@ impl MrTable {
         self.free.push_back(index);
     }
 
+    /// The slot of `index`: the dense table's, or an imported one. Index 0
+    /// has none. The side map is searched only when it holds anything, so
+    /// tables that never import pay one comparison.
+    fn entry(&self, index: u32) -> Option<&Entry> {
+        if index == 0 {
+            return None;
+        }
+        match self.entries.get(index as usize) {
+            Some(e) => Some(e),
+            None if self.imported.is_empty() => None,
+            None => self.imported.get(&index),
+        }
+    }
+
+    fn entry_mut(&mut self, index: u32) -> Option<&mut Entry> {
+        if index == 0 {
+            return None;
+        }
+        if (index as usize) < self.entries.len() {
+            return self.entries.get_mut(index as usize);
+        }
+        self.imported.get_mut(&index)
+    }
+
     /// The index of a live region whose index and key match `stag`.
     fn lookup(&self, stag: Stag) -> Result<u32, AccessError> {
         let index = stag.index();
-        if index == 0 {
-            return Err(AccessError::InvalidStag);
-        }
-        let entry = self
-            .entries
-            .get(index as usize)
-            .ok_or(AccessError::InvalidStag)?;
+        let entry = self.entry(index).ok_or(AccessError::InvalidStag)?;
         if entry.mr.is_none() || entry.key != stag.key() {
             return Err(AccessError::InvalidStag);
         }
@@ -799,7 +917,7 @@ impl MrTable {
             return Ok(None);
         }
         let index = self.lookup(stag)?;
-        let entry = &self.entries[index as usize];
+        let entry = self.entry(index).ok_or(AccessError::InvalidStag)?;
         let mr = entry.mr.as_ref().ok_or(AccessError::InvalidStag)?;
         if mr.state != MrState::Valid {
             return Err(AccessError::InvalidStag);
@@ -825,9 +943,9 @@ impl MrTable {
     }
 
     fn pin_resolved(&mut self, r: Resolved) -> Result<RegionRef, AccessError> {
-        let mr = self.entries[r.index as usize]
-            .mr
-            .as_mut()
+        let mr = self
+            .entry_mut(r.index)
+            .and_then(|e| e.mr.as_mut())
             .ok_or(AccessError::InvalidStag)?;
         mr.pins = mr
             .pins
@@ -937,5 +1055,26 @@ mod tests {
         let forged = RegionRef::mint(Mint(()), pin.index, pin.epoch + 1, RegionHandle(7), 100, 8);
         assert!(t.pin_sub(&forged, 0, 1).is_none());
         t.unpin(pin);
+    }
+
+    #[test]
+    fn imported_regions_never_reuse_an_epoch() {
+        // A region at a caller-chosen index beyond the dense table, freed
+        // and registered again: the pin of the first cannot reach the
+        // second.
+        let mut t = MrTable::new(2);
+        let stag = Stag(0x2b9d_4f00);
+        t.reg_mr_at(stag, PD, span(8), 0, Access::NONE).unwrap();
+        let pin = t.pin_local(stag, 0, 8, PD, Access::NONE).unwrap().unwrap();
+        let (index, epoch) = (pin.index, pin.epoch);
+        t.unpin(pin);
+        assert_eq!(t.dereg_mr(stag), Ok(DeregStatus::Done));
+        assert!(t.imported.is_empty());
+        t.reg_mr_at(stag, PD, span(8), 0, Access::NONE).unwrap();
+        let forged = RegionRef::mint(Mint(()), index, epoch, RegionHandle(7), 100, 8);
+        assert!(t.pin_sub(&forged, 0, 1).is_none());
+        let fresh = t.pin_local(stag, 0, 8, PD, Access::NONE).unwrap().unwrap();
+        assert_ne!(fresh.epoch, epoch);
+        t.unpin(fresh);
     }
 }
