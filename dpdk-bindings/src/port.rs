@@ -1,0 +1,885 @@
+//! Ethernet ports and their per-core queues.
+//!
+//! A [`Port`] is configured once (queues, descriptors, offloads requested
+//! and masked by what the device can do, RSS), started, and then hands each
+//! RX and TX queue to exactly one worker as an [`RxQueue`] / [`TxQueue`]
+//! used through `&mut self`: DPDK's burst functions are not thread-safe per
+//! queue, and ownership makes that a compile-time fact. The port is stopped
+//! and closed when the `Port` and all its queues are gone.
+//!
+//! [`Port::ring_pair`] makes two ports wired back to back over rte_rings
+//! (`net_ring`), for two endpoints in one process.
+
+use std::ffi::{CStr, CString};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::eal::Eal;
+use crate::error::{check, DpdkError};
+use crate::mbuf::MbufBurst;
+use crate::mempool::Mempool;
+use crate::sys;
+
+/// Offload and RSS flag values for [`PortConfig`], named as DPDK names them.
+pub mod offload {
+    use crate::sys;
+
+    /// RX: verify IPv4 header checksums (`RTE_ETH_RX_OFFLOAD_IPV4_CKSUM`).
+    pub const RX_IPV4_CKSUM: u64 = sys::SHIM_ETH_RX_OFFLOAD_IPV4_CKSUM;
+    /// RX: verify TCP checksums.
+    pub const RX_TCP_CKSUM: u64 = sys::SHIM_ETH_RX_OFFLOAD_TCP_CKSUM;
+    /// RX: frames larger than one mbuf arrive as chains (jumbo frames).
+    pub const RX_SCATTER: u64 = sys::SHIM_ETH_RX_OFFLOAD_SCATTER;
+    /// RX: report the RSS hash in each mbuf.
+    pub const RX_RSS_HASH: u64 = sys::SHIM_ETH_RX_OFFLOAD_RSS_HASH;
+    /// TX: compute IPv4 header checksums.
+    pub const TX_IPV4_CKSUM: u64 = sys::SHIM_ETH_TX_OFFLOAD_IPV4_CKSUM;
+    /// TX: compute TCP checksums.
+    pub const TX_TCP_CKSUM: u64 = sys::SHIM_ETH_TX_OFFLOAD_TCP_CKSUM;
+    /// TX: send mbuf chains (header + external payload + trailer).
+    pub const TX_MULTI_SEGS: u64 = sys::SHIM_ETH_TX_OFFLOAD_MULTI_SEGS;
+    /// RSS over IPv4 addresses.
+    pub const RSS_IPV4: u64 = sys::SHIM_ETH_RSS_IPV4;
+    /// RSS over IPv4 addresses and TCP ports.
+    pub const RSS_NONFRAG_IPV4_TCP: u64 = sys::SHIM_ETH_RSS_NONFRAG_IPV4_TCP;
+}
+
+/// Port ids this process has a [`Port`] for, so that no two handles close
+/// the same device (`RTE_MAX_ETHPORTS` is 32 in Debian's build).
+static CLAIMED: AtomicU64 = AtomicU64::new(0);
+
+/// Queues per direction a port may have here (the queue bitmaps' width).
+const MAX_QUEUES: u16 = 64;
+
+/// What to ask of a port; offloads and RSS types are masked by the device's
+/// capabilities, and [`PortSetup`] says what was granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortConfig {
+    /// RX queues (one per worker).
+    pub rx_queues: u16,
+    /// TX queues (one per worker).
+    pub tx_queues: u16,
+    /// RX descriptors per queue (adjusted to the device's limits).
+    pub rx_desc: u16,
+    /// TX descriptors per queue (adjusted to the device's limits).
+    pub tx_desc: u16,
+    /// Requested RX offloads ([`offload`] `RX_*`).
+    pub rx_offloads: u64,
+    /// Requested TX offloads ([`offload`] `TX_*`).
+    pub tx_offloads: u64,
+    /// Requested RSS hash types ([`offload`] `RSS_*`); RSS is off when the
+    /// device supports none of them.
+    pub rss_hf: u64,
+    /// RSS key (the device's `hash_key_size` bytes); the device default if
+    /// `None`. A symmetric key makes both directions of a flow hash alike.
+    pub rss_key: Option<Vec<u8>>,
+    /// MTU; the device default (1500) if `None`.
+    pub mtu: Option<u16>,
+    /// Receive frames for any MAC address (needed when the port answers for
+    /// a MAC the device does not own, e.g. on a veth via af_packet).
+    pub promiscuous: bool,
+}
+
+impl Default for PortConfig {
+    fn default() -> Self {
+        PortConfig {
+            rx_queues: 1,
+            tx_queues: 1,
+            rx_desc: 1024,
+            tx_desc: 1024,
+            rx_offloads: offload::RX_IPV4_CKSUM | offload::RX_TCP_CKSUM | offload::RX_RSS_HASH,
+            tx_offloads: offload::TX_MULTI_SEGS | offload::TX_IPV4_CKSUM | offload::TX_TCP_CKSUM,
+            rss_hf: offload::RSS_IPV4 | offload::RSS_NONFRAG_IPV4_TCP,
+            rss_key: None,
+            mtu: None,
+            promiscuous: false,
+        }
+    }
+}
+
+/// What [`Port::configure`] set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortSetup {
+    /// RX queues.
+    pub rx_queues: u16,
+    /// TX queues.
+    pub tx_queues: u16,
+    /// RX descriptors per queue, after adjustment.
+    pub rx_desc: u16,
+    /// TX descriptors per queue, after adjustment.
+    pub tx_desc: u16,
+    /// Granted RX offloads.
+    pub rx_offloads: u64,
+    /// Granted TX offloads.
+    pub tx_offloads: u64,
+    /// Granted RSS hash types (0: RSS off).
+    pub rss_hf: u64,
+}
+
+impl PortSetup {
+    /// Whether mbuf chains may be sent (else copy into one mbuf: DPDK
+    /// 22.11's af_xdp sends only a chain's first segment).
+    pub fn multi_seg_tx(&self) -> bool {
+        self.tx_offloads & offload::TX_MULTI_SEGS != 0
+    }
+
+    /// Whether the device computes TCP checksums on transmit.
+    pub fn tx_tcp_cksum(&self) -> bool {
+        self.tx_offloads & offload::TX_TCP_CKSUM != 0
+    }
+
+    /// Whether the device verifies IPv4 and TCP checksums on receive.
+    pub fn rx_cksum(&self) -> bool {
+        self.rx_offloads & (offload::RX_IPV4_CKSUM | offload::RX_TCP_CKSUM)
+            == offload::RX_IPV4_CKSUM | offload::RX_TCP_CKSUM
+    }
+}
+
+/// A device's capabilities (`rte_eth_dev_info`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevInfo {
+    /// The PMD's name, e.g. `net_ring`, `net_af_packet`.
+    pub driver_name: String,
+    /// Kernel interface index, 0 if none.
+    pub if_index: u32,
+    /// Smallest MTU.
+    pub min_mtu: u16,
+    /// Largest MTU.
+    pub max_mtu: u16,
+    /// Largest frame the device receives.
+    pub max_rx_pktlen: u32,
+    /// RX queues available.
+    pub max_rx_queues: u16,
+    /// TX queues available.
+    pub max_tx_queues: u16,
+    /// RX offloads supported.
+    pub rx_offload_capa: u64,
+    /// TX offloads supported.
+    pub tx_offload_capa: u64,
+    /// RSS hash types supported (0: no RSS).
+    pub flow_type_rss_offloads: u64,
+    /// Redirection-table entries (0: no table).
+    pub reta_size: u16,
+    /// RSS key bytes (0: not reported).
+    pub hash_key_size: u8,
+}
+
+impl DevInfo {
+    /// Whether the device sends mbuf chains.
+    pub fn multi_seg_tx(&self) -> bool {
+        self.tx_offload_capa & offload::TX_MULTI_SEGS != 0
+    }
+}
+
+/// The RSS configuration in force (`rte_eth_dev_rss_hash_conf_get`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RssHashConf {
+    /// The Toeplitz key.
+    pub key: Vec<u8>,
+    /// Hash types in use.
+    pub rss_hf: u64,
+}
+
+/// Port counters (`rte_eth_stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Frames received.
+    pub ipackets: u64,
+    /// Frames sent.
+    pub opackets: u64,
+    /// Bytes received.
+    pub ibytes: u64,
+    /// Bytes sent.
+    pub obytes: u64,
+    /// Frames dropped by the device for want of RX descriptors.
+    pub imissed: u64,
+    /// Erroneous frames received.
+    pub ierrors: u64,
+    /// Failed transmissions.
+    pub oerrors: u64,
+    /// RX mbuf allocation failures.
+    pub rx_nombuf: u64,
+}
+
+/// An Ethernet port owned by this process.
+#[derive(Debug)]
+pub struct Port {
+    inner: Arc<PortInner>,
+}
+
+#[derive(Debug)]
+struct PortInner {
+    id: u16,
+    started: bool,
+    nb_rx: u16,
+    nb_tx: u16,
+    /// Made by `ring_pair`: removed from the vdev bus on drop, so that the
+    /// name can be used again.
+    runtime_vdev: bool,
+    rx_taken: AtomicU64,
+    tx_taken: AtomicU64,
+    /// Drained and freed after the port is closed (field order matters: the
+    /// rings' mbufs go back to the pools below before those are released).
+    _rings: Option<Arc<RingSet>>,
+    /// Pools the queues receive into; released after close.
+    pools: Vec<Mempool>,
+    _eal: Eal,
+}
+
+impl Port {
+    /// The port DPDK named `name` (a vdev's name as given to `--vdev`, e.g.
+    /// `net_ring0`, or a PCI address).
+    pub fn by_name(eal: &Eal, name: &str) -> Result<Port, DpdkError> {
+        let op = "rte_eth_dev_get_port_by_name";
+        let cname = CString::new(name)
+            .map_err(|_| DpdkError::with_message(op, libc::EINVAL, "name has a NUL"))?;
+        let mut id = 0u16;
+        // SAFETY: EAL is running; `id` is a valid out-pointer.
+        let ret = unsafe { sys::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
+        if ret != 0 {
+            return Err(DpdkError::with_message(
+                op,
+                libc::ENODEV,
+                format!("no port named {name:?}"),
+            ));
+        }
+        Port::from_id(eal, id)
+    }
+
+    /// The port with id `id`; fails if it does not exist or this process
+    /// already has a `Port` for it.
+    pub fn from_id(eal: &Eal, id: u16) -> Result<Port, DpdkError> {
+        Self::claim(eal, id, None)
+    }
+
+    /// Ids of every port EAL probed (from `--vdev`, PCI, or hot-plug).
+    pub fn available(_eal: &Eal) -> Vec<u16> {
+        let mut ids = Vec::new();
+        // SAFETY: EAL is running; iterates the valid port ids.
+        let mut id = unsafe { sys::rte_eth_find_next(0) };
+        while u32::from(id) < sys::RTE_MAX_ETHPORTS {
+            ids.push(id);
+            // SAFETY: as above.
+            id = unsafe { sys::rte_eth_find_next(id + 1) };
+        }
+        ids
+    }
+
+    /// Two ports wired back to back over `queues` pairs of rte_rings of
+    /// `ring_size` mbufs (a power of two): what one sends on queue `q`, the
+    /// other receives on queue `q`. Pointer passing, no copy; they advertise
+    /// multi-segment TX. DPDK names them `net_ring_<name>_a` / `_b`.
+    pub fn ring_pair(
+        eal: &Eal,
+        name: &str,
+        queues: u16,
+        ring_size: u32,
+    ) -> Result<(Port, Port), DpdkError> {
+        let op = "rte_eth_from_rings";
+        if queues == 0 || queues > MAX_QUEUES {
+            return Err(DpdkError::with_message(
+                op,
+                libc::EINVAL,
+                "queues out of range",
+            ));
+        }
+        let mut set = RingSet { rings: Vec::new() };
+        let mut ab = Vec::with_capacity(usize::from(queues));
+        let mut ba = Vec::with_capacity(usize::from(queues));
+        for q in 0..queues {
+            ab.push(set.create(&format!("{name}>{q}"), ring_size)?);
+            ba.push(set.create(&format!("{name}<{q}"), ring_size)?);
+        }
+        let set = Arc::new(set);
+        let make = |suffix: &str, rx: &[*mut sys::rte_ring], tx: &[*mut sys::rte_ring]| {
+            let cname = CString::new(format!("{name}_{suffix}"))
+                .map_err(|_| DpdkError::with_message(op, libc::EINVAL, "name has a NUL"))?;
+            // SAFETY: the rings are valid and outlive the port (the port holds
+            // `set`); DPDK copies the name and the arrays.
+            let ret = unsafe {
+                sys::rte_eth_from_rings(
+                    cname.as_ptr(),
+                    rx.as_ptr(),
+                    u32::from(queues),
+                    tx.as_ptr(),
+                    u32::from(queues),
+                    0,
+                )
+            };
+            let id = u16::try_from(ret).map_err(|_| DpdkError::from_rte_errno(op))?;
+            Self::claim(eal, id, Some(set.clone()))
+        };
+        let a = make("a", &ba, &ab)?;
+        let b = make("b", &ab, &ba)?;
+        Ok((a, b))
+    }
+
+    fn claim(eal: &Eal, id: u16, rings: Option<Arc<RingSet>>) -> Result<Port, DpdkError> {
+        let op = "port";
+        // SAFETY: EAL is running; any id may be asked about.
+        let valid = unsafe { sys::rte_eth_dev_is_valid_port(id) } != 0;
+        if u32::from(id) >= sys::RTE_MAX_ETHPORTS || !valid {
+            return Err(DpdkError::with_message(
+                op,
+                libc::ENODEV,
+                format!("no port {id}"),
+            ));
+        }
+        let bit = 1u64 << id;
+        if CLAIMED.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            return Err(DpdkError::with_message(
+                op,
+                libc::EBUSY,
+                format!("port {id} is already owned by a Port"),
+            ));
+        }
+        Ok(Port {
+            inner: Arc::new(PortInner {
+                id,
+                started: false,
+                nb_rx: 0,
+                nb_tx: 0,
+                runtime_vdev: rings.is_some(),
+                rx_taken: AtomicU64::new(0),
+                tx_taken: AtomicU64::new(0),
+                _rings: rings,
+                pools: Vec::new(),
+                _eal: eal.clone(),
+            }),
+        })
+    }
+
+    /// The DPDK port id.
+    pub fn id(&self) -> u16 {
+        self.inner.id
+    }
+
+    /// The device's capabilities.
+    pub fn dev_info(&self) -> Result<DevInfo, DpdkError> {
+        let raw = self.raw_info()?;
+        let driver_name = if raw.driver_name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: a NUL-terminated string owned by the driver.
+            unsafe { CStr::from_ptr(raw.driver_name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        Ok(DevInfo {
+            driver_name,
+            if_index: raw.if_index,
+            min_mtu: raw.min_mtu,
+            max_mtu: raw.max_mtu,
+            max_rx_pktlen: raw.max_rx_pktlen,
+            max_rx_queues: raw.max_rx_queues,
+            max_tx_queues: raw.max_tx_queues,
+            rx_offload_capa: raw.rx_offload_capa,
+            tx_offload_capa: raw.tx_offload_capa,
+            flow_type_rss_offloads: raw.flow_type_rss_offloads,
+            reta_size: raw.reta_size,
+            hash_key_size: raw.hash_key_size,
+        })
+    }
+
+    fn raw_info(&self) -> Result<sys::rte_eth_dev_info, DpdkError> {
+        let mut info = sys::rte_eth_dev_info::default();
+        // SAFETY: the port is valid; `info` is a valid out-pointer.
+        check("rte_eth_dev_info_get", unsafe {
+            sys::rte_eth_dev_info_get(self.id(), &mut info)
+        })?;
+        Ok(info)
+    }
+
+    /// The generic device behind the port, for DMA mapping.
+    pub(crate) fn device(&self) -> Option<NonNull<sys::rte_device>> {
+        NonNull::new(self.raw_info().ok()?.device)
+    }
+
+    /// The NUMA socket of the device (`-1`: any).
+    pub fn socket_id(&self) -> i32 {
+        // SAFETY: the port is valid.
+        unsafe { sys::rte_eth_dev_socket_id(self.id()) }
+    }
+
+    /// The port's MAC address.
+    pub fn mac_addr(&self) -> Result<[u8; 6], DpdkError> {
+        let mut mac = sys::rte_ether_addr::default();
+        // SAFETY: the port is valid; `mac` is a valid out-pointer.
+        check("rte_eth_macaddr_get", unsafe {
+            sys::rte_eth_macaddr_get(self.id(), &mut mac)
+        })?;
+        Ok(mac.addr_bytes)
+    }
+
+    /// Sets the port's MAC address, where the device allows it.
+    pub fn set_mac_addr(&mut self, mac: [u8; 6]) -> Result<(), DpdkError> {
+        let mut addr = sys::rte_ether_addr { addr_bytes: mac };
+        // SAFETY: the port is valid; DPDK copies the address.
+        check("rte_eth_dev_default_mac_addr_set", unsafe {
+            sys::rte_eth_dev_default_mac_addr_set(self.id(), &mut addr)
+        })
+    }
+
+    /// Configures queues, descriptors, offloads and RSS, with every RX queue
+    /// receiving into `pool`. The port must be stopped and have no queue
+    /// handles out.
+    pub fn configure(&mut self, conf: &PortConfig, pool: &Mempool) -> Result<PortSetup, DpdkError> {
+        let op = "rte_eth_dev_configure";
+        let info = self.raw_info()?;
+        let id = self.id();
+        let socket = self.socket_id();
+        let inner = self.exclusive(op)?;
+        if inner.started {
+            return Err(DpdkError::with_message(
+                op,
+                libc::EBUSY,
+                "stop the port first",
+            ));
+        }
+        if conf.rx_queues == 0
+            || conf.tx_queues == 0
+            || conf.rx_queues > MAX_QUEUES.min(info.max_rx_queues)
+            || conf.tx_queues > MAX_QUEUES.min(info.max_tx_queues)
+        {
+            return Err(DpdkError::with_message(
+                op,
+                libc::EINVAL,
+                format!(
+                    "{} RX / {} TX queues asked, device has {} / {}",
+                    conf.rx_queues, conf.tx_queues, info.max_rx_queues, info.max_tx_queues
+                ),
+            ));
+        }
+        let rx_offloads = conf.rx_offloads & info.rx_offload_capa;
+        let tx_offloads = conf.tx_offloads & info.tx_offload_capa;
+        let rss_hf = conf.rss_hf & info.flow_type_rss_offloads;
+
+        let mut ec = sys::rte_eth_conf::default();
+        ec.rxmode.offloads = rx_offloads;
+        ec.txmode.offloads = tx_offloads;
+        if let Some(mtu) = conf.mtu {
+            ec.rxmode.mtu = u32::from(mtu);
+        }
+        let mut key = conf.rss_key.clone();
+        if rss_hf != 0 {
+            ec.rxmode.mq_mode = sys::RTE_ETH_MQ_RX_RSS;
+            ec.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+            if let Some(key) = key.as_mut() {
+                let want = usize::from(info.hash_key_size);
+                if want != 0 && key.len() != want {
+                    return Err(DpdkError::with_message(
+                        op,
+                        libc::EINVAL,
+                        format!("RSS key of {} bytes, device wants {want}", key.len()),
+                    ));
+                }
+                ec.rx_adv_conf.rss_conf.rss_key = key.as_mut_ptr();
+                ec.rx_adv_conf.rss_conf.rss_key_len = u8::try_from(key.len())
+                    .map_err(|_| DpdkError::with_message(op, libc::EINVAL, "RSS key too long"))?;
+            }
+        }
+        // SAFETY: the port is valid and stopped; `ec` (and the key it points
+        // to) lives across the call, which copies it.
+        check(op, unsafe {
+            sys::rte_eth_dev_configure(id, conf.rx_queues, conf.tx_queues, &ec)
+        })?;
+        let (mut rxd, mut txd) = (conf.rx_desc, conf.tx_desc);
+        // SAFETY: the port is configured; both are valid in/out pointers.
+        check("rte_eth_dev_adjust_nb_rx_tx_desc", unsafe {
+            sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut rxd, &mut txd)
+        })?;
+        let socket_u = u32::try_from(socket).unwrap_or(u32::MAX);
+        for q in 0..conf.rx_queues {
+            // SAFETY: the port is configured with this many queues; a null
+            // rxconf takes the device defaults with the port's offloads; the
+            // pool outlives the port (kept in `pools`).
+            check("rte_eth_rx_queue_setup", unsafe {
+                sys::rte_eth_rx_queue_setup(id, q, rxd, socket_u, std::ptr::null(), pool.as_ptr())
+            })?;
+        }
+        for q in 0..conf.tx_queues {
+            // SAFETY: as above, for TX.
+            check("rte_eth_tx_queue_setup", unsafe {
+                sys::rte_eth_tx_queue_setup(id, q, txd, socket_u, std::ptr::null())
+            })?;
+        }
+        if conf.promiscuous {
+            // SAFETY: the port is valid.
+            let ret = unsafe { sys::rte_eth_promiscuous_enable(id) };
+            if ret < 0 && ret != -libc::ENOTSUP {
+                return Err(DpdkError::from_ret("rte_eth_promiscuous_enable", ret));
+            }
+        }
+        inner.nb_rx = conf.rx_queues;
+        inner.nb_tx = conf.tx_queues;
+        inner.pools.push(pool.clone());
+        Ok(PortSetup {
+            rx_queues: conf.rx_queues,
+            tx_queues: conf.tx_queues,
+            rx_desc: rxd,
+            tx_desc: txd,
+            rx_offloads,
+            tx_offloads,
+            rss_hf,
+        })
+    }
+
+    /// Starts the port; queues can be taken afterwards.
+    pub fn start(&mut self) -> Result<(), DpdkError> {
+        let op = "rte_eth_dev_start";
+        let id = self.id();
+        let inner = self.exclusive(op)?;
+        if inner.started {
+            return Ok(());
+        }
+        // SAFETY: the port is valid and configured (DPDK checks).
+        check(op, unsafe { sys::rte_eth_dev_start(id) })?;
+        inner.started = true;
+        Ok(())
+    }
+
+    /// Stops the port. Every queue handle must have been dropped first (a
+    /// burst must not run during stop).
+    pub fn stop(&mut self) -> Result<(), DpdkError> {
+        let op = "rte_eth_dev_stop";
+        let id = self.id();
+        let inner = self.exclusive(op)?;
+        if !inner.started {
+            return Ok(());
+        }
+        // SAFETY: the port is valid and no queue handle exists.
+        check(op, unsafe { sys::rte_eth_dev_stop(id) })?;
+        inner.started = false;
+        Ok(())
+    }
+
+    /// Whether the port is started.
+    pub fn is_started(&self) -> bool {
+        self.inner.started
+    }
+
+    /// Whether the link is up (without waiting for negotiation).
+    pub fn link_up(&self) -> bool {
+        let mut link = sys::rte_eth_link::default();
+        // SAFETY: the port is valid; `link` is a valid out-pointer.
+        let ret = unsafe { sys::rte_eth_link_get_nowait(self.id(), &mut link) };
+        ret == 0 && u32::from(link.link_status()) == sys::RTE_ETH_LINK_UP
+    }
+
+    /// The port's counters.
+    pub fn stats(&self) -> Result<PortStats, DpdkError> {
+        let mut s = sys::rte_eth_stats::default();
+        // SAFETY: the port is valid; `s` is a valid out-pointer.
+        check("rte_eth_stats_get", unsafe {
+            sys::rte_eth_stats_get(self.id(), &mut s)
+        })?;
+        Ok(PortStats {
+            ipackets: s.ipackets,
+            opackets: s.opackets,
+            ibytes: s.ibytes,
+            obytes: s.obytes,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            oerrors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        })
+    }
+
+    /// The RSS key and hash types in force; `ENOTSUP` where the device has
+    /// no RSS (every virtual device here).
+    pub fn rss_hash_conf_get(&self) -> Result<RssHashConf, DpdkError> {
+        let info = self.raw_info()?;
+        // 40 bytes is the Toeplitz key of most NICs, for devices that do not
+        // report a size.
+        let len = if info.hash_key_size == 0 {
+            40
+        } else {
+            info.hash_key_size
+        };
+        let mut key = vec![0u8; usize::from(len)];
+        let mut conf = sys::rte_eth_rss_conf {
+            rss_key: key.as_mut_ptr(),
+            rss_key_len: len,
+            rss_hf: 0,
+        };
+        // SAFETY: the port is valid; `conf.rss_key` points at `len` bytes.
+        check("rte_eth_dev_rss_hash_conf_get", unsafe {
+            sys::rte_eth_dev_rss_hash_conf_get(self.id(), &mut conf)
+        })?;
+        key.truncate(usize::from(conf.rss_key_len.min(len)));
+        Ok(RssHashConf {
+            key,
+            rss_hf: conf.rss_hf,
+        })
+    }
+
+    /// The RSS redirection table: entry `i` is the RX queue for hashes whose
+    /// low bits are `i`; `ENOTSUP` where the device has none.
+    pub fn reta_query(&self) -> Result<Vec<u16>, DpdkError> {
+        let op = "rte_eth_dev_rss_reta_query";
+        let size = self.raw_info()?.reta_size;
+        if size == 0 {
+            return Err(DpdkError::new(op, libc::ENOTSUP));
+        }
+        let group = sys::RTE_ETH_RETA_GROUP_SIZE as usize;
+        let groups = usize::from(size).div_ceil(group);
+        let mut conf = vec![
+            sys::rte_eth_rss_reta_entry64 {
+                mask: u64::MAX,
+                reta: [0; 64],
+            };
+            groups
+        ];
+        // SAFETY: the port is valid; `conf` has one entry per 64 of `size`.
+        check(op, unsafe {
+            sys::rte_eth_dev_rss_reta_query(self.id(), conf.as_mut_ptr(), size)
+        })?;
+        Ok(conf
+            .iter()
+            .flat_map(|e| e.reta.iter().copied())
+            .take(usize::from(size))
+            .collect())
+    }
+
+    /// Takes RX queue `q` for one worker. The port must be started; each
+    /// queue is handed out once until its handle drops.
+    pub fn rx_queue(&mut self, q: u16) -> Result<RxQueue, DpdkError> {
+        let port = self.take_queue(q, true)?;
+        Ok(RxQueue { port, queue: q })
+    }
+
+    /// Takes TX queue `q` for one worker; see [`Port::rx_queue`].
+    pub fn tx_queue(&mut self, q: u16) -> Result<TxQueue, DpdkError> {
+        let port = self.take_queue(q, false)?;
+        Ok(TxQueue { port, queue: q })
+    }
+
+    fn take_queue(&mut self, q: u16, rx: bool) -> Result<Arc<PortInner>, DpdkError> {
+        let op = if rx { "rx_queue" } else { "tx_queue" };
+        let inner = &self.inner;
+        if !inner.started {
+            return Err(DpdkError::with_message(
+                op,
+                libc::EINVAL,
+                "start the port first",
+            ));
+        }
+        let (n, taken) = if rx {
+            (inner.nb_rx, &inner.rx_taken)
+        } else {
+            (inner.nb_tx, &inner.tx_taken)
+        };
+        if q >= n {
+            return Err(DpdkError::with_message(
+                op,
+                libc::EINVAL,
+                format!("no queue {q}"),
+            ));
+        }
+        let bit = 1u64 << q;
+        if taken.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            return Err(DpdkError::with_message(
+                op,
+                libc::EBUSY,
+                format!("queue {q} is taken"),
+            ));
+        }
+        Ok(inner.clone())
+    }
+
+    fn exclusive(&mut self, op: &'static str) -> Result<&mut PortInner, DpdkError> {
+        Arc::get_mut(&mut self.inner)
+            .ok_or_else(|| DpdkError::with_message(op, libc::EBUSY, "queue handles are still out"))
+    }
+}
+
+impl Drop for PortInner {
+    fn drop(&mut self) {
+        let id = self.id;
+        // SAFETY: the last handle on the port is gone, so no burst runs; the
+        // port is valid until closed here.
+        unsafe {
+            if self.started {
+                sys::rte_eth_dev_stop(id);
+            }
+            let mut device = std::ptr::null_mut();
+            if self.runtime_vdev {
+                let mut info = sys::rte_eth_dev_info::default();
+                if sys::rte_eth_dev_info_get(id, &mut info) == 0 {
+                    device = info.device;
+                }
+            }
+            sys::rte_eth_dev_close(id);
+            // A ring pair's vdevs are removed too, so that the names are free
+            // again; EAL removes the --vdev ones at cleanup.
+            if !device.is_null() {
+                sys::rte_dev_remove(device);
+            }
+        }
+        CLAIMED.fetch_and(!(1u64 << id), Ordering::AcqRel);
+    }
+}
+
+/// One RX queue of a started port, owned by the worker that polls it.
+#[derive(Debug)]
+pub struct RxQueue {
+    port: Arc<PortInner>,
+    queue: u16,
+}
+
+// SAFETY: the handle may move to the worker thread that will own it; DPDK
+// only requires that one thread at a time polls a queue, which `&mut self`
+// guarantees.
+unsafe impl Send for RxQueue {}
+
+impl RxQueue {
+    /// Receives up to the burst's spare room, appending to `out`; returns how
+    /// many arrived.
+    #[inline]
+    pub fn rx_burst(&mut self, out: &mut MbufBurst) -> usize {
+        let spare = out.spare();
+        if spare == 0 {
+            return 0;
+        }
+        let slots = out.spare_ptr();
+        // SAFETY: the port is started (queues exist only then) and this
+        // handle is the queue's only user; `slots` has `spare` empty entries.
+        let n = unsafe { sys::shim_eth_rx_burst(self.port.id, self.queue, slots, spare as u16) };
+        let n = usize::from(n).min(spare);
+        // SAFETY: DPDK wrote `n` owned mbufs into the spare slots.
+        unsafe { out.commit(n) };
+        n
+    }
+
+    /// The port id.
+    pub fn port_id(&self) -> u16 {
+        self.port.id
+    }
+
+    /// The queue id.
+    pub fn queue_id(&self) -> u16 {
+        self.queue
+    }
+}
+
+impl Drop for RxQueue {
+    fn drop(&mut self) {
+        self.port
+            .rx_taken
+            .fetch_and(!(1u64 << self.queue), Ordering::AcqRel);
+    }
+}
+
+/// One TX queue of a started port, owned by the worker that sends on it.
+#[derive(Debug)]
+pub struct TxQueue {
+    port: Arc<PortInner>,
+    queue: u16,
+}
+
+// SAFETY: as for RxQueue.
+unsafe impl Send for TxQueue {}
+
+impl TxQueue {
+    /// Hands the burst's mbufs, from the front, to the device; returns how
+    /// many it took. Those it did not take stay in `pkts`, in order, owned by
+    /// the caller (retry them, or drop to free).
+    #[inline]
+    pub fn tx_burst(&mut self, pkts: &mut MbufBurst) -> usize {
+        let len = pkts.len();
+        if len == 0 {
+            return 0;
+        }
+        // SAFETY: the port is started and this handle is the queue's only
+        // user; the first `len` slots hold owned mbufs, of which DPDK takes
+        // the first `n`.
+        let n = unsafe {
+            sys::shim_eth_tx_burst(self.port.id, self.queue, pkts.as_mut_ptr(), len as u16)
+        };
+        let n = usize::from(n).min(len);
+        // SAFETY: the device owns the first `n` mbufs now.
+        unsafe { pkts.consume_front(n) };
+        n
+    }
+
+    /// Lets the driver check and fix up offload metadata
+    /// (`rte_eth_tx_prepare`); returns how many of the burst's mbufs, from
+    /// the front, are fit to send. The rest should be dropped.
+    #[inline]
+    pub fn tx_prepare(&mut self, pkts: &mut MbufBurst) -> usize {
+        let len = pkts.len();
+        // SAFETY: as in tx_burst; prepare does not take ownership.
+        let n = unsafe {
+            sys::shim_eth_tx_prepare(self.port.id, self.queue, pkts.as_mut_ptr(), len as u16)
+        };
+        usize::from(n).min(len)
+    }
+
+    /// The port id.
+    pub fn port_id(&self) -> u16 {
+        self.port.id
+    }
+
+    /// The queue id.
+    pub fn queue_id(&self) -> u16 {
+        self.queue
+    }
+}
+
+impl Drop for TxQueue {
+    fn drop(&mut self) {
+        self.port
+            .tx_taken
+            .fetch_and(!(1u64 << self.queue), Ordering::AcqRel);
+    }
+}
+
+/// The rings behind a [`Port::ring_pair`], freed after both ports close.
+#[derive(Debug)]
+struct RingSet {
+    rings: Vec<NonNull<sys::rte_ring>>,
+}
+
+// SAFETY: the rings are only freed in Drop, when no port uses them.
+unsafe impl Send for RingSet {}
+// SAFETY: RingSet itself has no `&self` operations.
+unsafe impl Sync for RingSet {}
+
+impl RingSet {
+    fn create(&mut self, name: &str, size: u32) -> Result<*mut sys::rte_ring, DpdkError> {
+        let op = "rte_ring_create";
+        let cname = CString::new(name)
+            .map_err(|_| DpdkError::with_message(op, libc::EINVAL, "name has a NUL"))?;
+        // Single producer and consumer: each ring joins one TX queue to one
+        // RX queue, each owned by one thread.
+        let flags = sys::RING_F_SP_ENQ | sys::RING_F_SC_DEQ;
+        // SAFETY: EAL is running (the caller holds it); DPDK copies the name.
+        let r = unsafe { sys::rte_ring_create(cname.as_ptr(), size, -1, flags) };
+        let r = NonNull::new(r).ok_or_else(|| DpdkError::from_rte_errno(op))?;
+        self.rings.push(r);
+        Ok(r.as_ptr())
+    }
+}
+
+impl Drop for RingSet {
+    fn drop(&mut self) {
+        let mut burst = MbufBurst::new();
+        for r in &self.rings {
+            // SAFETY: both ports are closed, so this is the rings' only user;
+            // every object in them is an mbuf some TX queue handed over.
+            unsafe {
+                loop {
+                    let spare = burst.spare_ptr().cast();
+                    let n = sys::shim_ring_dequeue_burst(r.as_ptr(), spare, 32);
+                    if n == 0 {
+                        break;
+                    }
+                    burst.commit(n as usize);
+                    burst.clear();
+                }
+                sys::rte_ring_free(r.as_ptr());
+            }
+        }
+    }
+}
