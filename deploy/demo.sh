@@ -3,5 +3,6 @@
 # which needs no NIC and no hugepages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+deploy/install-deps.sh
 cargo build --release --bin iwarp
 exec target/release/iwarp demo "$@"

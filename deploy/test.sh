@@ -9,21 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_pkgs=()
-command -v ip >/dev/null || need_pkgs+=(iproute2)
-command -v ethtool >/dev/null || need_pkgs+=(ethtool)
-# The kernel-interop test pings our engine from inside its namespace.
-command -v ping >/dev/null || need_pkgs+=(iputils-ping)
-command -v pkg-config >/dev/null || need_pkgs+=(pkg-config)
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "test.sh: missing ${need_pkgs[*]}; run as root or install them" >&2
-        exit 1
-    fi
-    echo "test.sh: installing ${need_pkgs[*]}" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
-fi
+deploy/install-deps.sh
 
 if ! command -v cargo-nextest >/dev/null && ! cargo nextest --version >/dev/null 2>&1; then
     echo "test.sh: installing cargo-nextest" >&2
