@@ -16,10 +16,16 @@ const INSTALL_HINT: &str =
     "DPDK not found: install it with 'apt-get install -y dpdk-dev libdpdk-dev \
      clang libclang-dev pkg-config' (or run deploy/install-deps.sh)";
 
+/// The line shown when bindgen cannot load libclang.
+const LIBCLANG_HINT: &str =
+    "libclang not found (bindgen reads DPDK's headers with it): install it \
+     with 'apt-get install -y clang libclang-dev' (or run deploy/install-deps.sh)";
+
 fn main() -> ExitCode {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=src/shim.h");
     println!("cargo:rerun-if-changed=src/shim.c");
+    println!("cargo:rerun-if-env-changed=PKG_CONFIG");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     println!("cargo:rerun-if-env-changed=LIBCLANG_PATH");
 
@@ -36,9 +42,13 @@ fn main() -> ExitCode {
     link(&libs, libdir.trim());
 
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    if let Err(e) = generate_bindings(&cflags, &out) {
-        // libclang missing is the usual cause; the hint names its package too.
-        return fail(&format!("{INSTALL_HINT}; bindgen failed: {e}"));
+    // bindgen panics when it cannot load libclang: catch that too, so that
+    // the one-line hint (which names libclang's package) is what shows.
+    let generated = std::panic::catch_unwind(|| generate_bindings(&cflags, &out));
+    match generated {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return fail(&format!("bindgen failed on DPDK's headers: {e}")),
+        Err(_) => return fail(LIBCLANG_HINT),
     }
 
     let mut build = cc::Build::new();

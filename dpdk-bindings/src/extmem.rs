@@ -36,8 +36,8 @@ pub struct ExtMem {
     len: usize,
     page_size: usize,
     iovas: Box<[u64]>,
-    /// Devices the region was DMA-mapped for, to unmap on drop.
-    mapped: Vec<NonNull<sys::rte_device>>,
+    /// Ports (id, device) the region was DMA-mapped for, to unmap on drop.
+    mapped: Vec<(u16, NonNull<sys::rte_device>)>,
     _eal: Eal,
 }
 
@@ -168,14 +168,16 @@ impl ExtMem {
     }
 
     /// Maps the region for DMA by `port`'s device (`rte_dev_dma_map`), as a
-    /// device behind VFIO needs. Returns `Ok(false)` where the device has no
-    /// such mapping (virtual devices, and anything with IOVA-as-VA without an
-    /// IOMMU, e.g. every `--no-huge` run): there the registration suffices.
+    /// device behind VFIO needs; unmapped on drop. Returns `Ok(false)` where
+    /// the bus has no such operation (`ENOTSUP`). The vdev bus accepts the
+    /// call and does nothing for drivers without a mapping of their own
+    /// (every virtual device here, which read memory by its virtual address):
+    /// there the registration alone suffices, as it does without an IOMMU.
     pub fn dma_map(&mut self, port: &Port) -> Result<bool, DpdkError> {
         let Some(dev) = port.device() else {
             return Ok(false);
         };
-        if self.mapped.contains(&dev) {
+        if self.mapped.iter().any(|&(_, d)| d == dev) {
             return Ok(true);
         }
         // SAFETY: the region is registered as external memory, as
@@ -189,7 +191,7 @@ impl ExtMem {
             )
         };
         if ret == 0 {
-            self.mapped.push(dev);
+            self.mapped.push((port.id(), dev));
             return Ok(true);
         }
         // SAFETY: reads this thread's rte_errno, set by the failed call.
@@ -204,9 +206,14 @@ impl ExtMem {
 
 impl Drop for ExtMem {
     fn drop(&mut self) {
-        for dev in self.mapped.drain(..) {
-            // SAFETY: the region was mapped for `dev` by `dma_map`. A port
-            // closed since then makes DPDK fail the call, which is harmless.
+        for (port, dev) in std::mem::take(&mut self.mapped) {
+            // A port closed since (its device possibly freed) took its
+            // mappings with it: unmap only from the device still behind it.
+            if crate::port::device_of(port) != Some(dev) {
+                continue;
+            }
+            // SAFETY: `dev` is the live device of `port`, for which `dma_map`
+            // mapped exactly this range.
             unsafe {
                 sys::rte_dev_dma_unmap(
                     dev.as_ptr(),

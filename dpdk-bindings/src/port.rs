@@ -393,7 +393,7 @@ impl Port {
 
     /// The generic device behind the port, for DMA mapping.
     pub(crate) fn device(&self) -> Option<NonNull<sys::rte_device>> {
-        NonNull::new(self.raw_info().ok()?.device)
+        device_of(self.id())
     }
 
     /// The NUMA socket of the device (`-1`: any).
@@ -692,6 +692,21 @@ impl Port {
         Arc::get_mut(&mut self.inner)
             .ok_or_else(|| DpdkError::with_message(op, libc::EBUSY, "queue handles are still out"))
     }
+}
+
+/// The generic device behind port `id`, if the port exists.
+pub(crate) fn device_of(id: u16) -> Option<NonNull<sys::rte_device>> {
+    // SAFETY: any id may be asked about.
+    if u32::from(id) >= sys::RTE_MAX_ETHPORTS || unsafe { sys::rte_eth_dev_is_valid_port(id) } == 0
+    {
+        return None;
+    }
+    let mut info = sys::rte_eth_dev_info::default();
+    // SAFETY: the port exists; `info` is a valid out-pointer.
+    if unsafe { sys::rte_eth_dev_info_get(id, &mut info) } != 0 {
+        return None;
+    }
+    NonNull::new(info.device)
 }
 
 impl Drop for PortInner {
