@@ -3,7 +3,15 @@
 //! `tcp-offload` and `rdmap` engines, and offers the application API and the
 //! `iwarp` command-line tool.
 //!
-//! The runtime lands in later increments; today the crate carries the
-//! command-line skeleton and the integration test that runs the TCP engine
-//! against the Linux kernel's TCP.
+//! - [`link`]: ports and queues as a worker sees them (receive bursts,
+//!   frames built from headers and attached payload, transmit bursts), and
+//!   [`link::MemLink`], an in-memory port pair for tests and the demo.
+//! - [`memory`]: registered memory shared by applications and workers, and
+//!   the placement implementation the QP engine writes through.
+//! - [`steer`]: the Toeplitz RSS hash, to keep each connection on the queue
+//!   of the worker that owns it.
 #![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod link;
+pub mod memory;
+pub mod steer;

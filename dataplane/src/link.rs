@@ -1,0 +1,781 @@
+//! Ports and queues as a worker sees them: receive a burst of frames,
+//! build frames (headers copied, payload attached from registered memory
+//! or copied), transmit a burst. This is the seam between the runtime and
+//! the device: DPDK ports implement it with mbufs (the next increment);
+//! [`MemLink`] implements it in memory for tests, the simulator and the
+//! demo.
+//!
+//! It sits at both ends of the pipeline: the worker's RX burst starts it
+//! (frames go to `tcp-offload` by reference, as `Payload<B>` over the
+//! received buffer, and are freed when the engines are done with them) and
+//! its TX burst ends it.
+//!
+//! # Buffers
+//!
+//! - A received frame is a [`LinkQueue::RxBuf`]: anything that reads as
+//!   bytes and gives its memory back when dropped (an mbuf; a pooled
+//!   buffer here). The TCP engine may keep it (out-of-order data) until it
+//!   is consumed.
+//! - A frame to send is a [`TxFrame`]: bytes appended (headers, MPA
+//!   trailer, padding) and payload either **attached** by reference
+//!   ([`TxFrame::attach`], zero-copy: the frame holds the region alive until
+//!   the device has sent it) or **copied** ([`TxFrame::append_copy`]), the
+//!   fallback for ports that cannot chain segments
+//!   ([`LinkCaps::multi_seg_tx`]).
+
+use core::net::Ipv4Addr;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_queue::ArrayQueue;
+use tcp_offload::wire::EthernetAddress;
+
+use crate::memory::{Region, RegionSlice};
+use crate::steer::Rss;
+
+/// What a port can do, as the worker needs to know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkCaps {
+    /// The port's MAC address.
+    pub mac: EthernetAddress,
+    /// IP MTU: the largest datagram (Ethernet payload) the port carries.
+    pub mtu: usize,
+    /// Queue pairs (one RX and one TX queue each), one per worker.
+    pub queues: u16,
+    /// Frames may be chains of segments (header, attached payload,
+    /// trailer). Without it, payload is copied into one buffer.
+    pub multi_seg_tx: bool,
+    /// Most segments in one chained frame.
+    pub max_tx_segments: usize,
+    /// The device computes the TCP checksum on transmit (the driver puts
+    /// the pseudo-header sum in the field).
+    pub tx_checksum_offload: bool,
+    /// The device verifies TCP/IP checksums on receive.
+    pub rx_checksum_offload: bool,
+    /// How received TCP flows are spread over queues, if the port steers
+    /// (`None`: everything arrives on queue 0).
+    pub rss: Option<Rss>,
+}
+
+/// A port whose queues are handed out to workers.
+pub trait Link {
+    /// One RX/TX queue pair, owned by one worker.
+    type Queue: LinkQueue;
+
+    /// The port's capabilities.
+    fn caps(&self) -> &LinkCaps;
+
+    /// Queue pair `index`, once (`None` if out of range or taken).
+    fn take_queue(&mut self, index: u16) -> Option<Self::Queue>;
+}
+
+/// A frame could not take more: out of room or out of segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FrameFull;
+
+impl core::fmt::Display for FrameFull {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("frame full")
+    }
+}
+
+impl std::error::Error for FrameFull {}
+
+/// A frame being built for transmission.
+pub trait TxFrame: Send {
+    /// Bytes so far.
+    fn len(&self) -> usize;
+
+    /// Whether nothing was added yet.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends `bytes`, copied into the frame's own buffer.
+    fn append(&mut self, bytes: &[u8]) -> Result<(), FrameFull>;
+
+    /// Appends `n` zero bytes (Ethernet padding).
+    fn append_zeros(&mut self, n: usize) -> Result<(), FrameFull>;
+
+    /// Appends `len` bytes of `region` from `offset`, copied (the path for
+    /// ports without multi-segment transmit).
+    fn append_copy(&mut self, region: &Region, offset: usize, len: usize) -> Result<(), FrameFull>;
+
+    /// Appends `slice` by reference (zero-copy). The frame keeps the memory
+    /// alive until the device has sent it. On a port without multi-segment
+    /// transmit this copies instead.
+    fn attach(&mut self, slice: RegionSlice) -> Result<(), FrameFull>;
+}
+
+/// One RX and one TX queue of a port, used by exactly one worker.
+pub trait LinkQueue: Send + 'static {
+    /// A received frame, kept by reference until dropped.
+    type RxBuf: AsRef<[u8]> + Send + 'static;
+    /// A frame being built.
+    type TxFrame: TxFrame;
+
+    /// Which queue of the port this is.
+    fn index(&self) -> u16;
+
+    /// Receives up to `max` frames, appending them to `out`; returns how
+    /// many. Never blocks.
+    fn rx_burst(&mut self, out: &mut Vec<Self::RxBuf>, max: usize) -> usize;
+
+    /// A fresh frame to fill, or `None` if the port is out of buffers.
+    fn alloc_tx(&mut self) -> Option<Self::TxFrame>;
+
+    /// Sends frames from the front of `frames`, removing those the device
+    /// took; returns how many. Frames left were not sent (the ring was
+    /// full): the caller retries or drops them.
+    fn tx_burst(&mut self, frames: &mut Vec<Self::TxFrame>) -> usize;
+}
+
+// ---------------------------------------------------------------------
+// The in-memory link.
+// ---------------------------------------------------------------------
+
+/// Room a frame buffer keeps beyond the IP MTU: Ethernet header and one
+/// VLAN tag.
+pub const FRAME_OVERHEAD: usize = 18;
+
+/// Pieces one [`MemFrame`] holds at most (bytes runs and attachments).
+const MAX_PIECES: usize = 16;
+
+/// Configuration of a [`MemLink`] pair.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemLinkConfig {
+    /// Queue pairs on each end.
+    pub queues: u16,
+    /// IP MTU.
+    pub mtu: usize,
+    /// Frames each receive queue holds before dropping.
+    pub ring_size: usize,
+    /// Receive buffers per end (shared by its queues). Frames the TCP
+    /// engine keeps (out of order, not yet read) hold one each.
+    pub pool_size: usize,
+    /// Probability that a frame is lost, in each direction.
+    pub loss: f64,
+    /// Seed of the loss draws.
+    pub seed: u64,
+    /// Advertise multi-segment transmit (attachments stay references until
+    /// the frame is delivered). Off: attachments are copied into the frame.
+    pub multi_seg_tx: bool,
+}
+
+impl Default for MemLinkConfig {
+    fn default() -> MemLinkConfig {
+        MemLinkConfig {
+            queues: 1,
+            mtu: 1500,
+            ring_size: 4096,
+            pool_size: 16 * 1024,
+            loss: 0.0,
+            seed: 1,
+            multi_seg_tx: true,
+        }
+    }
+}
+
+/// Counters of one end of a [`MemLink`], readable while it runs.
+#[derive(Debug, Default)]
+pub struct MemLinkStats {
+    /// Frames handed to `tx_burst` on this end.
+    pub tx_frames: AtomicU64,
+    /// Bytes of those frames.
+    pub tx_bytes: AtomicU64,
+    /// Frames from this end lost on purpose ([`MemLinkConfig::loss`]).
+    pub lost: AtomicU64,
+    /// Frames for this end dropped because no receive buffer was free.
+    pub rx_no_buffer: AtomicU64,
+    /// Frames for this end dropped because the queue's ring was full.
+    pub rx_ring_full: AtomicU64,
+}
+
+/// Receive buffers of one end.
+#[derive(Debug)]
+struct BufPool {
+    free: ArrayQueue<Vec<u8>>,
+}
+
+/// A received frame of a [`MemLink`]; its buffer returns to the pool when
+/// dropped.
+#[derive(Debug)]
+pub struct MemBuf {
+    data: Vec<u8>,
+    pool: Arc<BufPool>,
+}
+
+impl AsRef<[u8]> for MemBuf {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl Drop for MemBuf {
+    fn drop(&mut self) {
+        let mut data = core::mem::take(&mut self.data);
+        data.clear();
+        // The pool has room for every buffer it ever gave out.
+        let _ = self.pool.free.push(data);
+    }
+}
+
+#[derive(Debug)]
+struct End {
+    rings: Vec<ArrayQueue<MemBuf>>,
+    pool: Arc<BufPool>,
+    rss: Rss,
+    stats: MemLinkStats,
+}
+
+impl End {
+    fn new(config: &MemLinkConfig) -> End {
+        let queues = config.queues.max(1);
+        let cap = config.mtu + FRAME_OVERHEAD;
+        let pool = Arc::new(BufPool {
+            free: ArrayQueue::new(config.pool_size.max(1)),
+        });
+        for _ in 0..config.pool_size.max(1) {
+            let _ = pool.free.push(Vec::with_capacity(cap));
+        }
+        End {
+            rings: (0..queues)
+                .map(|_| ArrayQueue::new(config.ring_size.max(1)))
+                .collect(),
+            pool,
+            rss: Rss::round_robin(queues),
+            stats: MemLinkStats::default(),
+        }
+    }
+
+    /// The queue a frame lands on: TCP over IPv4 by RSS, the rest (ARP)
+    /// on queue 0, as a NIC steers.
+    fn steer(&self, frame: &[u8]) -> usize {
+        if self.rings.len() == 1 {
+            return 0;
+        }
+        let Some(t) = tcp_fields(frame) else {
+            return 0;
+        };
+        usize::from(self.rss.queue_for(t.0, t.1, t.2, t.3)) % self.rings.len()
+    }
+}
+
+/// Source and destination address and port of an untagged IPv4/TCP frame.
+fn tcp_fields(frame: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, u16, u16)> {
+    let ethertype = frame.get(12..14)?;
+    if ethertype != [0x08, 0x00] {
+        return None;
+    }
+    let ip = frame.get(14..)?;
+    let ihl = usize::from(*ip.first()? & 0x0f) * 4;
+    if *ip.get(9)? != 6 || ihl < 20 {
+        return None;
+    }
+    let a = |r: core::ops::Range<usize>| ip.get(r);
+    let src = <[u8; 4]>::try_from(a(12..16)?).ok()?;
+    let dst = <[u8; 4]>::try_from(a(16..20)?).ok()?;
+    let ports = a(ihl..ihl + 4)?;
+    Some((
+        Ipv4Addr::from(src),
+        Ipv4Addr::from(dst),
+        u16::from_be_bytes([ports[0], ports[1]]),
+        u16::from_be_bytes([ports[2], ports[3]]),
+    ))
+}
+
+/// One end of an in-memory Ethernet cable with multi-queue NICs at both
+/// ends: what one end's queues send arrives on the other end's queues,
+/// steered by RSS. Delivery is immediate; loss is optional and seeded.
+/// Attached payload stays a reference until delivery, which copies it into
+/// the receiver's buffer the way a NIC's DMA would read it.
+#[derive(Debug)]
+pub struct MemLink {
+    caps: LinkCaps,
+    me: Arc<End>,
+    peer: Arc<End>,
+    taken: Vec<bool>,
+    loss_threshold: u64,
+    seed: u64,
+    frame_cap: usize,
+}
+
+impl MemLink {
+    /// Both ends of a new link; the ends' MAC addresses are `mac_a` and
+    /// `mac_b`.
+    pub fn pair(
+        config: &MemLinkConfig,
+        mac_a: EthernetAddress,
+        mac_b: EthernetAddress,
+    ) -> (MemLink, MemLink) {
+        let a = Arc::new(End::new(config));
+        let b = Arc::new(End::new(config));
+        let mk = |me: &Arc<End>, peer: &Arc<End>, mac, side: u64| MemLink {
+            caps: LinkCaps {
+                mac,
+                mtu: config.mtu,
+                queues: config.queues.max(1),
+                multi_seg_tx: config.multi_seg_tx,
+                max_tx_segments: MAX_PIECES,
+                tx_checksum_offload: false,
+                rx_checksum_offload: false,
+                rss: Some(me.rss.clone()),
+            },
+            me: me.clone(),
+            peer: peer.clone(),
+            taken: vec![false; usize::from(config.queues.max(1))],
+            // Saturating float-to-int conversion: loss 1.0 loses all.
+            loss_threshold: (config.loss.clamp(0.0, 1.0) * u64::MAX as f64) as u64,
+            seed: config.seed ^ side.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            frame_cap: config.mtu + FRAME_OVERHEAD,
+        };
+        (mk(&a, &b, mac_a, 1), mk(&b, &a, mac_b, 2))
+    }
+
+    /// One end of the link named `name` in this process: the first caller
+    /// creates the link with `config` and gets one end, the second gets
+    /// the other (its `config` is ignored but for `mac`). How two
+    /// dataplanes opened from configuration files (device `mem:NAME`) find
+    /// each other.
+    pub fn named(name: &str, config: &MemLinkConfig, mac: EthernetAddress) -> MemLink {
+        static WAITING: Mutex<Option<HashMap<String, MemLink>>> = Mutex::new(None);
+        // A poisoned registry only means a panic elsewhere; the map is
+        // consistent between statements.
+        let mut waiting = WAITING.lock().unwrap_or_else(|e| e.into_inner());
+        let map = waiting.get_or_insert_with(HashMap::new);
+        if let Some(mut other) = map.remove(name) {
+            other.caps.mac = mac;
+            return other;
+        }
+        let (a, b) = MemLink::pair(config, mac, mac);
+        map.insert(name.to_owned(), b);
+        a
+    }
+
+    /// Counters of this end.
+    pub fn stats(&self) -> &MemLinkStats {
+        &self.me.stats
+    }
+
+    /// A handle on this end's counters that outlives the link.
+    pub fn stats_handle(&self) -> MemLinkStatsHandle {
+        MemLinkStatsHandle(self.me.clone())
+    }
+}
+
+/// Shared access to one end's [`MemLinkStats`].
+#[derive(Debug, Clone)]
+pub struct MemLinkStatsHandle(Arc<End>);
+
+impl MemLinkStatsHandle {
+    /// The counters.
+    pub fn get(&self) -> &MemLinkStats {
+        &self.0.stats
+    }
+}
+
+impl Link for MemLink {
+    type Queue = MemQueue;
+
+    fn caps(&self) -> &LinkCaps {
+        &self.caps
+    }
+
+    fn take_queue(&mut self, index: u16) -> Option<MemQueue> {
+        let slot = self.taken.get_mut(usize::from(index))?;
+        if *slot {
+            return None;
+        }
+        *slot = true;
+        Some(MemQueue {
+            index,
+            me: self.me.clone(),
+            peer: self.peer.clone(),
+            spare: Vec::new(),
+            rng: (self.seed ^ u64::from(index) << 32) | 1,
+            loss_threshold: self.loss_threshold,
+            frame_cap: self.frame_cap,
+            multi_seg: self.caps.multi_seg_tx,
+        })
+    }
+}
+
+/// One queue pair of a [`MemLink`] end.
+#[derive(Debug)]
+pub struct MemQueue {
+    index: u16,
+    me: Arc<End>,
+    peer: Arc<End>,
+    /// Frames sent and ready for reuse.
+    spare: Vec<MemFrame>,
+    rng: u64,
+    loss_threshold: u64,
+    frame_cap: usize,
+    multi_seg: bool,
+}
+
+impl MemQueue {
+    fn lost(&mut self) -> bool {
+        if self.loss_threshold == 0 {
+            return false;
+        }
+        // xorshift64*
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) < self.loss_threshold
+    }
+
+    fn deliver(&mut self, frame: &MemFrame) {
+        add(&self.me.stats.tx_frames, 1);
+        add(&self.me.stats.tx_bytes, frame.len as u64);
+        if self.lost() {
+            add(&self.me.stats.lost, 1);
+            return;
+        }
+        let Some(mut data) = self.peer.pool.free.pop() else {
+            add(&self.peer.stats.rx_no_buffer, 1);
+            return;
+        };
+        for piece in &frame.pieces {
+            match piece {
+                Piece::Bytes(s, e) => data.extend_from_slice(&frame.bytes[*s..*e]),
+                Piece::Region(slice) => {
+                    let at = data.len();
+                    data.resize(at + slice.len, 0);
+                    slice.region.copy_out(slice.offset, &mut data[at..]);
+                }
+            }
+        }
+        let q = self.peer.steer(&data);
+        let buf = MemBuf {
+            data,
+            pool: self.peer.pool.clone(),
+        };
+        if self.peer.rings[q].push(buf).is_err() {
+            add(&self.peer.stats.rx_ring_full, 1);
+        }
+    }
+}
+
+/// Adds to a counter with one writer per end-direction or a few: a relaxed
+/// read-modify-write (contention is rare: one queue per worker).
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+impl LinkQueue for MemQueue {
+    type RxBuf = MemBuf;
+    type TxFrame = MemFrame;
+
+    fn index(&self) -> u16 {
+        self.index
+    }
+
+    fn rx_burst(&mut self, out: &mut Vec<MemBuf>, max: usize) -> usize {
+        let ring = &self.me.rings[usize::from(self.index)];
+        let mut n = 0;
+        while n < max {
+            let Some(b) = ring.pop() else { break };
+            out.push(b);
+            n += 1;
+        }
+        n
+    }
+
+    fn alloc_tx(&mut self) -> Option<MemFrame> {
+        // Frames come back in tx_burst; a new one is made only while the
+        // worker holds more than it ever did before (start-up).
+        Some(
+            self.spare
+                .pop()
+                .unwrap_or_else(|| MemFrame::new(self.frame_cap, self.multi_seg)),
+        )
+    }
+
+    fn tx_burst(&mut self, frames: &mut Vec<MemFrame>) -> usize {
+        let n = frames.len();
+        for mut f in frames.drain(..) {
+            self.deliver(&f);
+            f.reset();
+            self.spare.push(f);
+        }
+        n
+    }
+}
+
+#[derive(Debug)]
+enum Piece {
+    /// `bytes[start..end]` of the frame's own buffer.
+    Bytes(usize, usize),
+    /// Payload by reference.
+    Region(RegionSlice),
+}
+
+/// A frame of a [`MemLink`] queue: its own byte buffer (sized for a whole
+/// frame, allocated once) and a list of pieces.
+#[derive(Debug)]
+pub struct MemFrame {
+    bytes: Vec<u8>,
+    pieces: Vec<Piece>,
+    len: usize,
+    cap: usize,
+    multi_seg: bool,
+}
+
+impl MemFrame {
+    fn new(cap: usize, multi_seg: bool) -> MemFrame {
+        MemFrame {
+            bytes: Vec::with_capacity(cap),
+            pieces: Vec::with_capacity(MAX_PIECES),
+            len: 0,
+            cap,
+            multi_seg,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.bytes.clear();
+        self.pieces.clear();
+        self.len = 0;
+    }
+
+    fn room(&self, n: usize) -> Result<(), FrameFull> {
+        match self.len.checked_add(n) {
+            Some(end) if end <= self.cap => Ok(()),
+            _ => Err(FrameFull),
+        }
+    }
+
+    /// Extends the last bytes piece by `n` bytes just added to `bytes`, or
+    /// starts one.
+    fn grew(&mut self, n: usize) -> Result<(), FrameFull> {
+        let end = self.bytes.len();
+        match self.pieces.last_mut() {
+            Some(Piece::Bytes(_, e)) if *e == end - n => *e = end,
+            _ => {
+                if self.pieces.len() == MAX_PIECES {
+                    self.bytes.truncate(end - n);
+                    return Err(FrameFull);
+                }
+                self.pieces.push(Piece::Bytes(end - n, end));
+            }
+        }
+        self.len += n;
+        Ok(())
+    }
+
+    /// Whether piece lists and contents agree with [`MemFrame::len`] (a
+    /// test aid).
+    pub fn attachments(&self) -> usize {
+        self.pieces
+            .iter()
+            .filter(|p| matches!(p, Piece::Region(_)))
+            .count()
+    }
+}
+
+impl TxFrame for MemFrame {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> Result<(), FrameFull> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.room(bytes.len())?;
+        self.bytes.extend_from_slice(bytes);
+        self.grew(bytes.len())
+    }
+
+    fn append_zeros(&mut self, n: usize) -> Result<(), FrameFull> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.room(n)?;
+        let at = self.bytes.len();
+        self.bytes.resize(at + n, 0);
+        self.grew(n)
+    }
+
+    fn append_copy(&mut self, region: &Region, offset: usize, len: usize) -> Result<(), FrameFull> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.room(len)?;
+        let at = self.bytes.len();
+        self.bytes.resize(at + len, 0);
+        region.copy_out(offset, &mut self.bytes[at..]);
+        self.grew(len)
+    }
+
+    fn attach(&mut self, slice: RegionSlice) -> Result<(), FrameFull> {
+        if !self.multi_seg {
+            return self.append_copy(&slice.region, slice.offset, slice.len);
+        }
+        if slice.len == 0 {
+            return Ok(());
+        }
+        self.room(slice.len)?;
+        if self.pieces.len() == MAX_PIECES {
+            return Err(FrameFull);
+        }
+        self.len += slice.len;
+        self.pieces.push(Piece::Region(slice));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
+    const MAC_B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
+
+    fn tcp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 54];
+        f[12] = 0x08;
+        f[14] = 0x45;
+        f[23] = 6;
+        f[26..30].copy_from_slice(&src);
+        f[30..34].copy_from_slice(&dst);
+        f[34..36].copy_from_slice(&sport.to_be_bytes());
+        f[36..38].copy_from_slice(&dport.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn frames_cross_with_attached_payload_materialised() {
+        let (mut a, mut b) = MemLink::pair(&MemLinkConfig::default(), MAC_A, MAC_B);
+        assert_eq!(a.caps().mac, MAC_A);
+        let mut qa = a.take_queue(0).unwrap();
+        assert!(a.take_queue(0).is_none());
+        let mut qb = b.take_queue(0).unwrap();
+        let region = Region::new(4096).unwrap();
+        region.write(100, b"payload!").unwrap();
+        let mut f = qa.alloc_tx().unwrap();
+        f.append(b"head").unwrap();
+        f.attach(RegionSlice {
+            region: region.clone(),
+            offset: 100,
+            len: 8,
+        })
+        .unwrap();
+        f.append(b"tail").unwrap();
+        f.append_zeros(2).unwrap();
+        assert_eq!((f.len(), f.attachments()), (18, 1));
+        let mut out = vec![f];
+        assert_eq!(qa.tx_burst(&mut out), 1);
+        assert!(out.is_empty());
+        let mut rx = Vec::new();
+        assert_eq!(qb.rx_burst(&mut rx, 32), 1);
+        assert_eq!(rx[0].as_ref(), b"headpayload!tail\0\0");
+        assert_eq!(a.stats().tx_frames.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn without_multi_seg_attachments_are_copied_and_frames_are_bounded() {
+        let cfg = MemLinkConfig {
+            multi_seg_tx: false,
+            mtu: 100,
+            ..MemLinkConfig::default()
+        };
+        let (mut a, _b) = MemLink::pair(&cfg, MAC_A, MAC_B);
+        let mut q = a.take_queue(0).unwrap();
+        let region = Region::new(4096).unwrap();
+        let mut f = q.alloc_tx().unwrap();
+        f.attach(RegionSlice {
+            region: region.clone(),
+            offset: 0,
+            len: 100,
+        })
+        .unwrap();
+        assert_eq!(f.attachments(), 0);
+        assert_eq!(f.append(&[0; 19]), Err(FrameFull));
+        f.append(&[0; 18]).unwrap();
+        assert_eq!(f.len(), 118);
+    }
+
+    #[test]
+    fn rss_steers_tcp_and_sends_the_rest_to_queue_zero() {
+        let cfg = MemLinkConfig {
+            queues: 4,
+            ..MemLinkConfig::default()
+        };
+        let (mut a, mut b) = MemLink::pair(&cfg, MAC_A, MAC_B);
+        let rss = b.caps().rss.clone().unwrap();
+        let mut qa = a.take_queue(2).unwrap();
+        let mut qbs: Vec<MemQueue> = (0..4).map(|i| b.take_queue(i).unwrap()).collect();
+        let mut frames = Vec::new();
+        for sport in 50_000..50_040u16 {
+            let mut f = qa.alloc_tx().unwrap();
+            f.append(&tcp_frame([10, 0, 0, 1], [10, 0, 0, 2], sport, 4791))
+                .unwrap();
+            frames.push(f);
+        }
+        let mut arp = qa.alloc_tx().unwrap();
+        arp.append(&[0xff; 12]).unwrap();
+        arp.append(&[0x08, 0x06]).unwrap();
+        arp.append(&[0; 46]).unwrap();
+        frames.push(arp);
+        qa.tx_burst(&mut frames);
+        let mut seen = 0;
+        for (q, qb) in qbs.iter_mut().enumerate() {
+            let mut rx = Vec::new();
+            qb.rx_burst(&mut rx, 64);
+            for f in &rx {
+                match tcp_fields(f.as_ref()) {
+                    Some((s, d, sp, dp)) => {
+                        assert_eq!(usize::from(rss.queue_for(s, d, sp, dp)), q);
+                        seen += 1;
+                    }
+                    None => assert_eq!(q, 0, "ARP lands on queue 0"),
+                }
+            }
+        }
+        assert_eq!(seen, 40);
+    }
+
+    #[test]
+    fn loss_drops_about_the_configured_share_and_buffers_return() {
+        let cfg = MemLinkConfig {
+            loss: 0.25,
+            pool_size: 8,
+            ..MemLinkConfig::default()
+        };
+        let (mut a, mut b) = MemLink::pair(&cfg, MAC_A, MAC_B);
+        let mut qa = a.take_queue(0).unwrap();
+        let mut qb = b.take_queue(0).unwrap();
+        let mut got = 0;
+        for _ in 0..1000 {
+            let mut f = qa.alloc_tx().unwrap();
+            f.append(&[1; 60]).unwrap();
+            qa.tx_burst(&mut vec![f]);
+            let mut rx = Vec::new();
+            got += qb.rx_burst(&mut rx, 8);
+            // Dropping the buffers gives them back to the pool of 8.
+        }
+        let lost = a.stats().lost.load(Ordering::Relaxed);
+        assert_eq!(got as u64 + lost, 1000);
+        assert!((150..350).contains(&lost), "lost {lost}");
+        assert_eq!(b.stats().rx_no_buffer.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn named_links_join_two_openers() {
+        let cfg = MemLinkConfig::default();
+        let mut a = MemLink::named("link-test-join", &cfg, MAC_A);
+        let mut b = MemLink::named("link-test-join", &cfg, MAC_B);
+        assert_eq!((a.caps().mac, b.caps().mac), (MAC_A, MAC_B));
+        let (mut qa, mut qb) = (a.take_queue(0).unwrap(), b.take_queue(0).unwrap());
+        let mut f = qb.alloc_tx().unwrap();
+        f.append(b"hello").unwrap();
+        qb.tx_burst(&mut vec![f]);
+        let mut rx = Vec::new();
+        assert_eq!(qa.rx_burst(&mut rx, 4), 1);
+        assert_eq!(rx[0].as_ref(), b"hello");
+    }
+}

@@ -1,0 +1,654 @@
+//! Registered memory: the buffers applications hand to the dataplane, and
+//! the [`Placement`] implementation through which the QP engine reaches
+//! them (RFC 5041 tagged and untagged placement, RFC 5040 Read Response
+//! source).
+//!
+//! It sits at the end of the receive path (the one copy from a received
+//! frame into application memory) and at the start of the transmit path
+//! (payload attached to a frame by reference, or copied where the port
+//! cannot chain segments). It is one of the two places in the workspace
+//! that hold `unsafe` (the other is `dpdk-bindings`).
+//!
+//! # Sharing and the memory model
+//!
+//! A [`Region`] is shared by the application thread and the worker that
+//! places into it, and a peer may write into a remotely writable region at
+//! any time. Handing out `&[u8]` or `&mut [u8]` over such memory would be
+//! a data race, so every access — the application's [`Region::read`] and
+//! [`Region::write`], the worker's placement, CRC and checksum passes, a
+//! port's copy into a frame — goes through 64-bit *relaxed atomic* words
+//! (an aligned word store is an ordinary `mov` on x86-64 and AArch64, so
+//! this costs no more than a word-at-a-time copy). Partial words at the
+//! edges of an access are merged with a compare-and-swap so that two
+//! parties writing neighbouring bytes never lose each other's update. All
+//! accesses use the same word size: mixed-size atomic accesses are never
+//! made.
+//!
+//! Concurrent access therefore never has undefined behaviour; it only
+//! yields unspecified bytes, as it would on an RNIC. What makes the bytes
+//! *specified* is the completion ring:
+//!
+//! - **Receive:** the worker places the payload (relaxed stores), then
+//!   pushes the work completion into the CQ ring, whose push is a release
+//!   operation; the application pops it with an acquire operation. The
+//!   placement therefore happens-before everything the application does
+//!   after popping the completion, and its reads see the placed bytes.
+//! - **Send:** the application writes its buffer, then pushes the work
+//!   request into the QP's submission ring (release); the worker pops it
+//!   (acquire) before it reads a byte of the buffer. The application must
+//!   not change the buffer until the work request's completion: TCP may
+//!   retransmit from it until then.
+//!
+//! Deregistration and lifetime: a [`Region`] is reference counted. The
+//! application's handle, each worker's [`MemoryTable`] entry (one per
+//! memory registration still known to that worker) and each frame that
+//! carries part of it by reference hold one count; the memory is freed when
+//! the last goes. The STag table's pins (rdmap's `RegionRef`) decide when a
+//! worker drops its entry, so memory an in-flight FPDU refers to is never
+//! freed under it.
+//!
+//! Regions are page-aligned heap allocations today; hugepage-backed or
+//! DPDK-registered storage slots in behind the same word view.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rdmap::placement::{CheckedRange, Placement, RegionHandle};
+
+/// Alignment and granularity of every region: one base page. External
+/// buffers must not straddle a page boundary of a non-contiguous IOVA
+/// space, so the DPDK port splits attachments at this size.
+pub const PAGE_SIZE: usize = 4096;
+
+const WORD: usize = 8;
+const WORDS_PER_PAGE: usize = PAGE_SIZE / WORD;
+
+/// Bytes read into a stack buffer at a time by the CRC and checksum passes.
+const PASS_CHUNK: usize = 2048;
+
+/// The largest region: what a `u32` page count with room to spare allows,
+/// and far beyond what a machine of this project's size would register.
+pub const MAX_REGION_LEN: usize = 1 << 40;
+
+/// One page of words, page-aligned. `repr(C)` with a size that is a
+/// multiple of its alignment: an array of pages is a gapless array of
+/// words.
+#[repr(C, align(4096))]
+struct Page([AtomicU64; WORDS_PER_PAGE]);
+
+const _: () = assert!(core::mem::size_of::<Page>() == PAGE_SIZE);
+
+impl Page {
+    fn zeroed() -> Page {
+        Page([const { AtomicU64::new(0) }; WORDS_PER_PAGE])
+    }
+}
+
+/// Why a memory operation was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemoryError {
+    /// A zero-length region.
+    Empty,
+    /// Longer than [`MAX_REGION_LEN`].
+    TooLarge,
+    /// The access does not lie inside the region.
+    OutOfBounds,
+    /// No region handle left (more than 2^32 regions alive at once).
+    HandlesExhausted,
+}
+
+impl core::fmt::Display for MemoryError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            MemoryError::Empty => "a region must not be empty",
+            MemoryError::TooLarge => "region larger than the dataplane supports",
+            MemoryError::OutOfBounds => "access outside the region",
+            MemoryError::HandlesExhausted => "no region handle left",
+        })
+    }
+}
+
+impl std::error::Error for MemoryError {}
+
+/// The process-wide allocator of region handles: a dense index (so a
+/// worker finds a region by indexing a vector) and a generation that
+/// changes each time an index is reused (so a stale handle never names a
+/// newer region). Locked only when a region is created or freed.
+#[derive(Debug, Default)]
+struct HandleSlab {
+    generations: Vec<u32>,
+    free: Vec<u32>,
+}
+
+static HANDLES: Mutex<HandleSlab> = Mutex::new(HandleSlab {
+    generations: Vec::new(),
+    free: Vec::new(),
+});
+
+fn handle_of(index: u32, generation: u32) -> RegionHandle {
+    RegionHandle(u64::from(generation) << 32 | u64::from(index))
+}
+
+fn split_handle(h: RegionHandle) -> (usize, u32) {
+    ((h.0 & 0xffff_ffff) as usize, (h.0 >> 32) as u32)
+}
+
+fn alloc_handle() -> Result<RegionHandle, MemoryError> {
+    // A poisoned lock only means another thread panicked while holding
+    // it; the slab itself is always consistent between statements.
+    let mut slab = HANDLES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(index) = slab.free.pop() {
+        let generation = slab.generations[index as usize];
+        return Ok(handle_of(index, generation));
+    }
+    let index = u32::try_from(slab.generations.len()).map_err(|_| MemoryError::HandlesExhausted)?;
+    slab.generations.push(0);
+    Ok(handle_of(index, 0))
+}
+
+fn free_handle(h: RegionHandle) {
+    let (index, generation) = split_handle(h);
+    let mut slab = HANDLES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(g) = slab.generations.get_mut(index) {
+        if *g == generation {
+            *g = g.wrapping_add(1);
+            slab.free.push(index as u32);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Storage {
+    pages: Box<[Page]>,
+    len: usize,
+    handle: RegionHandle,
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        free_handle(self.handle);
+    }
+}
+
+impl core::fmt::Debug for Page {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Page")
+    }
+}
+
+/// A block of memory the application owns and registers with the
+/// dataplane: page-aligned, zeroed at creation, shared with the workers.
+/// Cloning makes another handle on the same memory.
+///
+/// See the module documentation for the rules of concurrent access.
+#[derive(Debug, Clone)]
+pub struct Region {
+    inner: Arc<Storage>,
+}
+
+impl Region {
+    /// A zeroed region of `len` bytes (rounded up to whole pages in
+    /// memory; accesses are bounded by `len`).
+    pub fn new(len: usize) -> Result<Region, MemoryError> {
+        if len == 0 {
+            return Err(MemoryError::Empty);
+        }
+        if len > MAX_REGION_LEN {
+            return Err(MemoryError::TooLarge);
+        }
+        let pages = len.div_ceil(PAGE_SIZE);
+        let handle = alloc_handle()?;
+        let pages: Box<[Page]> = (0..pages).map(|_| Page::zeroed()).collect();
+        Ok(Region {
+            inner: Arc::new(Storage { pages, len, handle }),
+        })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    /// Whether the region is empty (never: creation refuses it).
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// The dataplane's name for this memory, passed through the STag
+    /// table to [`Placement`].
+    pub fn handle(&self) -> RegionHandle {
+        self.inner.handle
+    }
+
+    /// The virtual address of byte 0: the usual base of the tagged offsets
+    /// a registration gives out ("TO = VA", as rping and perftest expect),
+    /// and the address a DMA mapping needs.
+    pub fn addr(&self) -> u64 {
+        self.inner.pages.as_ptr() as u64
+    }
+
+    /// A raw pointer to byte 0, for registering the memory with a device
+    /// (DMA mapping, external buffers). Accesses through it must follow the
+    /// module's rules: a device's DMA is outside the Rust memory model;
+    /// a CPU access must be atomic.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.inner.pages.as_ptr().cast()
+    }
+
+    /// Whether `self` and `other` are handles on the same memory.
+    pub fn same(&self, other: &Region) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        let pages: &[Page] = &self.inner.pages;
+        // SAFETY: `Page` is `repr(C)` around `[AtomicU64; WORDS_PER_PAGE]`
+        // and its size equals its alignment (asserted above), so a slice of
+        // `n` pages is `n * WORDS_PER_PAGE` initialised, contiguous,
+        // properly aligned `AtomicU64`s with no padding. The returned slice
+        // borrows `self`, which keeps the `Arc<Storage>` (and the boxed
+        // pages) alive; only shared references to atomics are created, so
+        // any number may coexist across threads.
+        unsafe {
+            core::slice::from_raw_parts(
+                pages.as_ptr().cast::<AtomicU64>(),
+                pages.len() * WORDS_PER_PAGE,
+            )
+        }
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), MemoryError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.inner.len => Ok(()),
+            _ => Err(MemoryError::OutOfBounds),
+        }
+    }
+
+    /// Copies `dst.len()` bytes from `offset` into `dst`.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryError> {
+        self.check(offset, dst.len())?;
+        load(self.words(), offset, dst);
+        Ok(())
+    }
+
+    /// Copies `src` into the region at `offset`.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryError> {
+        self.check(offset, src.len())?;
+        store(self.words(), offset, src);
+        Ok(())
+    }
+
+    /// Sets `len` bytes from `offset` to `byte`.
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), MemoryError> {
+        self.check(offset, len)?;
+        let chunk = [byte; PASS_CHUNK];
+        let mut at = offset;
+        let end = offset + len;
+        while at < end {
+            let n = (end - at).min(PASS_CHUNK);
+            store(self.words(), at, &chunk[..n]);
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// The bytes `[offset, offset + len)` as a vector (tests, the control
+    /// path).
+    pub fn to_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>, MemoryError> {
+        let mut v = vec![0; len];
+        self.read(offset, &mut v)?;
+        Ok(v)
+    }
+
+    /// Runs `f` over the bytes `[offset, offset + len)` in chunks of at
+    /// most [`PASS_CHUNK`], each loaded into a stack buffer (one read of
+    /// each byte, from cache into L1). Out-of-range accesses do nothing.
+    fn for_chunks(&self, offset: usize, len: usize, mut f: impl FnMut(&[u8])) {
+        if self.check(offset, len).is_err() {
+            debug_assert!(false, "pass outside the region");
+            return;
+        }
+        let mut buf = [0u8; PASS_CHUNK];
+        let mut at = offset;
+        let end = offset + len;
+        while at < end {
+            let n = (end - at).min(PASS_CHUNK);
+            load(self.words(), at, &mut buf[..n]);
+            f(&buf[..n]);
+            at += n;
+        }
+    }
+
+    /// Extends CRC32c `crc` over `[offset, offset + len)` (the MPA CRC of
+    /// an FPDU whose payload stays here).
+    pub fn crc32c_append(&self, crc: u32, offset: usize, len: usize) -> u32 {
+        let mut crc = crc;
+        self.for_chunks(offset, len, |b| crc = crc32c::crc32c_append(crc, b));
+        crc
+    }
+
+    /// The Internet checksum's partial sum (as
+    /// [`tcp_offload::wire::checksum::sum`]) of `[offset, offset + len)`,
+    /// taken as if the bytes started at an even offset: the TCP checksum
+    /// of a payload sent by reference.
+    pub fn checksum_sum(&self, offset: usize, len: usize) -> u32 {
+        use tcp_offload::wire::checksum;
+        let mut acc = 0u32;
+        let mut at = 0usize;
+        self.for_chunks(offset, len, |b| {
+            acc = checksum::combine_at(acc, checksum::sum(b), at);
+            at += b.len();
+        });
+        acc
+    }
+
+    /// Copies `[offset, offset + dst.len())` into `dst` for a port that
+    /// builds whole frames; nothing if out of range (the caller checked).
+    pub(crate) fn copy_out(&self, offset: usize, dst: &mut [u8]) {
+        if self.read(offset, dst).is_err() {
+            debug_assert!(false, "copy outside the region");
+        }
+    }
+}
+
+/// Builds the word holding `bytes` at `[at, at + bytes.len())` of an
+/// 8-byte word, and the mask of those positions (native byte order: byte
+/// `k` of the array is byte `k` of the word in memory).
+fn partial(at: usize, bytes: &[u8]) -> (u64, u64) {
+    let mut v = [0u8; WORD];
+    let mut m = [0u8; WORD];
+    v[at..at + bytes.len()].copy_from_slice(bytes);
+    m[at..at + bytes.len()].fill(0xff);
+    (u64::from_ne_bytes(v), u64::from_ne_bytes(m))
+}
+
+/// Merges `value` into the bytes of `word` selected by `mask`, without
+/// disturbing a concurrent writer of the other bytes.
+fn merge(word: &AtomicU64, value: u64, mask: u64) {
+    let mut cur = word.load(Ordering::Relaxed);
+    loop {
+        let new = (cur & !mask) | (value & mask);
+        match word.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(seen) => cur = seen,
+        }
+    }
+}
+
+/// Stores `src` at byte `offset` of `words`; the caller checked bounds.
+fn store(words: &[AtomicU64], offset: usize, src: &[u8]) {
+    let mut w = offset / WORD;
+    let mut src = src;
+    let head = offset % WORD;
+    if head != 0 && !src.is_empty() {
+        let n = (WORD - head).min(src.len());
+        let (v, m) = partial(head, &src[..n]);
+        merge(&words[w], v, m);
+        src = &src[n..];
+        w += 1;
+    }
+    let mut chunks = src.chunks_exact(WORD);
+    for (slot, c) in words[w..].iter().zip(&mut chunks) {
+        let bytes = [c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]];
+        slot.store(u64::from_ne_bytes(bytes), Ordering::Relaxed);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let last = w + (src.len() - rest.len()) / WORD;
+        let (v, m) = partial(0, rest);
+        merge(&words[last], v, m);
+    }
+}
+
+/// Loads `dst.len()` bytes from byte `offset` of `words`; the caller
+/// checked bounds.
+fn load(words: &[AtomicU64], offset: usize, dst: &mut [u8]) {
+    let mut w = offset / WORD;
+    let mut dst = dst;
+    let head = offset % WORD;
+    if head != 0 && !dst.is_empty() {
+        let n = (WORD - head).min(dst.len());
+        let bytes = words[w].load(Ordering::Relaxed).to_ne_bytes();
+        dst[..n].copy_from_slice(&bytes[head..head + n]);
+        dst = &mut dst[n..];
+        w += 1;
+    }
+    let full = dst.len() / WORD;
+    let (body, rest) = dst.split_at_mut(full * WORD);
+    for (slot, c) in words[w..].iter().zip(body.chunks_exact_mut(WORD)) {
+        c.copy_from_slice(&slot.load(Ordering::Relaxed).to_ne_bytes());
+    }
+    if !rest.is_empty() {
+        let bytes = words[w + full].load(Ordering::Relaxed).to_ne_bytes();
+        let n = rest.len();
+        rest.copy_from_slice(&bytes[..n]);
+    }
+}
+
+/// `len` bytes of a region at `offset`, held by reference: what a frame
+/// carries when its payload is attached rather than copied. Holding it
+/// keeps the memory alive (the external buffer's reference count, in DPDK
+/// terms).
+#[derive(Debug, Clone)]
+pub struct RegionSlice {
+    /// The memory.
+    pub region: Region,
+    /// First byte.
+    pub offset: usize,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+#[derive(Debug)]
+struct Slot {
+    generation: u32,
+    region: Region,
+    /// Registrations on this worker that name the region.
+    users: u32,
+}
+
+/// One worker's view of registered memory: region handle → [`Region`],
+/// filled by the control path as registrations arrive, emptied as the
+/// worker's STag table releases them. Lookup is a vector index; nothing
+/// here is shared or locked.
+#[derive(Debug, Default)]
+pub struct MemoryTable {
+    slots: Vec<Option<Slot>>,
+    /// Placement calls that named a region this worker does not know
+    /// (a broken invariant; counted instead of panicking).
+    misses: u64,
+}
+
+impl MemoryTable {
+    /// An empty table.
+    pub fn new() -> MemoryTable {
+        MemoryTable::default()
+    }
+
+    /// Records one more registration of `region` (the first one makes it
+    /// known to this worker).
+    pub fn insert(&mut self, region: &Region) {
+        let (index, generation) = split_handle(region.handle());
+        if self.slots.len() <= index {
+            self.slots.resize_with(index + 1, || None);
+        }
+        match &mut self.slots[index] {
+            Some(s) if s.generation == generation => s.users += 1,
+            slot => {
+                *slot = Some(Slot {
+                    generation,
+                    region: region.clone(),
+                    users: 1,
+                })
+            }
+        }
+    }
+
+    /// One registration of `handle` is gone; the last one drops this
+    /// worker's reference to the memory.
+    pub fn release(&mut self, handle: RegionHandle) {
+        let (index, generation) = split_handle(handle);
+        if let Some(slot) = self.slots.get_mut(index) {
+            if let Some(s) = slot.as_mut().filter(|s| s.generation == generation) {
+                s.users -= 1;
+                if s.users == 0 {
+                    *slot = None;
+                }
+            }
+        }
+    }
+
+    /// The region named `handle`, if this worker knows it.
+    pub fn get(&self, handle: RegionHandle) -> Option<&Region> {
+        let (index, generation) = split_handle(handle);
+        self.slots
+            .get(index)?
+            .as_ref()
+            .filter(|s| s.generation == generation)
+            .map(|s| &s.region)
+    }
+
+    /// Regions known.
+    pub fn len(&self) -> usize {
+        self.slots.iter().flatten().count()
+    }
+
+    /// Whether no region is known.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Placement calls that named an unknown region.
+    pub fn misses(&self) -> u64 {
+        self.misses
+    }
+
+    fn range(&self, r: &CheckedRange<'_>) -> Option<(&Region, usize)> {
+        let region = self.get(r.region())?;
+        let offset = usize::try_from(r.offset()).ok()?;
+        Some((region, offset))
+    }
+}
+
+impl Placement for MemoryTable {
+    fn write(&mut self, dst: CheckedRange<'_>, data: &[u8]) {
+        let ok = match self.range(&dst) {
+            Some((region, offset)) => region.write(offset, data).is_ok(),
+            None => false,
+        };
+        if !ok {
+            self.misses += 1;
+        }
+    }
+
+    fn read(&self, src: CheckedRange<'_>, dst: &mut [u8]) {
+        if let Some((region, offset)) = self.range(&src) {
+            if region.read(offset, dst).is_ok() {
+                return;
+            }
+        }
+        debug_assert!(false, "read of an unknown region");
+        dst.fill(0);
+    }
+
+    fn crc32c_append(&self, crc: u32, src: CheckedRange<'_>) -> u32 {
+        match self.range(&src) {
+            Some((region, offset)) => region.crc32c_append(crc, offset, src.len() as usize),
+            None => crc,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn region_is_page_aligned_zeroed_and_bounded() {
+        let r = Region::new(10_000).unwrap();
+        assert_eq!(r.addr() % PAGE_SIZE as u64, 0);
+        assert_eq!(r.len(), 10_000);
+        assert!(r.to_vec(0, 10_000).unwrap().iter().all(|&b| b == 0));
+        assert_eq!(r.write(9_999, &[1, 2]), Err(MemoryError::OutOfBounds));
+        assert_eq!(r.read(usize::MAX, &mut [0]), Err(MemoryError::OutOfBounds));
+        assert_eq!(Region::new(0).unwrap_err(), MemoryError::Empty);
+    }
+
+    #[test]
+    fn unaligned_writes_and_reads_round_trip_and_keep_neighbours() {
+        let r = Region::new(256).unwrap();
+        r.fill(0, 256, 0xee).unwrap();
+        for start in 0..17 {
+            for len in 0..40 {
+                let data: Vec<u8> = (0..len).map(|i| (start * 31 + i) as u8).collect();
+                r.fill(0, 256, 0xee).unwrap();
+                r.write(start + 50, &data).unwrap();
+                let all = r.to_vec(0, 256).unwrap();
+                assert_eq!(&all[start + 50..start + 50 + len], &data[..]);
+                assert!(all[..start + 50].iter().all(|&b| b == 0xee));
+                assert!(all[start + 50 + len..].iter().all(|&b| b == 0xee));
+                let mut back = vec![0; len];
+                r.read(start + 50, &mut back).unwrap();
+                assert_eq!(back, data);
+            }
+        }
+    }
+
+    #[test]
+    fn crc_and_checksum_passes_match_slices() {
+        let r = Region::new(3 * PASS_CHUNK + 77).unwrap();
+        let data: Vec<u8> = (0..r.len()).map(|i| (i * 7 + 3) as u8).collect();
+        r.write(0, &data).unwrap();
+        for (off, len) in [(0, 1), (3, 5000), (1, r.len() - 1), (PASS_CHUNK - 1, 3)] {
+            let s = &data[off..off + len];
+            assert_eq!(r.crc32c_append(9, off, len), crc32c::crc32c_append(9, s));
+            let a = tcp_offload::wire::checksum::fold(r.checksum_sum(off, len));
+            let b = tcp_offload::wire::checksum::fold(tcp_offload::wire::checksum::sum(s));
+            assert_eq!(a, b, "checksum at {off}+{len}");
+        }
+    }
+
+    #[test]
+    fn handles_are_reused_with_a_new_generation() {
+        let a = Region::new(1).unwrap();
+        let ha = a.handle();
+        drop(a);
+        let b = Region::new(1).unwrap();
+        assert_ne!(ha, b.handle());
+        let mut t = MemoryTable::new();
+        t.insert(&b);
+        t.insert(&b);
+        assert!(t.get(ha).is_none() || split_handle(ha).0 != split_handle(b.handle()).0);
+        assert!(t.get(b.handle()).is_some_and(|r| r.same(&b)));
+        t.release(b.handle());
+        assert!(t.get(b.handle()).is_some());
+        t.release(b.handle());
+        assert!(t.get(b.handle()).is_none());
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn concurrent_writers_of_neighbouring_bytes_lose_nothing() {
+        let r = Region::new(64).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4u8 {
+                let r = r.clone();
+                s.spawn(move || {
+                    for i in 0..2000 {
+                        // Thread t owns bytes t, t+4, t+8, ...: every word
+                        // is shared by all four.
+                        let at = usize::from(t) + 4 * (i % 16);
+                        r.write(at, &[t.wrapping_add(i as u8)]).unwrap();
+                    }
+                    for k in 0..16 {
+                        r.write(usize::from(t) + 4 * k, &[0x10 + t]).unwrap();
+                    }
+                });
+            }
+        });
+        let all = r.to_vec(0, 64).unwrap();
+        for (i, b) in all.iter().enumerate() {
+            assert_eq!(*b, 0x10 + (i % 4) as u8);
+        }
+    }
+}

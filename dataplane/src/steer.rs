@@ -1,0 +1,189 @@
+//! Receive-side scaling as the NIC computes it: the Toeplitz hash over a
+//! flow's addresses and ports, and the redirection table that maps it to a
+//! queue (Microsoft's RSS specification, which DPDK's `rte_softrss` and
+//! every NIC here follow).
+//!
+//! The dataplane needs it on the active side of a connection: it picks the
+//! local port so that the *reply's* hash lands on the queue of the worker
+//! that opens the connection, so every connection is owned by one worker
+//! with no dispatching. The in-memory link uses it to steer like a NIC.
+
+use core::net::Ipv4Addr;
+
+/// The 40-byte key of Microsoft's RSS verification suite, which is also
+/// the default of many drivers: used where a port does not say its own.
+pub const DEFAULT_RSS_KEY: [u8; 40] = [
+    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
+    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
+    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
+];
+
+/// The Toeplitz hash of `input` under `key`: for every set bit of the
+/// input, XOR in the 32 key bits starting at that bit position. Input
+/// bits beyond what the key covers (key length × 8 − 31) contribute
+/// nothing.
+pub fn toeplitz(key: &[u8], input: &[u8]) -> u32 {
+    let mut hash = 0u32;
+    for (i, &byte) in input.iter().enumerate() {
+        for bit in 0..8 {
+            if byte & (0x80 >> bit) != 0 {
+                hash ^= key_window(key, i * 8 + bit);
+            }
+        }
+    }
+    hash
+}
+
+/// The 32 key bits starting at bit `pos` (zeros past the key's end).
+fn key_window(key: &[u8], pos: usize) -> u32 {
+    let byte = pos / 8;
+    let shift = pos % 8;
+    let mut w = 0u64;
+    for k in 0..5 {
+        w = w << 8 | u64::from(key.get(byte + k).copied().unwrap_or(0));
+    }
+    ((w << shift) >> 8) as u32
+}
+
+/// The hash input of an IPv4/TCP packet, in the order the specification
+/// fixes: source address, destination address, source port, destination
+/// port — all as they appear in the packet being received.
+pub fn ipv4_tcp_input(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) -> [u8; 12] {
+    let mut b = [0u8; 12];
+    b[..4].copy_from_slice(&src.octets());
+    b[4..8].copy_from_slice(&dst.octets());
+    b[8..10].copy_from_slice(&sport.to_be_bytes());
+    b[10..12].copy_from_slice(&dport.to_be_bytes());
+    b
+}
+
+/// A port's RSS configuration: key and redirection table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rss {
+    /// The hash key (40 bytes on most NICs, 52 on some).
+    pub key: Vec<u8>,
+    /// Queue for each hash value modulo the table's length.
+    pub reta: Vec<u16>,
+}
+
+impl Rss {
+    /// The default key with a table spreading over `queues` queues round
+    /// robin (what a driver sets up when told nothing else).
+    pub fn round_robin(queues: u16) -> Rss {
+        let queues = queues.max(1);
+        Rss {
+            key: DEFAULT_RSS_KEY.to_vec(),
+            reta: (0..128u16).map(|i| i % queues).collect(),
+        }
+    }
+
+    /// The queue a received IPv4/TCP packet with these fields lands on.
+    pub fn queue_for(&self, src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) -> u16 {
+        if self.reta.is_empty() {
+            return 0;
+        }
+        let h = toeplitz(&self.key, &ipv4_tcp_input(src, dst, sport, dport));
+        self.reta[h as usize % self.reta.len()]
+    }
+
+    /// A local port for an active open from `local_ip` to
+    /// `remote_ip:remote_port` whose replies land on `queue`, searching
+    /// from `start` through the ephemeral range; `None` if no port of the
+    /// range qualifies (the table never names `queue`).
+    pub fn pick_port(
+        &self,
+        local_ip: Ipv4Addr,
+        remote_ip: Ipv4Addr,
+        remote_port: u16,
+        queue: u16,
+        start: u16,
+        mut in_use: impl FnMut(u16) -> bool,
+    ) -> Option<u16> {
+        let range = tcp_offload::tcp::table::EPHEMERAL_PORTS;
+        let (lo, hi) = (*range.start(), *range.end());
+        let n = u32::from(hi - lo) + 1;
+        let first = u32::from(start.saturating_sub(lo)) % n;
+        (0..n).map(|i| lo + ((first + i) % n) as u16).find(|&port| {
+            // The reply travels from the remote to us.
+            self.queue_for(remote_ip, local_ip, remote_port, port) == queue && !in_use(port)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An address and a port.
+    type Endpoint = ([u8; 4], u16);
+
+    /// Microsoft's RSS verification vectors: (destination, source, hash of
+    /// IPv4 only, hash of IPv4 with TCP ports).
+    const VECTORS: [(Endpoint, Endpoint, u32, u32); 5] = [
+        (
+            ([161, 142, 100, 80], 1766),
+            ([66, 9, 149, 187], 2794),
+            0x323e8fc2,
+            0x51ccc178,
+        ),
+        (
+            ([65, 69, 140, 83], 4739),
+            ([199, 92, 111, 2], 14230),
+            0xd718262a,
+            0xc626b0ea,
+        ),
+        (
+            ([12, 22, 207, 184], 38024),
+            ([24, 19, 198, 95], 12898),
+            0xd2d0a5de,
+            0x5c2b394a,
+        ),
+        (
+            ([209, 142, 163, 6], 2217),
+            ([38, 27, 205, 30], 48228),
+            0x82989176,
+            0xafc7327f,
+        ),
+        (
+            ([202, 188, 127, 2], 1303),
+            ([153, 39, 163, 191], 44251),
+            0x5d1809c5,
+            0x10e828a2,
+        ),
+    ];
+
+    #[test]
+    fn microsoft_verification_vectors() {
+        for ((dst, dport), (src, sport), h_ip, h_tcp) in VECTORS {
+            let (src, dst) = (Ipv4Addr::from(src), Ipv4Addr::from(dst));
+            let input = ipv4_tcp_input(src, dst, sport, dport);
+            assert_eq!(
+                toeplitz(&DEFAULT_RSS_KEY, &input[..8]),
+                h_ip,
+                "{src} -> {dst}"
+            );
+            assert_eq!(toeplitz(&DEFAULT_RSS_KEY, &input), h_tcp, "{src} -> {dst}");
+        }
+    }
+
+    #[test]
+    fn picked_port_steers_replies_to_the_queue() {
+        let rss = Rss::round_robin(4);
+        let (us, them) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        for q in 0..4 {
+            let p = rss.pick_port(us, them, 4791, q, 50_000, |_| false).unwrap();
+            assert_eq!(rss.queue_for(them, us, 4791, p), q);
+            // Skipping a port in use finds another one for the same queue.
+            let p2 = rss
+                .pick_port(us, them, 4791, q, 50_000, |x| x == p)
+                .unwrap();
+            assert_ne!(p, p2);
+            assert_eq!(rss.queue_for(them, us, 4791, p2), q);
+        }
+        let one = Rss {
+            key: DEFAULT_RSS_KEY.to_vec(),
+            reta: vec![0; 8],
+        };
+        assert_eq!(one.pick_port(us, them, 1, 1, 0, |_| false), None);
+    }
+}
