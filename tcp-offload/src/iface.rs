@@ -30,6 +30,7 @@
 //! past the last unanswered request are dropped and counted.
 
 use core::net::Ipv4Addr;
+use core::ops::Range;
 use core::time::Duration;
 use std::collections::VecDeque;
 
@@ -228,6 +229,36 @@ pub struct Interface<B, R> {
     slow: VecDeque<SlowFrame>,
     ident: u16,
     stats: IfaceStats,
+    /// [`Interface::poll_frame_parts`]: a whole frame built for an address
+    /// not yet resolved, handed to the hold queue on the next call (the
+    /// segment's borrow of the stack prevents doing it at once).
+    pending_hold: Option<Ipv4Addr>,
+    /// The buffer of that frame, allocated once.
+    hold_scratch: Vec<u8>,
+}
+
+/// A TCP segment's frame in parts, from [`Interface::poll_frame_parts`]:
+/// headers in the driver's buffer, the record by reference.
+#[derive(Debug)]
+pub enum FrameParts<'a, R> {
+    /// Send `header_len` bytes of the header buffer, then the record bytes
+    /// `payload` names (attached or copied), then `pad` zero bytes (the
+    /// Ethernet minimum).
+    Segment {
+        /// Ethernet, IPv4 and TCP headers at the start of the buffer.
+        header_len: usize,
+        /// The record and the range of it this segment carries.
+        payload: Option<(&'a R, Range<usize>)>,
+        /// Zero bytes after the payload.
+        pad: usize,
+        /// The checksum field holds the pseudo-header sum for the device
+        /// to complete (the driver's closure returned `None`).
+        checksum_offloaded: bool,
+    },
+    /// The segment did not become a frame here: it was held while its
+    /// next hop is resolved, or dropped as larger than the MTU or the
+    /// header buffer (counted). Call again.
+    Consumed,
 }
 
 impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
@@ -246,6 +277,8 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
             slow: VecDeque::with_capacity(SLOW_QUEUE),
             ident: 0,
             stats: IfaceStats::default(),
+            pending_hold: None,
+            hold_scratch: Vec::new(),
         }
     }
 
@@ -701,6 +734,137 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
             self.stats.tcp_out += 1;
             self.stats.tx_frames += 1;
             return Some(len.max(MIN_FRAME));
+        }
+    }
+
+    /// The slow path of a driver that sends TCP segments in parts: writes
+    /// the next ARP, ICMP or held frame (a held frame whose address was
+    /// just resolved) into `buf` and returns its length; `None` when there
+    /// is none. Drain it before [`Interface::poll_frame_parts`].
+    pub fn poll_slow_frame(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        self.flush_pending_hold(now);
+        while let Some(f) = self.slow.pop_front() {
+            if let Some(n) = self.emit_slow(f, buf) {
+                self.stats.tx_frames += 1;
+                return Some(n);
+            }
+            self.stats.tx_too_large += 1;
+        }
+        self.emit_held(buf)
+    }
+
+    /// The zero-copy transmit path: the next TCP segment with its
+    /// Ethernet, IPv4 and TCP headers written into `hdr` (54 to 134 bytes)
+    /// and its record handed out by reference, so that the driver attaches
+    /// the payload from registered memory instead of copying it.
+    ///
+    /// The TCP checksum covers the payload, which is not at hand here:
+    /// `payload_sum` returns the Internet checksum's partial sum of the
+    /// record bytes in the range (see [`crate::wire::checksum`]), or `None`
+    /// when the device computes the checksum, in which case the field holds
+    /// the pseudo-header sum as devices with transmit checksum offload
+    /// expect. A segment whose next hop is not resolved is built whole
+    /// (copying the record) and held as [`Interface::poll_frame`] holds it.
+    pub fn poll_frame_parts<F>(
+        &mut self,
+        now: Instant,
+        hdr: &mut [u8],
+        mut payload_sum: F,
+    ) -> Option<FrameParts<'_, R>>
+    where
+        F: FnMut(&R, Range<usize>) -> Option<u32>,
+    {
+        self.flush_pending_hold(now);
+        let ident = self.ident.wrapping_add(1);
+        let (tuple, seg) = self.stack.poll_transmit(now)?;
+        let dst_ip = *tuple.remote.ip();
+        let dst_mac = self
+            .arp_cache
+            .iter()
+            .find(|e| e.ip == dst_ip)
+            .map(|e| e.mac);
+        let eth = EthernetRepr {
+            src_addr: self.config.mac,
+            dst_addr: dst_mac.unwrap_or(EthernetAddress([0; 6])),
+            ethertype: EtherType::Ipv4,
+            vlan: None,
+        };
+        let tcp_hl = seg.repr.header_len();
+        let payload_len = seg.payload_len();
+        let ip = Ipv4Repr {
+            src_addr: *tuple.local.ip(),
+            dst_addr: dst_ip,
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp_hl + payload_len,
+            hop_limit: TTL,
+            tos: 0,
+            ident,
+            dont_frag: true,
+        };
+        let eth_hl = eth.header_len();
+        let tcp_at = eth_hl + ip.header_len();
+        let header_len = tcp_at + tcp_hl;
+        let frame_len = eth_hl + ip.buffer_len();
+        if ip.buffer_len() > self.config.mtu || header_len > hdr.len() {
+            self.stats.tx_too_large += 1;
+            return Some(FrameParts::Consumed);
+        }
+        self.ident = ident;
+        eth.emit(hdr);
+        ip.emit(&mut hdr[eth_hl..]);
+        if dst_mac.is_none() {
+            // The slow path: the whole frame, record copied, waits for the
+            // address in the hold queue (on the next call).
+            let buf = &mut self.hold_scratch;
+            buf.clear();
+            buf.resize(frame_len.max(MIN_FRAME), 0);
+            buf[..tcp_at].copy_from_slice(&hdr[..tcp_at]);
+            let (head, rest) = buf[tcp_at..frame_len].split_at_mut(tcp_hl);
+            if let Some((record, range)) = &seg.payload {
+                record.copy_to(range.start, rest);
+            }
+            seg.repr.emit(head, ip.src_addr, ip.dst_addr, rest);
+            self.pending_hold = Some(dst_ip);
+            return Some(FrameParts::Consumed);
+        }
+        let sum = match &seg.payload {
+            Some((record, range)) => payload_sum(record, range.clone()),
+            None => Some(0),
+        };
+        let head = &mut hdr[tcp_at..header_len];
+        seg.repr.emit_with_payload_sum(
+            head,
+            ip.src_addr,
+            ip.dst_addr,
+            payload_len,
+            sum.unwrap_or(0),
+        );
+        if sum.is_none() {
+            let pseudo = crate::wire::checksum::pseudo_header(
+                ip.src_addr,
+                ip.dst_addr,
+                6,
+                tcp_hl + payload_len,
+            );
+            TcpPacket::new_unchecked(head).set_checksum(crate::wire::checksum::fold(pseudo));
+        }
+        self.stats.tcp_out += 1;
+        self.stats.tx_frames += 1;
+        Some(FrameParts::Segment {
+            header_len,
+            payload: seg.payload,
+            pad: MIN_FRAME.saturating_sub(frame_len),
+            checksum_offloaded: sum.is_none(),
+        })
+    }
+
+    /// Moves the frame [`Interface::poll_frame_parts`] built for an
+    /// unresolved address into the hold queue.
+    fn flush_pending_hold(&mut self, now: Instant) {
+        if let Some(ip) = self.pending_hold.take() {
+            let frame = core::mem::take(&mut self.hold_scratch);
+            self.hold(now, ip, &frame);
+            self.hold_scratch = frame;
         }
     }
 
@@ -1273,5 +1437,124 @@ mod tests {
         assert_eq!(b.arp_lookup(IP_A), Some(MAC_A));
         assert!(b.stats().arp_out >= 1 && a.stats().arp_out >= 1);
         assert_eq!(a.stats().drops, [0; 7]);
+    }
+
+    /// Assembles what `poll_frame_parts` hands out into one frame, the way
+    /// a copying driver would; `offload` asks for the device's checksum.
+    fn parts_frame(i: &mut Iface, now: Instant, offload: bool) -> Option<Vec<u8>> {
+        let mut hdr = [0u8; 160];
+        loop {
+            match i.poll_frame_parts(now, &mut hdr, |r: &Vec<u8>, range| {
+                (!offload).then(|| crate::wire::checksum::sum(&r[range]))
+            })? {
+                FrameParts::Consumed => continue,
+                FrameParts::Segment {
+                    header_len,
+                    payload,
+                    pad,
+                    checksum_offloaded,
+                } => {
+                    assert_eq!(checksum_offloaded, offload);
+                    let mut f = hdr[..header_len].to_vec();
+                    if let Some((r, range)) = payload {
+                        f.extend_from_slice(&r[range]);
+                    }
+                    f.resize(f.len() + pad, 0);
+                    return Some(f);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn frame_parts_assemble_to_the_frame_poll_frame_builds() {
+        // Two identical clients (same key, same inputs) against one
+        // server: one drives `poll_frame`, the other `poll_frame_parts`.
+        let mut whole = iface(MAC_B, IP_B);
+        let mut parts = iface(MAC_B, IP_B);
+        let mut server = iface(MAC_A, IP_A);
+        let now = Instant::from_millis(5);
+        for i in [&mut whole, &mut parts] {
+            i.add_static_arp(IP_A, MAC_A);
+        }
+        server.add_static_arp(IP_B, MAC_B);
+        server
+            .stack_mut()
+            .listen(SocketAddrV4::new(IP_A, 7000), 8)
+            .unwrap();
+        let remote = SocketAddrV4::new(IP_A, 7000);
+        let c1 = whole.stack_mut().connect(now, IP_B, remote).unwrap();
+        let c2 = parts.stack_mut().connect(now, IP_B, remote).unwrap();
+        let syn = poll_all(&mut whole, now);
+        assert_eq!(vec![parts_frame(&mut parts, now, false).unwrap()], syn);
+        server.handle_frame(now, syn[0].clone());
+        let syn_ack = poll_all(&mut server, now);
+        whole.handle_frame(now, syn_ack[0].clone());
+        parts.handle_frame(now, syn_ack[0].clone());
+        let ack = poll_all(&mut whole, now);
+        assert_eq!(vec![parts_frame(&mut parts, now, false).unwrap()], ack);
+        // Records of an odd length (payload at an odd end) and a short one
+        // (padded to the Ethernet minimum).
+        for len in [1001usize, 3] {
+            let rec: Vec<u8> = (0..len).map(|k| (k * 7 + len) as u8).collect();
+            for (i, c) in [(&mut whole, c1), (&mut parts, c2)] {
+                i.stack_mut()
+                    .conn_mut(c)
+                    .unwrap()
+                    .send_record(now, rec.clone())
+                    .unwrap();
+            }
+            let w = poll_all(&mut whole, now);
+            assert_eq!(w.len(), 1);
+            assert_eq!(parts_frame(&mut parts, now, false).unwrap(), w[0]);
+            // The frame verifies as the receiver checks it.
+            tcp_of(&w[0]);
+        }
+        // With offload, the field holds the pseudo-header sum.
+        let rec = vec![9u8; 40];
+        for (i, c) in [(&mut whole, c1), (&mut parts, c2)] {
+            i.stack_mut()
+                .conn_mut(c)
+                .unwrap()
+                .send_record(now, rec.clone())
+                .unwrap();
+        }
+        let w = poll_all(&mut whole, now).remove(0);
+        let p = parts_frame(&mut parts, now, true).unwrap();
+        let tcp_at = 14 + 20;
+        let tcp_len = w.len() - tcp_at;
+        let pseudo = crate::wire::checksum::pseudo_header(IP_B, IP_A, 6, tcp_len);
+        assert_eq!(
+            u16::from_be_bytes([p[tcp_at + 16], p[tcp_at + 17]]),
+            crate::wire::checksum::fold(pseudo)
+        );
+        assert_eq!(p[..tcp_at + 16], w[..tcp_at + 16]);
+        assert_eq!(p[tcp_at + 18..], w[tcp_at + 18..]);
+        assert!(poll_all(&mut whole, now).is_empty());
+        assert!(parts_frame(&mut parts, now, false).is_none());
+    }
+
+    #[test]
+    fn frame_parts_hold_segments_for_unresolved_addresses() {
+        let mut a = iface(MAC_B, IP_B);
+        let now = Instant::from_millis(1);
+        a.stack_mut()
+            .connect(now, IP_B, SocketAddrV4::new(IP_A, 7000))
+            .unwrap();
+        let mut hdr = [0u8; 160];
+        let first = a.poll_frame_parts(now, &mut hdr, |_: &Vec<u8>, _| Some(0));
+        assert!(matches!(first, Some(FrameParts::Consumed)));
+        assert!(a.poll_frame_parts(now, &mut hdr, |_, _| Some(0)).is_none());
+        let mut buf = [0u8; 1600];
+        let n = a.poll_slow_frame(now, &mut buf).unwrap();
+        let (e, _) = arp_of(&buf[..n]);
+        assert!(e.dst_addr.is_broadcast());
+        assert_eq!(a.stats().arp_held, 1);
+        // The reply releases the SYN through the slow path, whole.
+        a.handle_frame(now, arp_from(ArpOperation::Reply, MAC_A, IP_A, IP_B));
+        let n = a.poll_slow_frame(now, &mut buf).unwrap();
+        let (dst, _, r) = tcp_of(&buf[..n]);
+        assert_eq!((dst, r.flags), (MAC_A, TcpFlags::SYN));
+        assert!(a.poll_slow_frame(now, &mut buf).is_none());
     }
 }
