@@ -29,7 +29,7 @@ mod sim_common;
 
 use core::time::Duration;
 
-use rdmap::engine::EngineEvent;
+use rdmap::engine::{EngineEvent, TerminateOrigin};
 use rdmap::error::TerminateCause;
 use rdmap::mpa::{Config as MpaConfig, Framer, RtrSet, RtrType};
 use rdmap::verbs::{
@@ -38,7 +38,7 @@ use rdmap::verbs::{
 use rdmap::wire::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use sim_common::{Buf, Side, World, CANARY, GUARD};
 use tcp_offload::sim::{DropFilter, LinkConfig, Rng};
-use tcp_offload::tcp::Config as TcpConfig;
+use tcp_offload::tcp::{Config as TcpConfig, State};
 use tcp_offload::wire::WireError;
 use tcp_offload::Instant;
 
@@ -47,6 +47,9 @@ const BIG: usize = 4 << 20;
 const MAX_RANDOM: usize = 1 << 20;
 /// Virtual time a seed may take.
 const DEADLINE: Duration = Duration::from_secs(3600);
+/// The same for the harsh seeds (12 % loss without SACK or timestamps
+/// takes its time).
+const HARSH_DEADLINE: Duration = Duration::from_secs(4 * 3600);
 
 fn seed_count() -> u64 {
     std::env::var("RDMA_SIM_SEEDS")
@@ -129,6 +132,11 @@ struct SeedSpec {
     tcp: (TcpConfig, TcpConfig),
     mpa: (MpaConfig, MpaConfig),
     expect_rtr: Option<RtrType>,
+    /// The TCP segment size the connection starts with.
+    mss: usize,
+    /// After how many FPDUs sent, and to which MSS, the path MTU drops
+    /// for each host's connection (RFC 1191), if it does.
+    pmtu_drop: [Option<(u64, u16)>; 2],
     /// Per direction (a→b, b→a): sizes of the operations to post, in order.
     sizes: [Vec<(Kind, usize)>; 2],
 }
@@ -158,7 +166,16 @@ fn log_uniform(rng: &mut Rng, max: usize) -> usize {
     (x.exp() as usize).saturating_sub(1).min(max)
 }
 
-fn seed_spec(seed: u64) -> SeedSpec {
+/// The spec of seed `seed`: every parameter is drawn from it. `harsh`
+/// seeds go beyond the usual impairments (up to 12 % loss, 10 %
+/// reordering), use small segments, buffers and out-of-order queues,
+/// IRD/ORD of 1 or 2, markers more often, and may lower the path MTU in
+/// the middle of the traffic, so that FPDUs sent in one segment are
+/// retransmitted in several.
+fn seed_spec(seed: u64, harsh: bool) -> SeedSpec {
+    if harsh {
+        return harsh_spec(seed);
+    }
     let mut r = Rng::derive(seed, 0x5117_0d3a);
     let link = LinkConfig::perfect()
         .with_latency(Duration::from_micros(r.range_inclusive(20, 5_000)))
@@ -181,7 +198,88 @@ fn seed_spec(seed: u64) -> SeedSpec {
     let (a_hw, b_hw) = ((seed >> 2) & 1 == 1, (seed >> 3) & 1 == 1);
     let tcp = (profile(a_hw), profile(b_hw));
     let mss = if a_hw || b_hw { 1460 } else { 1448 };
+    let mpa = mpa_pair(&mut r, 8, 4);
 
+    // A 4 MiB operation on every third seed of a shard: a Write, a Read,
+    // a Send in turn, the direction alternating.
+    let j = seed / SHARDS;
+    let big = (j % 3 == 0).then(|| KINDS[((j / 3) % 3) as usize]);
+    let big_dir = ((j / 9) % 2) as usize;
+    let sizes = workload(&mut r, mss, MAX_RANDOM, big, big_dir);
+    SeedSpec {
+        link,
+        static_arp: r.below(2) == 0,
+        tcp,
+        mpa: (mpa.0, mpa.1),
+        expect_rtr: mpa.2,
+        mss,
+        pmtu_drop: [None, None],
+        sizes,
+    }
+}
+
+fn harsh_spec(seed: u64) -> SeedSpec {
+    let mut r = Rng::derive(seed, 0x4a25_4d1a);
+    let link = LinkConfig::perfect()
+        .with_latency(Duration::from_micros(r.range_inclusive(10, 20_000)))
+        .with_jitter(Duration::from_micros(r.range_inclusive(0, 2_000)))
+        .with_loss(0.12 * r.next_f64())
+        .with_reorder(
+            0.10 * r.next_f64(),
+            Duration::from_micros(r.range_inclusive(50, 10_000)),
+        )
+        .with_duplicate(0.05 * r.next_f64())
+        .with_corrupt(0.03 * r.next_f64());
+    let config = |r: &mut Rng| {
+        let mut c = profile(r.below(2) == 0);
+        c.recv_buffer = r.range_inclusive(16, 512) as usize * 1024;
+        c.max_ooo_segments = r.range_inclusive(2, 64) as usize;
+        c.mss = r.range_inclusive(536, 1460) as u16;
+        if r.below(3) == 0 {
+            c.delayed_ack = Duration::ZERO;
+        }
+        c.initial_window_segments = r.range_inclusive(1, 10) as u32;
+        c
+    };
+    let tcp = (config(&mut r), config(&mut r));
+    let ts = if tcp.0.timestamps && tcp.1.timestamps {
+        12
+    } else {
+        0
+    };
+    let mss = usize::from(tcp.0.mss.min(tcp.1.mss)) - ts;
+    let mpa = mpa_pair(&mut r, 2, 2);
+    let pmtu = |r: &mut Rng| {
+        (r.below(3) == 0).then(|| {
+            (
+                r.range_inclusive(1, 400),
+                r.range_inclusive(536, 1200) as u16,
+            )
+        })
+    };
+    let pmtu_drop = [pmtu(&mut r), pmtu(&mut r)];
+    let big = (seed % 5 == 0).then(|| KINDS[((seed / 5) % 3) as usize]);
+    let sizes = workload(&mut r, mss, 256 << 10, big, (seed % 2) as usize);
+    SeedSpec {
+        link,
+        static_arp: r.below(2) == 0,
+        tcp,
+        mpa: (mpa.0, mpa.1),
+        expect_rtr: mpa.2,
+        mss,
+        pmtu_drop,
+        sizes,
+    }
+}
+
+/// MPA configurations of the initiator and the responder, and the RTR
+/// they will agree on. IRD and ORD are drawn up to `max_ird_ord`; each
+/// side asks for markers with probability 1 / `markers_one_in`.
+fn mpa_pair(
+    r: &mut Rng,
+    max_ird_ord: u64,
+    markers_one_in: u64,
+) -> (MpaConfig, MpaConfig, Option<RtrType>) {
     let rtr = match r.below(4) {
         0 => None,
         1 => Some(RtrType::Send),
@@ -190,18 +288,18 @@ fn seed_spec(seed: u64) -> SeedSpec {
     };
     let side_mpa = |r: &mut Rng| MpaConfig {
         crc: r.below(3) != 0,
-        markers_wanted: r.below(4) == 0,
-        ird: r.range_inclusive(1, 8) as u16,
-        ord: r.range_inclusive(1, 8) as u16,
+        markers_wanted: r.below(markers_one_in) == 0,
+        ird: r.range_inclusive(1, max_ird_ord) as u16,
+        ord: r.range_inclusive(1, max_ird_ord) as u16,
         timeout: Duration::from_secs(300),
         ..MpaConfig::default()
     };
-    let mut a_mpa = side_mpa(&mut r);
+    let mut a_mpa = side_mpa(r);
     a_mpa.rtr_offer = rtr.map_or(RtrSet::NONE, RtrSet::only);
     if rtr.is_none() && r.below(3) == 0 {
         a_mpa.revision = 1;
     }
-    let mut b_mpa = side_mpa(&mut r);
+    let mut b_mpa = side_mpa(r);
     b_mpa.rtr_accept = RtrSet::ALL;
     if a_mpa.revision == 1 {
         // Revision 1 carries no IRD/ORD: the applications agree on them
@@ -209,13 +307,20 @@ fn seed_spec(seed: u64) -> SeedSpec {
         a_mpa.ord = a_mpa.ord.min(b_mpa.ird);
         b_mpa.ord = b_mpa.ord.min(a_mpa.ird);
     }
+    (a_mpa, b_mpa, rtr)
+}
 
-    // A 4 MiB operation on every third seed of a shard: a Write, a Read,
-    // a Send in turn, the direction alternating.
-    let j = seed / SHARDS;
-    let big = (j % 3 == 0).then(|| KINDS[((j / 3) % 3) as usize]);
-    let big_dir = ((j / 9) % 2) as usize;
-    let sizes = [0, 1].map(|dir| {
+/// The operations of each direction: 0 B, 1 B and the MULPDU boundary for
+/// every kind, random sizes up to `max_random`, and `big` (4 MiB) in
+/// direction `big_dir`, shuffled.
+fn workload(
+    r: &mut Rng,
+    mss: usize,
+    max_random: usize,
+    big: Option<Kind>,
+    big_dir: usize,
+) -> [Vec<(Kind, usize)>; 2] {
+    [0, 1].map(|dir| {
         let mut ops: Vec<(Kind, usize)> = Vec::new();
         for kind in KINDS {
             let p = fpdu_payload(kind, mss);
@@ -225,7 +330,7 @@ fn seed_spec(seed: u64) -> SeedSpec {
         }
         for _ in 0..r.range_inclusive(4, 12) {
             let kind = KINDS[r.below(3) as usize];
-            ops.push((kind, log_uniform(&mut r, MAX_RANDOM)));
+            ops.push((kind, log_uniform(r, max_random)));
         }
         if let Some(kind) = big.filter(|_| dir == big_dir) {
             ops.push((kind, BIG));
@@ -236,15 +341,7 @@ fn seed_spec(seed: u64) -> SeedSpec {
             ops.swap(i, k);
         }
         ops
-    });
-    SeedSpec {
-        link,
-        static_arp: r.below(2) == 0,
-        tcp,
-        mpa: (a_mpa, b_mpa),
-        expect_rtr: rtr,
-        sizes,
-    }
+    })
 }
 
 /// Lays out one direction's operations in the buffers of the requester
@@ -456,6 +553,8 @@ struct Totals {
     retransmits: u64,
     fast_retransmits: u64,
     rto_expirations: u64,
+    /// FPDUs retransmitted in more than one segment after the MSS shrank.
+    records_split: u64,
     virtual_ms: u64,
     crc_seeds: u64,
     marker_seeds: u64,
@@ -490,9 +589,9 @@ fn check_region(side: &Side, buf: &Buf, want: &[u8], what: &str) {
     }
 }
 
-fn run_seed(seed: u64, totals: &mut Totals) {
-    let spec = seed_spec(seed);
-    let what = format!("seed {seed}");
+fn run_seed(seed: u64, harsh: bool, totals: &mut Totals) {
+    let spec = seed_spec(seed, harsh);
+    let what = format!("{}seed {seed}", if harsh { "harsh " } else { "" });
     let mut rng = Rng::derive(seed, 0x1a70);
     let mut a = Side::new("initiator", true, spec.mpa.0.clone(), seed);
     let mut b = Side::new("responder", false, spec.mpa.1.clone(), seed ^ 0xb);
@@ -565,9 +664,22 @@ fn run_seed(seed: u64, totals: &mut Totals) {
         spec.link.clone(),
         spec.static_arp,
     );
-    let result = w.run_until(Instant::ZERO + DEADLINE, |net, a, b| {
+    let mut pmtu_drop = spec.pmtu_drop;
+    let deadline = if harsh { HARSH_DEADLINE } else { DEADLINE };
+    let result = w.run_until(Instant::ZERO + deadline, |net, a, b| {
         assert!(!a.terminated(), "{what}: {:?}", a.events);
         assert!(!b.terminated(), "{what}: {:?}", b.events);
+        for (side, drop) in [a, b].into_iter().zip(&mut pmtu_drop) {
+            if let (Some((after, mss)), Some(id)) = (*drop, side.conn) {
+                if side.stats.fpdus >= after {
+                    let stack = net.endpoint_mut(side.node).iface.stack_mut();
+                    if let Some(c) = stack.conn_mut(id) {
+                        c.set_path_mtu_mss(mss);
+                        *drop = None;
+                    }
+                }
+            }
+        }
         a.completions.len() >= want_a
             && b.completions.len() >= want_b
             && [a, b].iter().all(|s| {
@@ -653,12 +765,7 @@ fn run_seed(seed: u64, totals: &mut Totals) {
         for op in &p.ops {
             totals.ops += 1;
             totals.payload += op.len as u64;
-            let mss = if spec.tcp.0.timestamps && spec.tcp.1.timestamps {
-                1448
-            } else {
-                1460
-            };
-            let boundary = fpdu_payload(op.kind, mss);
+            let boundary = fpdu_payload(op.kind, spec.mss);
             let tag = match op.len {
                 0 => Some("0 B"),
                 1 => Some("1 B"),
@@ -697,6 +804,60 @@ fn run_seed(seed: u64, totals: &mut Totals) {
     totals.marker_seeds += u64::from(spec.mpa.0.markers_wanted || spec.mpa.1.markers_wanted);
     totals.rtr_seeds += u64::from(spec.expect_rtr.is_some());
     totals.hw_seeds += u64::from(!spec.tcp.0.sack || !spec.tcp.1.sack);
+    for s in [a, b] {
+        if let Some(c) = World::conn(&w.net, s) {
+            totals.records_split += c.stats().records_split;
+        }
+    }
+    teardown(&mut w, &what);
+}
+
+/// Ends a seed as an application that is done would: the initiator's host
+/// closes TCP. Each engine learns of it from the peer's FIN, ends the
+/// stream (the MPA layer's "TCP closed", with nothing left to flush), and
+/// its host closes in turn.
+fn teardown(w: &mut World, what: &str) {
+    let now = w.net.now();
+    let done = [w.a.completions.len(), w.b.completions.len()];
+    let id = w.a.conn.expect("connected");
+    w.net
+        .endpoint_mut(w.a.node)
+        .iface
+        .stack_mut()
+        .conn_mut(id)
+        .expect("connection up")
+        .close(now);
+    w.a.closing = true;
+    let r = w.run_until(now + Duration::from_secs(3600), |net, a, b| {
+        [a, b].iter().all(|s| {
+            s.stream_closed
+                && s.events.contains(&EngineEvent::ReadyToClose)
+                && World::conn(net, s).map_or(true, |c| {
+                    matches!(c.state(), State::TimeWait | State::Closed)
+                })
+        })
+    });
+    assert!(r.is_ok(), "{what}: teardown {r:?}");
+    for (s, done) in [&w.a, &w.b].into_iter().zip(done) {
+        let ends: Vec<&EngineEvent> = s
+            .events
+            .iter()
+            .filter(|e| matches!(e, EngineEvent::Terminated { .. }))
+            .collect();
+        assert_eq!(
+            ends,
+            [&EngineEvent::Terminated {
+                cause: Some(TerminateCause::MPA_TCP_CLOSED),
+                origin: TerminateOrigin::Stream
+            }],
+            "{what}: {}",
+            s.name
+        );
+        assert_eq!(s.qp().state(), QpState::Error, "{what}");
+        assert_eq!(s.completions.len(), done, "{what}: nothing left to flush");
+        assert_eq!(s.pins(), 0, "{what}");
+        assert!(s.closing && !s.tcp_reset, "{what}");
+    }
 }
 
 fn shard(k: u64) {
@@ -705,7 +866,7 @@ fn shard(k: u64) {
     let mut t = Totals::default();
     let seeds: Vec<u64> = (0..n).filter(|s| s % SHARDS == k).collect();
     for &seed in &seeds {
-        run_seed(seed, &mut t);
+        run_seed(seed, false, &mut t);
     }
     println!(
         "rdma sim: shard {k}/{SHARDS}: {} seeds of {n}, {} ops, {} payload bytes moved, \
@@ -772,6 +933,39 @@ fn seeds_shard_3() {
     shard(3);
 }
 
+/// Seeds of the harsh spec (see [`seed_spec`]); `RDMA_SIM_HARSH_SEEDS`
+/// sets how many (default 50).
+#[test]
+fn harsh_seeds() {
+    let started = std::time::Instant::now();
+    let n = std::env::var("RDMA_SIM_HARSH_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50u64);
+    let mut t = Totals::default();
+    for seed in 0..n {
+        run_seed(seed, true, &mut t);
+    }
+    println!(
+        "rdma sim harsh: {} seeds, {} ops, {} payload bytes moved, {} region bytes verified, \
+         {} FPDUs, {} retransmits, {} split after an MSS drop, {} frames lost, in {:.1?}",
+        t.seeds,
+        t.ops,
+        t.payload,
+        t.bytes_verified,
+        t.fpdus,
+        t.retransmits,
+        t.records_split,
+        t.lost,
+        started.elapsed()
+    );
+    println!("rdma sim harsh: {t:?}");
+    assert_eq!(t.seeds, n);
+    if n >= 20 {
+        assert!(t.records_split > 0 && t.marker_seeds > 0, "{t:?}");
+    }
+}
+
 /// A connection torn down by a fault in the middle of traffic, both ways.
 mod faults {
     use super::*;
@@ -779,7 +973,6 @@ mod faults {
     use std::rc::Rc;
 
     use tcp_offload::sim::frame::{peek_tcp, tcp_checksums_ok};
-    use tcp_offload::tcp::State;
 
     const K: usize = 1024;
 
@@ -967,7 +1160,7 @@ mod faults {
             terminations(b),
             [EngineEvent::Terminated {
                 cause: Some(cause),
-                origin: rdmap::engine::TerminateOrigin::Local
+                origin: TerminateOrigin::Local
             }],
             "{what}"
         );
@@ -975,7 +1168,7 @@ mod faults {
             terminations(a),
             [EngineEvent::Terminated {
                 cause: Some(cause),
-                origin: rdmap::engine::TerminateOrigin::Peer
+                origin: TerminateOrigin::Peer
             }],
             "{what}"
         );
@@ -1159,5 +1352,108 @@ mod faults {
             assert_eq!(injected, 1, "{what}");
             finish(w, &t, TerminateCause::MPA_CRC, &what);
         }
+    }
+
+    #[test]
+    fn reset_mid_stream_flushes_both_sides_and_returns_every_pin() {
+        let mut dropped = 0;
+        for seed in 0..12u64 {
+            let what = format!("reset, seed {seed}");
+            let mut rng = Rng::derive(seed, 0x4e5e7);
+            let mut a = Side::new("initiator", true, mpa(), seed);
+            let mut b = Side::new("responder", false, mpa(), seed ^ 0xb);
+            let t = setup(&mut a, &mut b, &mut rng, false);
+            let link = if seed % 2 == 0 {
+                LinkConfig::perfect()
+            } else {
+                LinkConfig::impaired(0.03)
+            };
+            let tcp = (profile(seed & 2 != 0), profile(seed & 4 != 0));
+            let mut w = World::new(seed, a, b, tcp, link, true);
+            // The initiator's host resets the connection after it has
+            // sent this many FPDUs, with records in flight.
+            let after = 1 + rng.below(100);
+            let mut reset = false;
+            let r = w.run_until(Instant::ZERO + Duration::from_secs(900), |net, a, b| {
+                if !reset && a.stats.fpdus >= after {
+                    let now = net.now();
+                    let id = a.conn.expect("connected");
+                    if let Some(c) = net.endpoint_mut(a.node).iface.stack_mut().conn_mut(id) {
+                        c.abort(now);
+                        reset = true;
+                    }
+                }
+                reset
+                    && [a, b].iter().all(|s| {
+                        s.stream_closed
+                            && s.qp().state() == QpState::Error
+                            && s.qp().sq_len() == 0
+                            && s.qp().rq_len() == 0
+                            && World::conn(net, s).map_or(true, |c| c.state() == State::Closed)
+                    })
+            });
+            let (a, b) = (&w.a, &w.b);
+            assert!(
+                r.is_ok(),
+                "{what}: {r:?}\n a {:?} {:?}\n b {:?} {:?}",
+                a.events,
+                a.completions,
+                b.events,
+                b.completions
+            );
+            for s in [a, b] {
+                assert!(s.tcp_reset, "{what}: {} saw the reset", s.name);
+                let ends: Vec<&EngineEvent> = s
+                    .events
+                    .iter()
+                    .filter(|e| matches!(e, EngineEvent::Terminated { .. }))
+                    .collect();
+                assert_eq!(
+                    ends,
+                    [&EngineEvent::Terminated {
+                        cause: Some(TerminateCause::MPA_TCP_CLOSED),
+                        origin: TerminateOrigin::Stream
+                    }],
+                    "{what}: {}",
+                    s.name
+                );
+                assert_eq!(s.pins(), 0, "{what}: {} holds pins", s.name);
+                assert_eq!(s.qp().inbound_reads(), 0, "{what}");
+                check_canaries(s, &s.bufs[0], &what);
+                check_canaries(s, &s.bufs[1], &what);
+                dropped += s.records_dropped;
+            }
+            check_region(a, &t.ab.src, &t.a_src, &what);
+            check_region(b, &t.bb.src, &t.b_src, &what);
+            // Every signalled request exactly once (unsignalled ones at
+            // most once), in order: successes, then flushes.
+            let sq: Vec<(u64, WcStatus)> =
+                a.completions.iter().map(|c| (c.wr_id, c.status)).collect();
+            let ids: Vec<u64> = sq.iter().map(|c| c.0).collect();
+            assert_eq!(
+                ids.iter().filter(|&&i| i != S2).count(),
+                5,
+                "{what}: {sq:?}"
+            );
+            assert!(ids.windows(2).all(|p| p[0] < p[1]), "{what}: {sq:?}");
+            let ok = sq.iter().take_while(|c| c.1 == WcStatus::Success).count();
+            assert!(
+                sq[ok..].iter().all(|c| c.1 == WcStatus::WrFlushError),
+                "{what}: {sq:?}"
+            );
+            let got: Vec<(u64, WcStatus)> =
+                b.completions.iter().map(|c| (c.wr_id, c.status)).collect();
+            assert_eq!(
+                got.iter().filter(|c| c.0 == BW).count(),
+                1,
+                "{what}: {got:?}"
+            );
+            let recvs: Vec<u64> = got.iter().filter(|c| c.0 >= R1).map(|c| c.0).collect();
+            assert_eq!(recvs, [R1, R1 + 1, R1 + 2], "{what}: {got:?}");
+            println!("{what}: after {after} FPDUs: requester {sq:?}, responder {got:?}, records dropped {}/{}", a.records_dropped, b.records_dropped);
+        }
+        // Some resets caught records in flight, whose pins came back
+        // through record_dropped.
+        assert!(dropped > 0);
     }
 }
