@@ -50,7 +50,7 @@ impl Eal {
             return Err(DpdkError::with_message(
                 "rte_eal_init",
                 libc::EALREADY,
-                "EAL already started in this process (it starts once per process)",
+                "EAL was already started (or tried) in this process: it starts once per process",
             ));
         }
         let mut owned = Vec::with_capacity(args.len() + 1);

@@ -736,17 +736,14 @@ impl Drop for PortInner {
     }
 }
 
-/// One RX queue of a started port, owned by the worker that polls it.
+/// One RX queue of a started port, owned by the worker that polls it. It
+/// may move to that worker's thread; DPDK's rule that one thread at a time
+/// polls a queue is `&mut self`.
 #[derive(Debug)]
 pub struct RxQueue {
     port: Arc<PortInner>,
     queue: u16,
 }
-
-// SAFETY: the handle may move to the worker thread that will own it; DPDK
-// only requires that one thread at a time polls a queue, which `&mut self`
-// guarantees.
-unsafe impl Send for RxQueue {}
 
 impl RxQueue {
     /// Receives up to the burst's spare room, appending to `out`; returns how
@@ -792,9 +789,6 @@ pub struct TxQueue {
     port: Arc<PortInner>,
     queue: u16,
 }
-
-// SAFETY: as for RxQueue.
-unsafe impl Send for TxQueue {}
 
 impl TxQueue {
     /// Hands the burst's mbufs, from the front, to the device; returns how

@@ -75,18 +75,6 @@ uint16_t shim_mbuf_refcnt_update(struct rte_mbuf *m, int16_t value)
 	return rte_mbuf_refcnt_update(m, value);
 }
 
-uint16_t shim_mbuf_ext_refcnt_read(const struct rte_mbuf_ext_shared_info *s)
-{
-	return rte_mbuf_ext_refcnt_read(s);
-}
-
-/* Always atomic, unlike rte_mbuf_ext_refcnt_update's single-owner shortcut. */
-uint16_t shim_mbuf_ext_refcnt_add(struct rte_mbuf_ext_shared_info *s,
-				  uint16_t value)
-{
-	return __atomic_add_fetch(&s->refcnt, value, __ATOMIC_ACQ_REL);
-}
-
 void shim_mbuf_set_tx_lens(struct rte_mbuf *m, uint8_t l2_len, uint16_t l3_len,
 			   uint8_t l4_len)
 {

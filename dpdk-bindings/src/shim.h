@@ -74,9 +74,6 @@ void shim_pktmbuf_attach_extbuf(struct rte_mbuf *m, void *buf_addr,
 				struct rte_mbuf_ext_shared_info *shinfo);
 uint16_t shim_mbuf_refcnt_read(const struct rte_mbuf *m);
 uint16_t shim_mbuf_refcnt_update(struct rte_mbuf *m, int16_t value);
-uint16_t shim_mbuf_ext_refcnt_read(const struct rte_mbuf_ext_shared_info *s);
-uint16_t shim_mbuf_ext_refcnt_add(struct rte_mbuf_ext_shared_info *s,
-				  uint16_t value);
 void shim_mbuf_set_tx_lens(struct rte_mbuf *m, uint8_t l2_len, uint16_t l3_len,
 			   uint8_t l4_len);
 
