@@ -514,6 +514,15 @@ impl Port {
         inner.nb_rx = conf.rx_queues;
         inner.nb_tx = conf.tx_queues;
         inner.pools.push(pool.clone());
+        // Some drivers (net_null among them) ignore the key given at
+        // configure time: set it explicitly, so that the key read back by
+        // `rss_hash_conf_get` is the one asked for.
+        if let (true, Some(key)) = (rss_hf != 0, key.as_deref()) {
+            match self.rss_hash_update(key, rss_hf) {
+                Err(e) if e.errno() != libc::ENOTSUP => return Err(e),
+                _ => {}
+            }
+        }
         Ok(PortSetup {
             rx_queues: conf.rx_queues,
             tx_queues: conf.tx_queues,
@@ -611,6 +620,52 @@ impl Port {
         Ok(RssHashConf {
             key,
             rss_hf: conf.rss_hf,
+        })
+    }
+
+    /// Sets the RSS key and hash types (RSS must have been configured).
+    pub fn rss_hash_update(&mut self, key: &[u8], rss_hf: u64) -> Result<(), DpdkError> {
+        let op = "rte_eth_dev_rss_hash_update";
+        let mut key = key.to_vec();
+        let mut conf = sys::rte_eth_rss_conf {
+            rss_key: key.as_mut_ptr(),
+            rss_key_len: u8::try_from(key.len())
+                .map_err(|_| DpdkError::with_message(op, libc::EINVAL, "RSS key too long"))?,
+            rss_hf,
+        };
+        // SAFETY: the port is valid; the key outlives the call, which copies
+        // it.
+        check(op, unsafe {
+            sys::rte_eth_dev_rss_hash_update(self.id(), &mut conf)
+        })
+    }
+
+    /// Replaces the redirection table (`reta.len()` must be the device's
+    /// `reta_size`), e.g. with queues in turn, so that steering computed
+    /// with [`crate::toeplitz::reta_queue`] matches the device.
+    pub fn reta_update(&mut self, reta: &[u16]) -> Result<(), DpdkError> {
+        let op = "rte_eth_dev_rss_reta_update";
+        let size = u16::try_from(reta.len())
+            .map_err(|_| DpdkError::with_message(op, libc::EINVAL, "table too large"))?;
+        let group = sys::RTE_ETH_RETA_GROUP_SIZE as usize;
+        let mut conf: Vec<sys::rte_eth_rss_reta_entry64> = reta
+            .chunks(group)
+            .map(|chunk| {
+                let mut e = sys::rte_eth_rss_reta_entry64 {
+                    mask: if chunk.len() == group {
+                        u64::MAX
+                    } else {
+                        (1u64 << chunk.len()) - 1
+                    },
+                    reta: [0; 64],
+                };
+                e.reta[..chunk.len()].copy_from_slice(chunk);
+                e
+            })
+            .collect();
+        // SAFETY: the port is valid; `conf` covers `size` entries.
+        check(op, unsafe {
+            sys::rte_eth_dev_rss_reta_update(self.id(), conf.as_mut_ptr(), size)
         })
     }
 
