@@ -29,7 +29,14 @@ use crate::sys;
 
 /// Application memory registered with DPDK as external memory, with its
 /// per-page IOVAs, and mapped for DMA on the ports that need it.
-/// Unmapped and unregistered on drop.
+/// Unmapped and unregistered on drop: drop it only once every attachment
+/// from it is released, or a device may still be reading it.
+///
+/// IOVA mode matters: `--no-huge` (and VFIO) give IOVA-as-VA, where any
+/// range is contiguous. EAL on hugepages as root without VFIO picks
+/// IOVA-as-PA, where ordinary 4 KiB pages are contiguous only within a page;
+/// there use hugepage-backed memory, or `--iova-mode=va` when every port is
+/// a virtual device.
 #[derive(Debug)]
 pub struct ExtMem {
     addr: NonNull<u8>,
