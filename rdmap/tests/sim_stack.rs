@@ -1212,6 +1212,14 @@ mod faults {
             Some(&(RD, WcStatus::WrFlushError)),
             "{what}: {sq:?}"
         );
+        // The Write after the faulty one targets a valid region: the
+        // Terminate never names it, even when the faulty Write had already
+        // completed when the Terminate arrived.
+        assert!(
+            sq.iter()
+                .any(|c| *c == (W3, WcStatus::Success) || *c == (W3, WcStatus::WrFlushError)),
+            "{what}: an innocent Write was blamed: {sq:?}"
+        );
         println!("{what}: requester {sq:?}");
         // Responder: the receive before the fault, then flushes; its own
         // Write finished or flushed, once.

@@ -635,6 +635,13 @@ impl Endpoint {
                 .clone()
                 .find(|&s| self.qp.send_wr(WrSeq(s)).is_some_and(|wr| b.matches(wr)))
                 .or_else(|| {
+                    // A Write (or a Read whose header came back) is always
+                    // found exactly while it is in flight; when it is not,
+                    // it has already completed, and blaming the next
+                    // request of its kind would fail an innocent one.
+                    if b.exactly_identified() {
+                        return None;
+                    }
                     seqs.clone()
                         .find(|&s| self.qp.send_wr(WrSeq(s)).is_some_and(|wr| b.same_kind(wr)))
                 }),
@@ -708,6 +715,11 @@ impl Blamed {
             } => Blamed::Nothing,
             DdpRepr::Untagged { .. } => Blamed::Send,
         })
+    }
+
+    /// Whether the reported headers name exactly one request of ours.
+    fn exactly_identified(&self) -> bool {
+        matches!(self, Blamed::Write { .. } | Blamed::Read(Some(_)))
     }
 
     fn same_kind(&self, wr: &SendWr) -> bool {
