@@ -33,6 +33,10 @@
 //!    [`EngineEvent::ConnectRequest`] with [`Endpoint::accept`] or
 //!    [`Endpoint::reject`]. On [`EngineEvent::ReadyToClose`] the driver
 //!    closes TCP (after the records already queued).
+//! 7. Orderly close: the application calls [`Endpoint::disconnect`]; the
+//!    driver reports the peer's FIN with [`Endpoint::handle_peer_closed`]
+//!    (and the end of the connection with
+//!    [`Endpoint::handle_stream_closed`]); [`EngineEvent::Closed`] ends it.
 //!
 //! After posting work to the queue pair ([`Endpoint::qp_mut`]), call
 //! [`Endpoint::poll_record`] again; after polling the CQs, nothing is
@@ -83,6 +87,7 @@
 //! queues were sized when the objects were created. MPA frames are copied
 //! into one allocation per connection.
 
+mod close;
 mod record;
 mod rx;
 mod tx;
@@ -194,6 +199,11 @@ pub enum EngineEvent {
     /// Nothing more will come out of [`Endpoint::poll_record`]: close TCP
     /// once the records already queued have been sent.
     ReadyToClose,
+    /// The stream closed in order (both sides closed, see
+    /// [`Endpoint::disconnect`]): every request posted before the close
+    /// completed, the receives left were flushed, and the queue pair is
+    /// back in Idle.
+    Closed,
 }
 
 /// Counters of one endpoint.
@@ -252,6 +262,10 @@ pub struct Endpoint {
     terminate_tx: Option<TerminateRepr>,
     close_pending: bool,
     close_reported: bool,
+    /// An orderly close in progress or done.
+    closing: Option<close::Closing>,
+    /// Stream offset TCP has acknowledged up to.
+    acked_offset: u64,
     events: VecDeque<EngineEvent>,
     stats: Stats,
 }
@@ -304,6 +318,8 @@ impl Endpoint {
             terminate_tx: None,
             close_pending: false,
             close_reported: false,
+            closing: None,
+            acked_offset: 0,
             events: VecDeque::with_capacity(8),
             stats: Stats::default(),
         }
@@ -402,8 +418,13 @@ impl Endpoint {
     }
 
     /// TCP has closed or reset the connection. A stream still up ends with
-    /// [`TerminateCause::MPA_TCP_CLOSED`], reported locally.
+    /// [`TerminateCause::MPA_TCP_CLOSED`], reported locally — unless it was
+    /// closing in order and our side had drained, which is the normal end
+    /// of the close ([`EngineEvent::Closed`]).
     pub fn handle_stream_closed<M: Placement + ?Sized>(&mut self, env: &mut Env<'_, M>) {
+        if self.stream_closed_in_order(env) {
+            return;
+        }
         if !self.connected && self.fatal.is_none() && !self.close_pending {
             self.events
                 .push_back(EngineEvent::SetupFailed(SetupFailure::StreamClosed));
@@ -462,6 +483,7 @@ impl Endpoint {
         if let Some(pin) = record.take_pin() {
             env.device.mrs_mut().unpin(pin);
         }
+        self.acked_offset = self.acked_offset.max(record.end_offset());
         self.qp.acked(record.end_offset());
         self.service(env);
     }
@@ -486,13 +508,14 @@ impl Endpoint {
         let _ = self.qp.deliver_completions(env.send_cq);
         if self.qp.state() == QpState::Error {
             let _ = self.qp.flush_rq(env.recv_cq());
-            if self.connected && self.fatal.is_none() {
+            if self.connected && self.fatal.is_none() && !self.is_closed() {
                 // A work request failed locally (its memory went away, a
                 // CQ overflowed) or the application forced Error.
                 self.fail(TerminateCause::RDMAP_LOCAL_CATASTROPHIC, None);
                 self.qp.drain_inbound_reads(env.device.mrs_mut());
             }
         }
+        self.service_close(env);
         self.check_close();
     }
 
@@ -568,7 +591,7 @@ impl Endpoint {
     /// `offending` (the ULPDU bytes gathered, and its full length), move
     /// the queue pair towards Error. The first fault wins.
     fn fail(&mut self, cause: TerminateCause, offending: Option<(&[u8], u16)>) {
-        if self.fatal.is_some() {
+        if self.fatal.is_some() || self.is_closed() {
             return;
         }
         self.fatal = Some(Fatal {

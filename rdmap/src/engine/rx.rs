@@ -136,6 +136,12 @@ impl RxState {
             rresp_placed: 0,
         }
     }
+
+    /// Whether no message is half received: no Send in progress into a
+    /// receive buffer, no Read Response partly placed.
+    pub(super) fn between_messages(&self) -> bool {
+        self.recv.is_none() && self.rresp_placed == 0
+    }
 }
 
 impl Endpoint {

@@ -125,7 +125,9 @@ impl Endpoint {
         max_segment: usize,
         env: &mut Env<'_, M>,
     ) -> Option<OutRecord> {
-        if max_segment == 0 {
+        if max_segment == 0 || (self.closing.is_some() && self.close_reported) {
+            // After an orderly close's ReadyToClose, TCP is closing: not
+            // even a Terminate may follow.
             return None;
         }
         if let Some(r) = self.next_setup_record(max_segment) {

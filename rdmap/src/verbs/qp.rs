@@ -545,12 +545,14 @@ impl QueuePair {
         self.rq.push(wr)
     }
 
-    /// The next request to put on the wire, if the queue pair is in Rts and
-    /// the send queue is not held back (ORD, fence, a failed request).
+    /// The next request to put on the wire, if the queue pair is in Rts
+    /// (or Closing: an orderly close lets posted work finish) and the send
+    /// queue is not held back (ORD, fence, a failed request).
     /// Local invalidation and fast registration run here, against `mrs`, in
     /// queue order, and are not returned.
     pub fn next_work(&mut self, mrs: &mut MrTable) -> Option<SendWork> {
-        if self.state != QpState::Rts || self.sq_halted {
+        // Closing refuses new posts; what was posted before still runs.
+        if !matches!(self.state, QpState::Rts | QpState::Closing) || self.sq_halted {
             return None;
         }
         loop {
