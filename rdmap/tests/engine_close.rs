@@ -577,3 +577,29 @@ fn nothing_follows_ready_to_close() {
     assert_eq!(p.b.pins(), 0, "the dropped Read's pin came back");
     assert_eq!(p.b.ep.qp().state(), QpState::Idle);
 }
+
+#[test]
+fn fault_after_ready_to_close_sends_no_terminate() {
+    // The responder drained and reported ReadyToClose; then a corrupted
+    // FPDU arrives. The stream ends abnormally, but our FIN is out: no
+    // Terminate follows it.
+    let mut p = pair(900, Setup::default());
+    disconnect(&mut p.b).unwrap();
+    p.run_until(100, |p| p.b.events.contains(&EngineEvent::ReadyToClose));
+    let records = p.b.records;
+    // A 2-octet ULPDU (no pad) with a CRC that cannot match.
+    let bad = [0x00, 0x02, 0x41, 0x43, 0xde, 0xad, 0xbe, 0xef];
+    p.b.with_env(|ep, env| ep.handle_stream(core::time::Duration::ZERO, &bad, env));
+    p.b.drain();
+    assert!(p.b.events.contains(&EngineEvent::Terminated {
+        cause: Some(TerminateCause::MPA_CRC),
+        origin: TerminateOrigin::Local
+    }));
+    for _ in 0..10 {
+        p.step();
+    }
+    assert_eq!(p.b.records, records);
+    no_terminate_on_the_wire(&p.b);
+    assert!(!p.b.ep.is_closing() && !p.b.ep.is_closed());
+    assert_eq!(p.b.ep.qp().state(), QpState::Error);
+}

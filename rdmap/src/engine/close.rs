@@ -20,7 +20,9 @@
 //! the stream: the peer's stream ending inside an FPDU or a message, or
 //! with one of our RDMA Reads unanswered (RFC 5040 §6.2.1: a graceful close
 //! with Reads outstanding is an error), or TCP going away before our side
-//! has drained. [`Endpoint::handle_stream_closed`] after the drain (a
+//! has drained. A fault of the peer found after ReadyToClose ends the
+//! stream the same way but sends no Terminate: our FIN is out, and nothing
+//! may follow it. [`Endpoint::handle_stream_closed`] after the drain (a
 //! driver that reports the peer's FIN and the end of the connection as one
 //! event) is the normal ending.
 
