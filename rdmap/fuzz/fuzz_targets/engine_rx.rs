@@ -7,20 +7,25 @@
 //! bytes — two at dense STags (0x100: remote write and read; 0x200: local
 //! write only, holding the posted receives and the sink of our own RDMA
 //! Read) and one at siw's STag 0x2b9d4f00 through `reg_mr_at` (remote
-//! write). Four receives and one RDMA Read (sink 0x200 at TO 0x2000, 256
+//! write). Four receives and one RDMA Read (sink 0x200 at TO 0x2200, 256
 //! octets) are posted, so Sends, Writes, Read Requests and Read Responses
 //! all find something to land on.
 //!
 //! Input: byte 0 chooses the connection — bit 0 CRC, bit 1 markers in what
 //! we receive, bit 2 peer-to-peer with a Write RTR (the peer's first FPDU
-//! must be the RTR), bit 3 our role (0 responder, 1 initiator). Byte 1
+//! must be the RTR), bit 3 our role (0 responder, 1 initiator), bit 4 we
+//! start an orderly close before the input, bit 5 the peer's FIN follows
+//! the input, bit 6 no RDMA Read of ours is posted (with one outstanding,
+//! the peer's FIN is an error). Byte 1
 //! chooses the chunking (0: one chunk; n: pseudo-random chunks of 1..=8n
 //! octets). The rest is the peer's byte stream after the MPA frames.
 //! After every chunk the endpoint's output is taken and acknowledged.
 //!
 //! Asserted: no panic; no byte outside the registered spans changes; at
-//! most one Terminated event; at most one Terminate in our output, it
-//! parses and is the last FPDU, and only when we ended the stream.
+//! most one Terminated event, and none with Closed; at most one Terminate
+//! in our output, it parses and is the last FPDU, and only when we ended
+//! the stream — always then, unless an orderly close had already
+//! reported ReadyToClose (our FIN is out; nothing may follow it).
 #![no_main]
 
 use core::time::Duration;
@@ -194,9 +199,11 @@ fn setup(flags: u8) -> Option<World> {
         length: 256,
         lkey: stags[1],
     };
-    let read = SendWr::read(9, sink, 0x9000, Stag(0x0400)).with_flags(SendFlags::SIGNALED);
-    let mrs = w.dev.mrs();
-    w.ep.qp_mut().post_send(&read, mrs).ok()?;
+    if flags & 0x40 == 0 {
+        let read = SendWr::read(9, sink, 0x9000, Stag(0x0400)).with_flags(SendFlags::SIGNALED);
+        let mrs = w.dev.mrs();
+        w.ep.qp_mut().post_send(&read, mrs).ok()?;
+    }
 
     // MPA with an in-process peer.
     let negotiated = if initiator {
@@ -239,6 +246,33 @@ fn setup(flags: u8) -> Option<World> {
     Some(w)
 }
 
+/// The endings the endpoint reported.
+#[derive(Default)]
+struct Endings {
+    terminated: u32,
+    origin: Option<TerminateOrigin>,
+    closed: u32,
+    /// ReadyToClose came before any Terminated: an orderly close had
+    /// drained, so our FIN was out and no Terminate could follow it.
+    ready_first: bool,
+}
+
+impl Endings {
+    fn take(&mut self, w: &mut World) {
+        while let Some(ev) = w.ep.poll_event() {
+            match ev {
+                EngineEvent::Terminated { origin, .. } => {
+                    self.terminated += 1;
+                    self.origin = Some(origin);
+                }
+                EngineEvent::Closed => self.closed += 1,
+                EngineEvent::ReadyToClose if self.terminated == 0 => self.ready_first = true,
+                _ => {}
+            }
+        }
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let [flags, chunking, stream @ ..] = data else {
         return;
@@ -246,10 +280,14 @@ fuzz_target!(|data: &[u8]| {
     let Some(mut w) = setup(*flags) else {
         panic!("setup failed for flags {flags:#04x}");
     };
+    if flags & 0x10 != 0 {
+        let mut env = Env::new(&mut w.dev, &mut w.mem, &mut w.cq);
+        w.ep.disconnect(&mut env).expect("a healthy stream closes");
+        w.drain();
+    }
     let mut state = u32::from(*chunking) | 0x5eed_0000;
     let mut rest = stream;
-    let mut terminated = 0;
-    let mut origin = None;
+    let mut endings = Endings::default();
     while !rest.is_empty() {
         let n = if *chunking == 0 {
             rest.len()
@@ -261,14 +299,26 @@ fuzz_target!(|data: &[u8]| {
         w.feed(&rest[..n]);
         rest = &rest[n..];
         w.drain();
-        while let Some(ev) = w.ep.poll_event() {
-            if let EngineEvent::Terminated { origin: o, .. } = ev {
-                terminated += 1;
-                origin = Some(o);
-            }
-        }
+        endings.take(&mut w);
     }
+    if flags & 0x20 != 0 {
+        let mut env = Env::new(&mut w.dev, &mut w.mem, &mut w.cq);
+        w.ep.handle_peer_closed(&mut env);
+        w.drain();
+    }
+    endings.take(&mut w);
+    let Endings {
+        terminated,
+        origin,
+        closed,
+        ready_first,
+    } = endings;
     assert!(terminated <= 1, "{terminated} Terminated events");
+    assert!(
+        closed <= 1 && closed + terminated <= 1,
+        "closed {closed}, terminated {terminated}"
+    );
+    assert_eq!(w.ep.is_closed(), closed == 1);
     assert_eq!(w.ep.is_terminated(), terminated == 1);
 
     // At most one Terminate, parsable, last, and only when we ended it.
@@ -289,7 +339,11 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(i + 1, w.out_ulpdus.len(), "FPDUs after our Terminate");
     }
     if origin == Some(TerminateOrigin::Local) {
-        assert_eq!(terminates.len(), 1, "our fault report went out");
+        assert_eq!(
+            terminates.len(),
+            usize::from(!ready_first),
+            "our fault report went out, unless our FIN had"
+        );
     }
 
     // Nothing outside a registered span was written.
