@@ -800,6 +800,130 @@ fn sack_recovers_several_losses_without_timeout() {
     assert_eq!(s.fast_retransmits, 1);
 }
 
+/// Drops chosen transmissions of chosen records from `a`, all records
+/// `rec_len` bytes long: `(k, n)` drops the `n`-th transmission (0: the
+/// original) of record `k`.
+fn drop_record_tx(rec_len: usize, plan: &[(usize, usize)]) -> Filter {
+    let plan = plan.to_vec();
+    let mut sends = std::collections::HashMap::<usize, usize>::new();
+    Box::new(move |w| {
+        if w.dir == Dir::AtoB && !w.data.is_empty() {
+            let k = (w.repr.seq - (ISS_A + 1)) / rec_len;
+            let n = sends.entry(k).or_insert(0);
+            let drop = plan.contains(&(k, *n));
+            *n += 1;
+            if drop {
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Pass
+    })
+}
+
+/// Times at which `a` sent record `k` (of `rec_len` bytes), in order.
+fn record_sends(p: &Pair, rec_len: usize, k: usize) -> Vec<Instant> {
+    let seq = ISS_A + 1 + k * rec_len;
+    p.segs(Dir::AtoB)
+        .filter(|w| w.repr.seq == seq && !w.data.is_empty())
+        .map(|w| w.at)
+        .collect()
+}
+
+/// `a` sends `records` full-sized records with the given transmissions
+/// dropped, and nothing after them; returns the pair once every record is
+/// acknowledged.
+fn tail_scenario(cfg: Config, records: usize, plan: &[(usize, usize)]) -> Pair {
+    let mut p = Pair::established(cfg.clone(), cfg);
+    let rec = p.a.conn.max_record_len();
+    p.a.record_size = rec;
+    p.a.out = pattern(records * rec, 60);
+    p.filter = Some(drop_record_tx(rec, plan));
+    let n = p.a.out.len();
+    assert!(
+        p.run_until(Duration::from_secs(30), |p| p.b.got.len() == n
+            && p.a.conn.records_queued() == 0),
+        "{:?}",
+        p.a.conn.stats()
+    );
+    assert_eq!(p.b.got, p.a.out);
+    assert_acked_in_order(&p.a, &p.a.out);
+    assert_segments_are_records(&p);
+    p
+}
+
+/// RFC 6675 `NextSeg` rule 4: records 34 and 39 (the last) of a flight are
+/// lost and nothing new is left to send. SACKs above 34 start recovery;
+/// nothing SACKed lies above 39, so no rule deems it lost, but the rescue
+/// retransmission resends it right after the repair of 34, instead of a
+/// round trip later on the partial ACK.
+#[test]
+fn rescue_retransmission_resends_the_tail_in_the_same_round_trip() {
+    let p = tail_scenario(quiet(), 40, &[(34, 0), (39, 0)]);
+    let rec = p.a.conn.max_record_len();
+    let s = p.a.conn.stats();
+    assert_eq!(s.rto_expirations, 0, "{s:?}");
+    assert_eq!(s.fast_retransmits, 1, "{s:?}");
+    assert_eq!(s.retransmits, 2, "{s:?}");
+    let r34 = record_sends(&p, rec, 34);
+    let r39 = record_sends(&p, rec, 39);
+    assert_eq!((r34.len(), r39.len()), (2, 2));
+    let rtt = 2 * p.latency;
+    assert!(
+        r39[1] >= r34[1] && r39[1] < r34[1] + rtt,
+        "repair of 34 at {:?}, rescue of 39 at {:?}",
+        r34[1],
+        r39[1]
+    );
+    // No ACK moved past 34 before the rescue left.
+    assert!(!p
+        .segs(Dir::BtoA)
+        .any(|w| w.at + p.latency <= r39[1] && w.repr.ack_number > ISS_A + 1 + 34 * rec));
+}
+
+/// RFC 6675 `NextSeg` rule 3: records 34 and 38 of 40 are lost. Only one
+/// SACKed record (39) lies above 38, too few for `IsLost`, but once 34 is
+/// repaired and nothing else is left, 38 lies below the highest SACKed
+/// byte and is resent at once rather than on the partial ACK.
+#[test]
+fn rule_3_resends_a_hole_below_the_highest_sack() {
+    let p = tail_scenario(quiet(), 40, &[(34, 0), (38, 0)]);
+    let rec = p.a.conn.max_record_len();
+    let s = p.a.conn.stats();
+    assert_eq!(s.rto_expirations, 0, "{s:?}");
+    assert_eq!(s.fast_retransmits, 1, "{s:?}");
+    assert_eq!(s.retransmits, 2, "{s:?}");
+    let r34 = record_sends(&p, rec, 34);
+    let r38 = record_sends(&p, rec, 38);
+    assert_eq!((r34.len(), r38.len()), (2, 2));
+    let partial = ISS_A + 1 + 38 * rec;
+    let partial_at = p
+        .segs(Dir::BtoA)
+        .find(|w| w.repr.ack_number == partial)
+        .expect("the partial ACK")
+        .at
+        + p.latency;
+    assert!(
+        r38[1] < partial_at,
+        "38 resent at {:?}, partial ACK in at {partial_at:?}",
+        r38[1]
+    );
+    assert!(r38[1] < r34[1] + 2 * p.latency);
+}
+
+/// The same losses without SACK: NewReno repairs the second hole on the
+/// partial ACK, a round trip after the first (rules 3 and 4 need SACK).
+#[test]
+fn without_sack_the_second_hole_waits_for_the_partial_ack() {
+    let p = tail_scenario(Config::iwarp_hardware(), 40, &[(34, 0), (39, 0)]);
+    let rec = p.a.conn.max_record_len();
+    let s = p.a.conn.stats();
+    assert_eq!(s.rto_expirations, 0, "{s:?}");
+    assert_eq!(s.retransmits, 2, "{s:?}");
+    let r34 = record_sends(&p, rec, 34);
+    let r39 = record_sends(&p, rec, 39);
+    assert!(r39[1] >= r34[1] + 2 * p.latency, "{r34:?} {r39:?}");
+}
+
 // ------------------------------------- one ACK per out-of-order segment
 
 /// Hands `len` bytes at `seq` to `b` without letting it transmit, as a

@@ -470,7 +470,8 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         let mss = self.eff_mss;
         let end = self.sendq.end();
         let wnd_room = (self.snd_una + self.snd_wnd) - end;
-        let used = (end - self.snd_una).saturating_sub(self.sendq.sacked_bytes());
+        let used = (end - self.snd_una + self.sendq.spec_bytes())
+            .saturating_sub(self.sendq.sacked_bytes());
         let cwnd_room = self.send_window().saturating_sub(used);
         let cap = mss.min(wnd_room).min(cwnd_room);
         if cap < mss && end != self.snd_una {

@@ -5,8 +5,11 @@
 //! segment (below); repairs of records judged lost (RFC
 //! 6675 `NextSeg` rule 1, or go-back-N after an RTO) while the congestion
 //! window allows; a retransmitted FIN; new records in order while both the
-//! peer's window (RFC 9293 §3.8.6) and the congestion window allow; the
-//! FIN; a zero-window probe or keepalive probe; a pure ACK if one is owed.
+//! peer's window (RFC 9293 §3.8.6) and the congestion window allow
+//! (`NextSeg` rule 2); the FIN; in SACK recovery, a record not yet deemed
+//! lost below the highest SACKed one (`NextSeg` rule 3), then the rescue
+//! retransmission (rule 4); a zero-window probe or keepalive probe; a pure
+//! ACK if one is owed.
 //! Every segment but the first SYN carries the current ACK and window (so
 //! it discharges any delayed ACK), timestamps when negotiated (RFC 7323
 //! §3.2), and SACK blocks while out-of-order data is held (RFC 2018 §4).
@@ -46,15 +49,28 @@ pub(super) struct AckSnapshot {
 /// Bytes of a timestamps option as emitted (with its two NOPs).
 pub(super) const TS_OPTION_LEN: usize = 12;
 
+/// Why a record's bytes are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Send {
+    /// For the first time.
+    New,
+    /// As the repair of a record deemed lost.
+    Repair,
+    /// Again although not deemed lost (RFC 6675 `NextSeg` rule 3).
+    Speculative,
+    /// The rescue retransmission (RFC 6675 `NextSeg` rule 4).
+    Rescue,
+}
+
 /// What to send next.
 #[derive(Debug, Clone, Copy)]
 enum Tx {
-    /// Bytes `off..off + len` of record `idx`; a retransmission if `rtx`.
+    /// Bytes `off..off + len` of record `idx`.
     Data {
         idx: usize,
         off: usize,
         len: usize,
-        rtx: bool,
+        why: Send,
     },
     Fin {
         rtx: bool,
@@ -106,8 +122,8 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         }
         let tx = self.pick()?;
         match tx {
-            Tx::Data { idx, off, len, rtx } => {
-                let repr = self.data_repr(now, idx, off, len, rtx);
+            Tx::Data { idx, off, len, why } => {
+                let repr = self.data_repr(now, idx, off, len, why);
                 let rec = &self.sendq.get(idx).record;
                 Some(Segment {
                     repr,
@@ -174,7 +190,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                     idx,
                     off,
                     len,
-                    rtx: true,
+                    why: Send::Repair,
                 });
             }
             cwnd_blocked = len > 0;
@@ -193,7 +209,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                     idx,
                     off,
                     len,
-                    rtx: false,
+                    why: Send::New,
                 });
             }
         }
@@ -201,6 +217,11 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             let room = (self.snd_una + self.snd_wnd) - self.snd_nxt;
             if !self.fin_sent && self.snd_nxt == fin && room > 0 {
                 return Some(Tx::Fin { rtx: false });
+            }
+        }
+        if !cwnd_blocked && self.cc.in_recovery && self.opts.sack {
+            if let Some(tx) = self.pick_rule_3_4(sent) {
+                return Some(tx);
             }
         }
         if self.probe_pending {
@@ -215,6 +236,45 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         None
     }
 
+    /// RFC 6675 `NextSeg` rules 3 and 4, when rules 1 and 2 found nothing
+    /// to send. Only a record that fits one segment is resent this way.
+    fn pick_rule_3_4(&mut self, sent: usize) -> Option<Tx> {
+        let mss = self.eff_mss;
+        if let Some(idx) = self.sendq.next_unlost_hole(sent) {
+            let len = self.sendq.get(idx).len;
+            if len <= mss && self.cwnd_allows(len) {
+                return Some(Tx::Data {
+                    idx,
+                    off: 0,
+                    len,
+                    why: Send::Speculative,
+                });
+            }
+            return None;
+        }
+        if self.cc.rescue_sent {
+            return None;
+        }
+        let idx = self.sendq.highest_unsacked(sent)?;
+        let r = self.sendq.get(idx);
+        let len = r.len;
+        // A repair still waiting to go out is rule 1's, and a record that
+        // went out during this episode is in flight already (see the
+        // `recovery` module).
+        if (r.lost && !r.rexmit) || r.sent_at >= self.cc.recovery_start {
+            return None;
+        }
+        if len <= mss && self.cwnd_allows(len) {
+            return Some(Tx::Data {
+                idx,
+                off: 0,
+                len,
+                why: Send::Rescue,
+            });
+        }
+        None
+    }
+
     /// Header and bookkeeping for bytes `off..off + len` of record `idx`.
     fn data_repr(
         &mut self,
@@ -222,7 +282,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         idx: usize,
         off: usize,
         len: usize,
-        rtx: bool,
+        why: Send,
     ) -> TcpRepr {
         let (seq, rec_len) = {
             let r = self.sendq.get(idx);
@@ -232,7 +292,13 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         if off + len == rec_len {
             flags |= TcpFlags::PSH;
         }
-        if rtx {
+        if matches!(why, Send::Speculative | Send::Rescue) {
+            self.sendq.mark_speculative(idx, now);
+            if why == Send::Rescue {
+                self.cc.rescue_sent = true;
+            }
+            self.stats.retransmits += 1;
+        } else if why == Send::Repair {
             let sent_len = rec_len.min(self.snd_nxt - self.sendq.get(idx).seq);
             let r = self.sendq.get_mut(idx);
             r.rtx_off = off + len;

@@ -11,11 +11,23 @@
 //!
 //! Retransmission is driven by marks: a record judged lost is queued for
 //! repair on the scoreboard, and `poll_transmit` sends repairs before new
-//! records while `pipe` (RFC 6675 §4) is below `cwnd`.
+//! records while `pipe` (RFC 6675 §4) is below `cwnd`. In SACK recovery,
+//! when there is neither a repair nor a new record to send, `NextSeg`
+//! rules 3 and 4 (RFC 6675 §4) still use the window: a record below the
+//! highest SACKed one that is not yet deemed lost is resent, and, once per
+//! recovery episode, the highest unSACKed record (the rescue
+//! retransmission), so that losses at the tail of a flight draw the ACKs
+//! that reveal them instead of waiting for a partial ACK or the RTO. One
+//! departure from the letter of rule 4: the rescue is skipped when the
+//! highest unSACKed record already went out during this episode (as a
+//! repair, a rule-3 copy or new data), since a copy sent moments before
+//! would be a duplicate on the wire in the common case (a lone hole whose
+//! repair just left) rather than a rescue.
 
 use super::connection::Connection;
 use super::Record;
 use crate::seq::SeqNumber;
+use crate::time::Instant;
 
 /// RFC 6675 DupThresh, and the RFC 5681 duplicate-ACK count.
 pub(super) const DUP_THRESH: u32 = 3;
@@ -43,6 +55,11 @@ pub(super) struct Congestion {
     /// One retransmission may be sent whatever the window (the fast
     /// retransmit itself, and NewReno's partial-ACK retransmission).
     pub(super) force_rtx: bool,
+    /// The rescue retransmission of this recovery episode went out
+    /// (RFC 6675 `RescueRxt`: one per episode).
+    pub(super) rescue_sent: bool,
+    /// When the current recovery episode began.
+    pub(super) recovery_start: Instant,
 }
 
 impl Congestion {
@@ -57,6 +74,8 @@ impl Congestion {
             recover: iss,
             abc_acked: 0,
             force_rtx: false,
+            rescue_sent: false,
+            recovery_start: Instant::ZERO,
         }
     }
 
@@ -82,9 +101,11 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     }
 
     /// RFC 6675 pipe: bytes in flight that are neither SACKed nor lost
-    /// awaiting repair (a repair in flight counts once).
+    /// awaiting repair (a repair in flight counts once), plus the
+    /// speculative copies of records not deemed lost, which are in flight
+    /// besides their originals.
     pub(super) fn pipe(&self) -> usize {
-        self.flight()
+        (self.flight() + self.sendq.spec_bytes())
             .saturating_sub(self.sendq.sacked_bytes() + self.sendq.pending_bytes())
     }
 
@@ -150,6 +171,8 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         self.cc.recover = self.snd_nxt;
         self.cc.in_recovery = true;
         self.cc.abc_acked = 0;
+        self.cc.rescue_sent = false;
+        self.cc.recovery_start = self.last_now;
         self.cc.cwnd = if self.opts.sack {
             self.cc.ssthresh
         } else {

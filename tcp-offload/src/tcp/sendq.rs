@@ -8,6 +8,12 @@
 //! A record is one segment. Because the boundaries are the records', the
 //! scoreboard is record-granular: a record counts as SACKed only when a
 //! block covers all of it.
+//!
+//! Besides repairs of records deemed lost, a record may be resent while it
+//! is not deemed lost (RFC 6675 `NextSeg` rules 3 and 4): such a
+//! *speculative* copy and the original may both be in flight, so the queue
+//! counts its bytes apart and `pipe` adds them (RFC 6675 §4, `SetPipe`
+//! counts an octet once for the original and once for a retransmission).
 
 use std::collections::VecDeque;
 
@@ -28,6 +34,9 @@ pub(super) struct SentRecord<R> {
     pub(super) lost: bool,
     /// Retransmitted since it was last marked lost: the repair is in flight.
     pub(super) rexmit: bool,
+    /// Resent while not deemed lost: original and copy may both be in
+    /// flight. Cleared when the record is SACKed or deemed lost.
+    pub(super) spec: bool,
     /// Ever retransmitted. Karn's algorithm takes no RTT sample from it.
     pub(super) ever_rexmit: bool,
     /// Offset of the next piece of a retransmission that is sent in pieces
@@ -62,8 +71,15 @@ pub(super) struct SendQueue<R> {
     sacked_bytes: usize,
     /// Bytes of records lost and not yet retransmitted.
     pending_bytes: usize,
+    /// Bytes of records with a speculative copy in flight.
+    spec_bytes: usize,
+    /// One past the highest sequence number a SACK block covered in a
+    /// record still queued, if any.
+    high_sacked: Option<SeqNumber>,
     /// No record below this index is pending retransmission.
     rtx_hint: usize,
+    /// No record below this index is a candidate of `next_unlost_hole`.
+    hole_hint: usize,
 }
 
 impl<R> SendQueue<R> {
@@ -76,7 +92,10 @@ impl<R> SendQueue<R> {
             next_new: 0,
             sacked_bytes: 0,
             pending_bytes: 0,
+            spec_bytes: 0,
+            high_sacked: None,
             rtx_hint: 0,
+            hole_hint: 0,
         }
     }
 
@@ -96,6 +115,7 @@ impl<R> SendQueue<R> {
             sacked: false,
             lost: false,
             rexmit: false,
+            spec: false,
             ever_rexmit: false,
             rtx_off: 0,
             sent_at: now,
@@ -158,6 +178,10 @@ impl<R> SendQueue<R> {
         self.pending_bytes
     }
 
+    pub(super) fn spec_bytes(&self) -> usize {
+        self.spec_bytes
+    }
+
     /// Removes the oldest record if `snd_una` covers all of it.
     pub(super) fn pop_acked(&mut self, snd_una: SeqNumber) -> Option<SentRecord<R>> {
         let front = self.recs.front()?;
@@ -171,8 +195,15 @@ impl<R> SendQueue<R> {
         if r.pending() {
             self.pending_bytes -= r.len;
         }
+        if r.spec {
+            self.spec_bytes -= r.len;
+        }
+        if self.recs.is_empty() {
+            self.high_sacked = None;
+        }
         self.next_new = self.next_new.saturating_sub(1);
         self.rtx_hint = self.rtx_hint.saturating_sub(1);
+        self.hole_hint = self.hole_hint.saturating_sub(1);
         Some(r)
     }
 
@@ -185,16 +216,33 @@ impl<R> SendQueue<R> {
         if r.pending() {
             self.pending_bytes -= r.len;
         }
+        if r.spec {
+            r.spec = false;
+            self.spec_bytes -= r.len;
+        }
         r.sacked = true;
         self.sacked_bytes += r.len;
+        let end = r.end();
+        if !self.high_sacked.is_some_and(|h| h >= end) {
+            self.high_sacked = Some(end);
+        }
         true
     }
 
     /// Marks record `i` lost unless it is SACKed or already lost (a lost
-    /// record whose repair is in flight stays as it is).
+    /// record whose repair is in flight stays as it is). A record with a
+    /// speculative copy in flight becomes a lost record whose repair is in
+    /// flight: that copy is the repair. Returns whether a repair is now due.
     pub(super) fn mark_lost(&mut self, i: usize) -> bool {
         let r = &mut self.recs[i];
         if r.sacked || r.lost {
+            return false;
+        }
+        if r.spec {
+            r.spec = false;
+            r.lost = true;
+            r.rexmit = true;
+            self.spec_bytes -= r.len;
             return false;
         }
         r.lost = true;
@@ -215,6 +263,10 @@ impl<R> SendQueue<R> {
             if r.sacked || r.pending() {
                 continue;
             }
+            if r.spec {
+                r.spec = false;
+                self.spec_bytes -= r.len;
+            }
             r.lost = true;
             r.rexmit = false;
             r.rtx_off = 0;
@@ -233,7 +285,9 @@ impl<R> SendQueue<R> {
             }
         }
         self.sacked_bytes = 0;
+        self.high_sacked = None;
         self.rtx_hint = 0;
+        self.hole_hint = 0;
     }
 
     /// Whether the oldest record is SACKed although the cumulative ACK
@@ -251,6 +305,52 @@ impl<R> SendQueue<R> {
         r.rexmit = true;
         r.ever_rexmit = true;
         r.rtx_off = 0;
+    }
+
+    /// Record `i` is resent although it is not deemed lost (RFC 6675
+    /// `NextSeg` rule 3 or 4): its copy counts in `pipe` besides the
+    /// original until one of them is SACKed or acknowledged, or the record
+    /// is deemed lost (then the copy is its repair).
+    pub(super) fn mark_speculative(&mut self, i: usize, now: Instant) {
+        let r = &mut self.recs[i];
+        r.ever_rexmit = true;
+        r.sent_at = now;
+        r.rtx_off = 0;
+        if !r.spec && !r.lost && !r.sacked {
+            r.spec = true;
+            self.spec_bytes += r.len;
+        }
+    }
+
+    /// RFC 6675 `NextSeg` rule 3: the lowest record among the first `limit`
+    /// that is neither SACKed nor deemed lost nor already resent, and lies
+    /// below the highest SACKed byte. (The RFC also asks that it lie above
+    /// `HighRxt`; the per-record marks keep any record from being resent
+    /// twice this way, which is what that bound is for.)
+    pub(super) fn next_unlost_hole(&mut self, limit: usize) -> Option<usize> {
+        let high = self.high_sacked?;
+        let limit = limit.min(self.recs.len());
+        let mut i = self.hole_hint;
+        while i < limit {
+            let r = &self.recs[i];
+            if r.end() > high {
+                break;
+            }
+            if !r.sacked && !r.lost && !r.spec && !r.ever_rexmit {
+                self.hole_hint = i;
+                return Some(i);
+            }
+            i += 1;
+        }
+        self.hole_hint = i;
+        None
+    }
+
+    /// RFC 6675 `NextSeg` rule 4: the highest record among the first
+    /// `limit` that is not SACKed, the one a rescue retransmission resends.
+    pub(super) fn highest_unsacked(&self, limit: usize) -> Option<usize> {
+        let limit = limit.min(self.recs.len());
+        (0..limit).rev().find(|&i| !self.recs[i].sacked)
     }
 
     /// The lowest record due for retransmission (RFC 6675 `NextSeg` rule
@@ -353,7 +453,10 @@ impl<R> SendQueue<R> {
         self.next_new = 0;
         self.sacked_bytes = 0;
         self.pending_bytes = 0;
+        self.spec_bytes = 0;
+        self.high_sacked = None;
         self.rtx_hint = 0;
+        self.hole_hint = 0;
     }
 }
 
@@ -421,6 +524,41 @@ mod tests {
         assert!(q.mark_lost_by_sack(nxt, 1000, 3));
         assert_eq!(q.next_pending(8), Some(0));
         assert_eq!(q.pending_bytes(), 100);
+    }
+
+    #[test]
+    fn speculative_copies_count_until_sacked_or_lost() {
+        let mut q = queue(&[100; 6]);
+        let nxt = q.end();
+        let t = Instant::from_millis(5);
+        assert_eq!(q.next_unlost_hole(6), None, "nothing SACKed yet");
+        q.sack_block(SeqNumber(1500), SeqNumber(1600), nxt);
+        assert_eq!(q.next_unlost_hole(6), Some(0));
+        q.mark_speculative(0, t);
+        assert_eq!(q.spec_bytes(), 100);
+        assert_eq!(q.next_unlost_hole(6), Some(1));
+        // Deemed lost later: the copy in flight is its repair.
+        assert!(!q.mark_lost(0));
+        assert!(q.get(0).lost && q.get(0).rexmit);
+        assert_eq!((q.spec_bytes(), q.pending_bytes()), (0, 0));
+        // SACKed: neither copy is in flight any more.
+        q.mark_speculative(1, t);
+        q.sack_block(SeqNumber(1100), SeqNumber(1200), nxt);
+        assert_eq!(q.spec_bytes(), 0);
+        assert_eq!(q.highest_unsacked(6), Some(4));
+        assert_eq!(q.next_unlost_hole(6), Some(2));
+        // A timeout makes every unSACKed record a pending repair.
+        q.mark_speculative(2, t);
+        q.mark_all_lost(nxt);
+        assert_eq!((q.spec_bytes(), q.pending_bytes()), (0, 400));
+        assert_eq!(q.next_unlost_hole(6), None);
+        // Acknowledged: the totals follow.
+        q.mark_speculative(5, t);
+        while q.pop_acked(nxt).is_some() {}
+        assert_eq!(
+            (q.spec_bytes(), q.pending_bytes(), q.sacked_bytes()),
+            (0, 0, 0)
+        );
     }
 
     #[test]
