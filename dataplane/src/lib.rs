@@ -10,8 +10,18 @@
 //!   the placement implementation the QP engine writes through.
 //! - [`steer`]: the Toeplitz RSS hash, to keep each connection on the queue
 //!   of the worker that owns it.
+//! - [`worker`]: the per-core run-to-completion loop and its budgets.
+//! - [`api`]: the application API (protection domains, memory
+//!   registration, CQs, QPs, connection management, posting and polling).
+//! - [`config`]: the TOML configuration with command-line overrides.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod api;
+pub mod config;
 pub mod link;
 pub mod memory;
 pub mod steer;
+pub mod worker;
+
+pub use api::{Dataplane, DriveMode};
+pub use config::Config;

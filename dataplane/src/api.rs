@@ -1,0 +1,1245 @@
+//! The application API: a verbs-like interface to the dataplane, the way
+//! an application talks to an RNIC (RDMAC verbs and rdma_cm, with
+//! libibverbs' names where they fit).
+//!
+//! # Objects
+//!
+//! - [`Dataplane`]: the device. [`Dataplane::open`] reads a configuration
+//!   and starts the workers (one thread per worker, pinned when cores are
+//!   configured); [`Dataplane::open_with_link`] takes a port directly, and
+//!   [`DriveMode::Inline`] lets the caller run the workers' loops itself
+//!   ([`Dataplane::poll`]) for deterministic tests.
+//! - [`ProtectionDomain`] ([`Dataplane::alloc_pd`]).
+//! - [`Region`] (from [`crate::memory`]): memory the application owns;
+//!   [`Dataplane::reg_mr`] registers part of it under an STag, valid on
+//!   every worker, and returns a [`MemoryRegistration`].
+//! - [`Cq`] ([`Dataplane::create_cq`]): a completion ring the workers push
+//!   into and the application polls ([`Cq::poll`]). Multi-producer: one CQ
+//!   may serve QPs on several workers.
+//! - [`Qp`] ([`Dataplane::create_qp`]): send and receive submission rings
+//!   ([`Qp::post_send`], [`Qp::post_recv`]) drained by the worker that owns
+//!   the connection. Work may be posted before the connection exists.
+//! - Connections: [`Dataplane::listen`], [`Dataplane::connect`], then
+//!   [`CmEvent`]s from [`Dataplane::poll_event`] / [`Dataplane::wait_event`]:
+//!   a [`CmEvent::ConnectRequest`] is answered with [`Dataplane::accept`]
+//!   (binding a QP to the worker that received the request) or
+//!   [`Dataplane::reject`], with private data either way.
+//!
+//! # Data path and control path
+//!
+//! Posting work and polling completions touch only lock-free rings
+//! (`crossbeam` `ArrayQueue`): no lock, no system call. The control path
+//! (open, registration, connection management) uses channels to the
+//! workers and waits for their answers, so that, for example, an STag is
+//! known to every worker before `reg_mr` returns.
+//!
+//! # Ordering and memory
+//!
+//! A completion popped from a [`Cq`] happens-after everything the worker
+//! did for it (the bytes of a received Send, Write or Read Response are in
+//! the region); a work request pushed by [`Qp::post_send`] happens-before
+//! the worker reads its buffers. See [`crate::memory`] for why region
+//! accesses are atomic words. The buffer of a Send or Write must not
+//! change until its completion (TCP may retransmit from it).
+//!
+//! # Not yet
+//!
+//! Shared receive queues, fast registration and local invalidation work
+//! requests (STag state is replicated per worker; these change it on one),
+//! graceful MPA close (disconnect closes TCP; the peer sees the stream
+//! end), more than one port.
+
+use core::net::{Ipv4Addr, SocketAddrV4};
+use core::time::Duration;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_queue::ArrayQueue;
+use rdmap::placement::MemSpan;
+use rdmap::verbs::{CqId, Device, DeviceLimits, QpInitAttr, VerbsError, MAX_SGE};
+use tcp_offload::tcp::{ConnId, StackError};
+use tcp_offload::wire::EthernetAddress;
+
+pub use rdmap::engine::{SetupFailure, TerminateOrigin};
+pub use rdmap::error::TerminateCause;
+pub use rdmap::mpa::RtrType;
+pub use rdmap::verbs::{
+    Access, DeregStatus, PdId, PostError, QpNum, RecvWr, SendFlags, SendOp, SendWr, Sge, SgeList,
+    Stag, WcOpcode, WcStatus, WorkCompletion,
+};
+
+pub use crate::memory::Region;
+
+use crate::config::{Config, ConfigError};
+use crate::link::{Link, LinkQueue, MemLink, MemLinkConfig};
+use crate::memory::MemoryError;
+use crate::worker::{
+    Clock, ConnParams, Ctl, CtlReply, SmallFrame, Worker, WorkerCounters, WorkerMsg, WorkerSetup,
+    WorkerStats, FORWARD_RING,
+};
+
+/// How long the control path waits for a worker's answer.
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Private data an application may send in an MPA request, reply or
+/// reject (revision 2: 256 bytes in all, less the IRD/ORD words).
+pub const MAX_PRIVATE_DATA: usize = 252;
+
+/// Why an API call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration was refused.
+    Config(ConfigError),
+    /// Something this build of the runtime cannot do yet.
+    Unsupported(&'static str),
+    /// A verbs object rule (limits, STags, protection domains).
+    Verbs(VerbsError),
+    /// A region or an access outside it.
+    Memory(MemoryError),
+    /// The TCP stack refused (port in use, no free port, table full).
+    Stack(StackError),
+    /// An argument out of range.
+    InvalidArgument(&'static str),
+    /// The connection request is no longer pending.
+    NoSuchRequest,
+    /// The queue pair is already bound to a connection.
+    QpInUse,
+    /// A worker thread has stopped.
+    WorkerGone,
+    /// A worker did not answer within [`CONTROL_TIMEOUT`].
+    Timeout,
+    /// A worker thread could not be started or pinned.
+    Thread(String),
+}
+
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Error::Config(e) => write!(f, "{e}"),
+            Error::Unsupported(what) => write!(f, "not supported yet: {what}"),
+            Error::Verbs(e) => write!(f, "verbs: {e:?}"),
+            Error::Memory(e) => write!(f, "memory: {e}"),
+            Error::Stack(e) => write!(f, "TCP: {e:?}"),
+            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::NoSuchRequest => f.write_str("no such pending connection request"),
+            Error::QpInUse => f.write_str("queue pair already in use"),
+            Error::WorkerGone => f.write_str("a worker has stopped"),
+            Error::Timeout => f.write_str("a worker did not answer in time"),
+            Error::Thread(m) => write!(f, "worker thread: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Error {
+        Error::Config(e)
+    }
+}
+
+impl From<VerbsError> for Error {
+    fn from(e: VerbsError) -> Error {
+        Error::Verbs(e)
+    }
+}
+
+impl From<MemoryError> for Error {
+    fn from(e: MemoryError) -> Error {
+        Error::Memory(e)
+    }
+}
+
+impl From<StackError> for Error {
+    fn from(e: StackError) -> Error {
+        Error::Stack(e)
+    }
+}
+
+// ---------------------------------------------------------------------
+// Completion queues.
+// ---------------------------------------------------------------------
+
+#[derive(Debug)]
+struct CqShared {
+    ring: ArrayQueue<WorkCompletion>,
+    id: u32,
+}
+
+/// A completion queue: a bounded ring that workers push completions into
+/// (release) and the application polls (acquire). Clone it freely; every
+/// clone is the same queue.
+#[derive(Debug, Clone)]
+pub struct Cq {
+    inner: Arc<CqShared>,
+}
+
+impl Cq {
+    /// Moves up to `out.len()` completions into `out`, oldest first per
+    /// queue pair; returns how many (`ibv_poll_cq`).
+    pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            match self.inner.ring.pop() {
+                Some(wc) => {
+                    out[n] = wc;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+
+    /// The oldest completion, if any.
+    pub fn poll_one(&self) -> Option<WorkCompletion> {
+        self.inner.ring.pop()
+    }
+
+    /// Entries it holds at most.
+    pub fn capacity(&self) -> usize {
+        self.inner.ring.capacity()
+    }
+
+    /// Completions waiting.
+    pub fn len(&self) -> usize {
+        self.inner.ring.len()
+    }
+
+    /// Whether none waits.
+    pub fn is_empty(&self) -> bool {
+        self.inner.ring.is_empty()
+    }
+
+    /// Its number.
+    pub fn id(&self) -> u32 {
+        self.inner.id
+    }
+
+    pub(crate) fn push(&self, wc: WorkCompletion) -> Result<(), WorkCompletion> {
+        self.inner.ring.push(wc)
+    }
+}
+
+// ---------------------------------------------------------------------
+// Queue pairs.
+// ---------------------------------------------------------------------
+
+/// Where a queue pair stands, as the application sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpStatus {
+    /// Created; work may be posted.
+    Idle,
+    /// Bound to a connection being set up.
+    Connecting,
+    /// The stream is up.
+    Connected,
+    /// The connection is gone (or never came up); outstanding work was
+    /// flushed.
+    Disconnected,
+}
+
+impl QpStatus {
+    fn from_u8(v: u8) -> QpStatus {
+        match v {
+            0 => QpStatus::Idle,
+            1 => QpStatus::Connecting,
+            2 => QpStatus::Connected,
+            _ => QpStatus::Disconnected,
+        }
+    }
+}
+
+/// Sizes of a queue pair (`ibv_qp_cap` and the IRD/ORD limits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpOptions {
+    /// Send-queue depth.
+    pub max_send_wr: u32,
+    /// Receive-queue depth.
+    pub max_recv_wr: u32,
+    /// SGEs per send request (at most 6).
+    pub max_send_sge: u32,
+    /// SGEs per receive request (at most 6).
+    pub max_recv_sge: u32,
+    /// Largest ORD the connection may negotiate.
+    pub max_ord: u32,
+    /// Largest IRD the connection may negotiate.
+    pub max_ird: u32,
+    /// Signal every send request.
+    pub sq_sig_all: bool,
+}
+
+impl Default for QpOptions {
+    fn default() -> QpOptions {
+        QpOptions {
+            max_send_wr: 256,
+            max_recv_wr: 256,
+            max_send_sge: MAX_SGE as u32,
+            max_recv_sge: MAX_SGE as u32,
+            max_ord: 16,
+            max_ird: 16,
+            sq_sig_all: false,
+        }
+    }
+}
+
+/// What a queue pair shares between the application and its worker.
+#[derive(Debug)]
+pub(crate) struct QpShared {
+    pub qpn: QpNum,
+    pub attr: QpInitAttr,
+    pub sq: ArrayQueue<SendWr>,
+    pub rq: ArrayQueue<RecvWr>,
+    pub send_cq: Cq,
+    pub recv_cq: Cq,
+    status: AtomicU8,
+    worker: AtomicUsize,
+}
+
+const UNBOUND: usize = usize::MAX;
+
+impl QpShared {
+    pub(crate) fn set_status(&self, s: QpStatus) {
+        self.status.store(s as u8, Ordering::Release);
+    }
+
+    pub(crate) fn bind_worker(&self, w: usize) {
+        self.worker.store(w, Ordering::Release);
+    }
+}
+
+/// A queue pair: the application's end of a connection. Clone it freely;
+/// every clone is the same queue pair.
+#[derive(Debug, Clone)]
+pub struct Qp {
+    inner: Arc<QpShared>,
+}
+
+impl Qp {
+    /// Its number (in completions).
+    pub fn num(&self) -> QpNum {
+        self.inner.qpn
+    }
+
+    /// Where it stands.
+    pub fn status(&self) -> QpStatus {
+        QpStatus::from_u8(self.inner.status.load(Ordering::Acquire))
+    }
+
+    /// The worker that owns its connection, once bound.
+    pub fn worker(&self) -> Option<usize> {
+        Some(self.inner.worker.load(Ordering::Acquire)).filter(|&w| w != UNBOUND)
+    }
+
+    /// Posts a send work request (`ibv_post_send`): a push into the
+    /// submission ring, checked for shape here; its memory is checked by
+    /// the worker (a failure completes with a local protection error).
+    /// The ring holds `max_send_wr` requests; a full ring is
+    /// [`PostError::QueueFull`].
+    pub fn post_send(&self, wr: &SendWr) -> Result<(), PostError> {
+        let a = &self.inner.attr;
+        if self.status() == QpStatus::Disconnected {
+            return Err(PostError::InvalidState);
+        }
+        if wr.sges.len() > a.max_send_sge as usize {
+            return Err(PostError::TooManySges);
+        }
+        match wr.op {
+            SendOp::RdmaRead { .. } if wr.sges.len() != 1 => return Err(PostError::InvalidWr),
+            // STag state is replicated per worker: see the module docs.
+            SendOp::LocalInvalidate { .. } | SendOp::FastRegister(_) => {
+                return Err(PostError::InvalidWr)
+            }
+            _ => {}
+        }
+        if wr.sges.total_len().is_none() {
+            return Err(PostError::InvalidWr);
+        }
+        self.inner.sq.push(*wr).map_err(|_| PostError::QueueFull)
+    }
+
+    /// Posts a receive (`ibv_post_recv`) for one incoming Send.
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<(), PostError> {
+        if self.status() == QpStatus::Disconnected {
+            return Err(PostError::InvalidState);
+        }
+        if wr.sges.len() > self.inner.attr.max_recv_sge as usize {
+            return Err(PostError::TooManySges);
+        }
+        if wr.sges.total_len().is_none() {
+            return Err(PostError::InvalidWr);
+        }
+        self.inner.rq.push(*wr).map_err(|_| PostError::QueueFull)
+    }
+}
+
+// ---------------------------------------------------------------------
+// Other objects and events.
+// ---------------------------------------------------------------------
+
+/// A protection domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProtectionDomain {
+    id: PdId,
+}
+
+impl ProtectionDomain {
+    /// Its id.
+    pub fn id(&self) -> PdId {
+        self.id
+    }
+}
+
+/// A memory registration: an STag naming `len` bytes of a [`Region`] at
+/// tagged offsets `[addr, addr + len)` (the virtual address, as rping and
+/// perftest expect).
+#[derive(Debug, Clone)]
+pub struct MemoryRegistration {
+    stag: Stag,
+    addr: u64,
+    len: u64,
+    region: Region,
+    offset: usize,
+}
+
+impl MemoryRegistration {
+    /// The STag, as local key.
+    pub fn lkey(&self) -> Stag {
+        self.stag
+    }
+
+    /// The STag, as remote key (the same value in iWARP).
+    pub fn rkey(&self) -> Stag {
+        self.stag
+    }
+
+    /// Tagged offset of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it is empty (never: registration refuses it).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The registered memory.
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    /// Offset of the first registered byte in the region.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// A scatter/gather entry for `len` bytes at `offset` of the
+    /// registration.
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.addr + offset,
+            length: len,
+            lkey: self.stag,
+        }
+    }
+}
+
+/// Parameters of [`Dataplane::connect`] and [`Dataplane::accept`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectParams {
+    /// Inbound RDMA Read depth asked for (capped at the QP's).
+    pub ird: u16,
+    /// Outbound RDMA Read depth asked for (capped at the QP's).
+    pub ord: u16,
+    /// Private data for the peer (at most [`MAX_PRIVATE_DATA`]).
+    pub private_data: Vec<u8>,
+}
+
+impl Default for ConnectParams {
+    fn default() -> ConnectParams {
+        ConnectParams {
+            ird: 16,
+            ord: 16,
+            private_data: Vec::new(),
+        }
+    }
+}
+
+/// A peer's connection request, to answer with [`Dataplane::accept`] or
+/// [`Dataplane::reject`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectRequest {
+    pub(crate) worker: usize,
+    pub(crate) conn: ConnId,
+    /// The peer's address and port.
+    pub remote: SocketAddrV4,
+    /// Our listening port it came to.
+    pub local_port: u16,
+    /// The peer's private data.
+    pub private_data: Vec<u8>,
+    /// The IRD the peer announced (MPA revision 2).
+    pub ird: Option<u16>,
+    /// The ORD the peer announced.
+    pub ord: Option<u16>,
+}
+
+impl ConnectRequest {
+    /// The worker that received it (and will own the connection).
+    pub fn worker(&self) -> usize {
+        self.worker
+    }
+}
+
+/// What connection setup agreed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    /// The peer.
+    pub remote: SocketAddrV4,
+    /// Our inbound Read depth.
+    pub ird: u16,
+    /// Our outbound Read depth.
+    pub ord: u16,
+    /// CRC32c in use.
+    pub crc: bool,
+    /// The peer inserts markers.
+    pub markers_rx: bool,
+    /// We insert markers.
+    pub markers_tx: bool,
+    /// The peer-to-peer RTR, if any.
+    pub rtr: Option<RtrType>,
+    /// The peer's private data.
+    pub private_data: Vec<u8>,
+}
+
+/// Why an active open did not produce a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectFailure {
+    /// TCP was refused (RST).
+    Refused,
+    /// TCP's handshake timed out.
+    TimedOut,
+    /// MPA setup failed.
+    Setup(SetupFailure),
+}
+
+/// Why a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DisconnectReason {
+    /// TCP closed with FINs (an orderly close).
+    Closed,
+    /// TCP was reset by the peer.
+    Reset,
+    /// TCP gave up retransmitting.
+    TimedOut,
+    /// We aborted it ([`Dataplane::disconnect`] with `abort`).
+    LocalAbort,
+    /// A Terminate ended the stream.
+    Terminated {
+        /// Its cause, if it could be read.
+        cause: Option<TerminateCause>,
+        /// Who sent it.
+        origin: TerminateOrigin,
+    },
+}
+
+/// A connection-management event (`rdma_cm_event`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmEvent {
+    /// A peer asks to connect.
+    ConnectRequest(ConnectRequest),
+    /// The connection of `qp` is up (both sides get it).
+    Established {
+        /// The queue pair.
+        qp: QpNum,
+        /// What was agreed.
+        info: ConnectionInfo,
+    },
+    /// The peer rejected our request.
+    Rejected {
+        /// The queue pair.
+        qp: QpNum,
+        /// The peer's private data.
+        private_data: Vec<u8>,
+    },
+    /// Our active open failed.
+    ConnectFailed {
+        /// The queue pair.
+        qp: QpNum,
+        /// Why.
+        reason: ConnectFailure,
+    },
+    /// An established connection ended; outstanding work was flushed.
+    Disconnected {
+        /// The queue pair.
+        qp: QpNum,
+        /// Why.
+        reason: DisconnectReason,
+    },
+    /// A deregistration that had to wait for in-flight data finished: the
+    /// memory is no longer referenced by the dataplane.
+    MrDeregistered(Stag),
+}
+
+/// Who runs the workers' loops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriveMode {
+    /// One thread per worker (pinned if cores are configured).
+    Threads,
+    /// The caller, through [`Dataplane::poll`] (and while a control call
+    /// waits for a worker): deterministic, single-threaded.
+    Inline,
+}
+
+// ---------------------------------------------------------------------
+// The dataplane.
+// ---------------------------------------------------------------------
+
+trait Pollable: Send {
+    fn poll(&mut self) -> bool;
+    fn shutdown(&mut self);
+}
+
+impl<Q: LinkQueue> Pollable for Worker<Q> {
+    fn poll(&mut self) -> bool {
+        Worker::poll(self)
+    }
+
+    fn shutdown(&mut self) {
+        Worker::shutdown(self)
+    }
+}
+
+#[derive(Debug)]
+struct WorkerHandle {
+    ctl: Sender<Ctl>,
+    counters: Arc<WorkerCounters>,
+    thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct Control {
+    /// The authoritative protection domains and STag allocation; workers
+    /// mirror the registrations under the same STags.
+    device: Device,
+    pds: Vec<PdId>,
+    next_qpn: u32,
+    next_cq: u32,
+    /// Deregistrations waiting for workers: STag → workers still pinning.
+    deregs: HashMap<u32, usize>,
+    events: VecDeque<CmEvent>,
+}
+
+/// A running dataplane: its workers and the control path to them. See the
+/// module documentation.
+pub struct Dataplane {
+    workers: Vec<WorkerHandle>,
+    inline: Option<Mutex<Vec<Box<dyn Pollable>>>>,
+    events: Receiver<WorkerMsg>,
+    control: Mutex<Control>,
+    ip: Ipv4Addr,
+    mac: EthernetAddress,
+    limits: crate::config::LimitsConfig,
+    next_connect: AtomicUsize,
+}
+
+impl core::fmt::Debug for Dataplane {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Dataplane")
+            .field("ip", &self.ip)
+            .field("workers", &self.workers.len())
+            .field("inline", &self.inline.is_some())
+            .finish()
+    }
+}
+
+/// 16 bytes from the operating system's randomness (through the standard
+/// library's hash seeds) and the clock: the secret of ISNs and SYN cookies.
+fn random_key() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    let mut key = [0u8; 16];
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    for (i, chunk) in key.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_usize(i);
+        h.write_u128(t);
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    key
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock means a panic on another application thread; the
+    // state behind it is updated in single statements and stays usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Dataplane {
+    /// Opens the dataplane `config` describes, with worker threads. Ports
+    /// named `mem:NAME` are in-memory links joined by name within the
+    /// process (two dataplanes naming the same link are connected); DPDK
+    /// device strings need the DPDK port, which is not built yet.
+    pub fn open(config: &Config) -> Result<Dataplane, Error> {
+        config.validate()?;
+        let port = &config.ports[0];
+        let Some(name) = port.device.strip_prefix("mem:") else {
+            return Err(Error::Unsupported(
+                "DPDK devices (the DPDK port implementation comes next); use mem:NAME",
+            ));
+        };
+        let mac = port
+            .mac
+            .map_or(EthernetAddress([2, 0, 0, 0, 0, 1]), |m| m.0);
+        let link_cfg = MemLinkConfig {
+            queues: config.workers.count as u16,
+            mtu: port.mtu,
+            ..MemLinkConfig::default()
+        };
+        let link = MemLink::named(name, &link_cfg, mac);
+        Dataplane::open_with_link(config, link, DriveMode::Threads)
+    }
+
+    /// Opens a dataplane on `link` (its first port), its workers run as
+    /// `mode` says.
+    pub fn open_with_link<L: Link>(
+        config: &Config,
+        mut link: L,
+        mode: DriveMode,
+    ) -> Result<Dataplane, Error> {
+        config.validate()?;
+        let caps = link.caps().clone();
+        let count = config.workers.count;
+        if usize::from(caps.queues) < count {
+            return Err(Error::InvalidArgument(
+                "the port has fewer queues than workers",
+            ));
+        }
+        let port = &config.ports[0];
+        let key = random_key();
+        let (out_tx, out_rx) = crossbeam_channel::unbounded();
+        let forward: Vec<Arc<ArrayQueue<SmallFrame>>> = (0..count)
+            .map(|_| Arc::new(ArrayQueue::new(FORWARD_RING)))
+            .collect();
+        let clock = Clock::new();
+        let mut workers = Vec::with_capacity(count);
+        let mut inline: Vec<Box<dyn Pollable>> = Vec::new();
+        for i in 0..count {
+            let queue = link
+                .take_queue(i as u16)
+                .ok_or(Error::InvalidArgument("port queue unavailable"))?;
+            let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
+            let counters = Arc::new(WorkerCounters::default());
+            let setup = WorkerSetup {
+                index: i,
+                queue,
+                caps: caps.clone(),
+                config: config.clone(),
+                key,
+                ctl: ctl_rx,
+                out: out_tx.clone(),
+                counters: counters.clone(),
+                forward_in: forward[i].clone(),
+                forward_out: forward
+                    .iter()
+                    .enumerate()
+                    .filter(|&(j, _)| j != i)
+                    .map(|(_, q)| q.clone())
+                    .collect(),
+            };
+            let thread = match mode {
+                DriveMode::Inline => {
+                    let mut w = Worker::new(setup);
+                    w.set_clock(clock);
+                    inline.push(Box::new(w));
+                    None
+                }
+                DriveMode::Threads => {
+                    let core = config.workers.cores.get(i).copied();
+                    let (spin, sleep) = (config.idle.spin, config.idle.sleep_us);
+                    let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
+                    let handle = std::thread::Builder::new()
+                        .name(format!("iwarp-worker-{i}"))
+                        .spawn(move || {
+                            if let Some(id) = core {
+                                if !core_affinity::set_for_current(core_affinity::CoreId { id }) {
+                                    let _ = ready_tx.send(Err(format!("cannot pin to core {id}")));
+                                    return;
+                                }
+                            }
+                            let mut w = Worker::new(setup);
+                            w.set_clock(clock);
+                            let _ = ready_tx.send(Ok(()));
+                            w.run(spin, sleep);
+                        })
+                        .map_err(|e| Error::Thread(e.to_string()))?;
+                    match ready_rx.recv_timeout(CONTROL_TIMEOUT) {
+                        Ok(Ok(())) => {}
+                        Ok(Err(m)) => return Err(Error::Thread(m)),
+                        Err(_) => return Err(Error::Thread("worker did not start".into())),
+                    }
+                    Some(handle)
+                }
+            };
+            workers.push(WorkerHandle {
+                ctl: ctl_tx,
+                counters,
+                thread,
+            });
+        }
+        let l = &config.limits;
+        let device = Device::new(DeviceLimits {
+            max_mr: l.max_mr,
+            max_qp: 1,
+            max_cq: 1,
+            max_srq: 1,
+            ..DeviceLimits::default()
+        });
+        Ok(Dataplane {
+            workers,
+            inline: (mode == DriveMode::Inline).then(|| Mutex::new(inline)),
+            events: out_rx,
+            control: Mutex::new(Control {
+                device,
+                pds: Vec::new(),
+                next_qpn: 1,
+                next_cq: 1,
+                deregs: HashMap::new(),
+                events: VecDeque::new(),
+            }),
+            ip: port.ip,
+            mac: port.mac.map_or(caps.mac, |m| m.0),
+            limits: *l,
+            next_connect: AtomicUsize::new(0),
+        })
+    }
+
+    /// Our IPv4 address.
+    pub fn ip(&self) -> Ipv4Addr {
+        self.ip
+    }
+
+    /// Our MAC address.
+    pub fn mac(&self) -> EthernetAddress {
+        self.mac
+    }
+
+    /// How many workers run.
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Each worker's counters, read while it runs.
+    pub fn stats(&self) -> Vec<WorkerStats> {
+        self.workers.iter().map(|w| w.counters.snapshot()).collect()
+    }
+
+    /// [`DriveMode::Inline`]: runs one iteration of every worker's loop;
+    /// whether any did work. Does nothing with worker threads.
+    pub fn poll(&self) -> bool {
+        let Some(inline) = &self.inline else {
+            return false;
+        };
+        let mut ws = lock(inline);
+        let mut work = false;
+        for w in ws.iter_mut() {
+            work |= w.poll();
+        }
+        work
+    }
+
+    fn wait(&self, rx: &Receiver<CtlReply>) -> Result<CtlReply, Error> {
+        let deadline = std::time::Instant::now() + CONTROL_TIMEOUT;
+        loop {
+            match rx.try_recv() {
+                Ok(r) => return Ok(r),
+                Err(TryRecvError::Disconnected) => return Err(Error::WorkerGone),
+                Err(TryRecvError::Empty) => {}
+            }
+            if self.inline.is_some() {
+                self.poll();
+            } else {
+                match rx.recv_timeout(Duration::from_millis(20)) {
+                    Ok(r) => return Ok(r),
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                        return Err(Error::WorkerGone)
+                    }
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+        }
+    }
+
+    /// Sends one control message to worker `w` and waits for its answer.
+    fn call(
+        &self,
+        w: usize,
+        make: impl FnOnce(Sender<CtlReply>) -> Ctl,
+    ) -> Result<CtlReply, Error> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let h = self.workers.get(w).ok_or(Error::WorkerGone)?;
+        h.ctl.send(make(tx)).map_err(|_| Error::WorkerGone)?;
+        match self.wait(&rx)? {
+            CtlReply::Failed(e) => Err(e),
+            r => Ok(r),
+        }
+    }
+
+    /// Sends a control message to every worker, then waits for every
+    /// answer.
+    fn broadcast(&self, make: impl Fn(Sender<CtlReply>) -> Ctl) -> Vec<Result<CtlReply, Error>> {
+        let rxs: Vec<_> = self
+            .workers
+            .iter()
+            .map(|h| {
+                let (tx, rx) = crossbeam_channel::bounded(1);
+                h.ctl
+                    .send(make(tx))
+                    .map(|()| rx)
+                    .map_err(|_| Error::WorkerGone)
+            })
+            .collect();
+        rxs.into_iter()
+            .map(|rx| match self.wait(&rx?)? {
+                CtlReply::Failed(e) => Err(e),
+                r => Ok(r),
+            })
+            .collect()
+    }
+
+    /// Allocates a protection domain (`ibv_alloc_pd`).
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
+        let mut c = lock(&self.control);
+        let id = c.device.alloc_pd()?;
+        c.pds.push(id);
+        Ok(ProtectionDomain { id })
+    }
+
+    /// Creates a completion queue of `cqe` entries (`ibv_create_cq`).
+    pub fn create_cq(&self, cqe: u32) -> Result<Cq, Error> {
+        if cqe == 0 || cqe > self.limits.max_cqe {
+            return Err(Error::InvalidArgument("cqe"));
+        }
+        let mut c = lock(&self.control);
+        let id = c.next_cq;
+        c.next_cq += 1;
+        Ok(Cq {
+            inner: Arc::new(CqShared {
+                ring: ArrayQueue::new(cqe as usize),
+                id,
+            }),
+        })
+    }
+
+    /// Creates a queue pair in `pd` whose completions go to `send_cq` and
+    /// `recv_cq` (`ibv_create_qp`). It is bound to a worker by
+    /// [`Dataplane::connect`] or [`Dataplane::accept`].
+    pub fn create_qp(
+        &self,
+        pd: ProtectionDomain,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        opts: QpOptions,
+    ) -> Result<Qp, Error> {
+        let l = &self.limits;
+        let sge_ok = |n: u32| n <= MAX_SGE as u32;
+        if opts.max_send_wr == 0
+            || opts.max_send_wr > l.max_qp_wr
+            || opts.max_recv_wr > l.max_qp_wr
+            || !sge_ok(opts.max_send_sge)
+            || !sge_ok(opts.max_recv_sge)
+            || opts.max_ord > 128
+            || opts.max_ird > 128
+        {
+            return Err(Error::Verbs(VerbsError::InvalidValue));
+        }
+        let mut c = lock(&self.control);
+        if !c.pds.contains(&pd.id) {
+            return Err(Error::Verbs(VerbsError::InvalidPd));
+        }
+        if c.next_qpn > l.max_qp {
+            return Err(Error::Verbs(VerbsError::TableFull));
+        }
+        let qpn = QpNum(c.next_qpn);
+        c.next_qpn += 1;
+        let attr = QpInitAttr {
+            pd: pd.id,
+            send_cq: CqId(send_cq.id()),
+            recv_cq: CqId(recv_cq.id()),
+            srq: None,
+            max_send_wr: opts.max_send_wr,
+            max_recv_wr: opts.max_recv_wr,
+            max_send_sge: opts.max_send_sge,
+            max_recv_sge: opts.max_recv_sge,
+            max_ord: opts.max_ord,
+            max_ird: opts.max_ird,
+            sq_sig_all: opts.sq_sig_all,
+        };
+        Ok(Qp {
+            inner: Arc::new(QpShared {
+                qpn,
+                attr,
+                sq: ArrayQueue::new(opts.max_send_wr as usize),
+                rq: ArrayQueue::new(opts.max_recv_wr.max(1) as usize),
+                send_cq: send_cq.clone(),
+                recv_cq: recv_cq.clone(),
+                status: AtomicU8::new(QpStatus::Idle as u8),
+                worker: AtomicUsize::new(UNBOUND),
+            }),
+        })
+    }
+
+    /// Registers `len` bytes of `region` from `offset` in `pd` with
+    /// `access` (`ibv_reg_mr`): the STag is valid on every worker when
+    /// this returns. Tagged offsets are virtual addresses.
+    pub fn reg_mr(
+        &self,
+        pd: ProtectionDomain,
+        region: &Region,
+        offset: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<MemoryRegistration, Error> {
+        match offset.checked_add(len) {
+            Some(end) if len > 0 && end <= region.len() => {}
+            _ => return Err(Error::Memory(MemoryError::OutOfBounds)),
+        }
+        let mut c = lock(&self.control);
+        if !c.pds.contains(&pd.id) {
+            return Err(Error::Verbs(VerbsError::InvalidPd));
+        }
+        let span = MemSpan::new(region.handle(), offset as u64, len as u64);
+        let iova = region.addr() + offset as u64;
+        let stag = c.device.reg_mr(pd.id, span, iova, access)?;
+        let results = self.broadcast(|reply| Ctl::RegMr {
+            stag,
+            pd: pd.id,
+            region: region.clone(),
+            offset: offset as u64,
+            len: len as u64,
+            iova,
+            access,
+            reply,
+        });
+        if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+            // Undo on the workers that took it (none pins it yet).
+            let _ = self.broadcast(|reply| Ctl::DeregMr { stag, reply });
+            let _ = c.device.dereg_mr(stag);
+            return Err(e);
+        }
+        Ok(MemoryRegistration {
+            stag,
+            addr: iova,
+            len: len as u64,
+            region: region.clone(),
+            offset,
+        })
+    }
+
+    /// Deregisters (`ibv_dereg_mr`). [`DeregStatus::Pending`] while data
+    /// in flight (an unacknowledged FPDU, a Read Response) still refers to
+    /// the memory: the STag is dead at once, and
+    /// [`CmEvent::MrDeregistered`] says when the memory is free.
+    pub fn dereg_mr(&self, mr: &MemoryRegistration) -> Result<DeregStatus, Error> {
+        let mut c = lock(&self.control);
+        let stag = mr.stag;
+        let mut pending = 0;
+        for r in self.broadcast(|reply| Ctl::DeregMr { stag, reply }) {
+            if let CtlReply::Dereg(DeregStatus::Pending) = r? {
+                pending += 1;
+            }
+        }
+        if pending == 0 {
+            c.device.dereg_mr(stag)?;
+            Ok(DeregStatus::Done)
+        } else {
+            c.deregs.insert(stag.0, pending);
+            Ok(DeregStatus::Pending)
+        }
+    }
+
+    /// Listens for connections on `port` on every worker (the passive
+    /// side's connection lands on the worker its packets reach).
+    pub fn listen(&self, port: u16, backlog: usize) -> Result<(), Error> {
+        let _c = lock(&self.control);
+        for r in self.broadcast(|reply| Ctl::Listen {
+            port,
+            backlog,
+            reply,
+        }) {
+            r?;
+        }
+        Ok(())
+    }
+
+    fn check_params(p: &ConnectParams) -> Result<(), Error> {
+        if p.private_data.len() > MAX_PRIVATE_DATA {
+            return Err(Error::InvalidArgument("private data longer than 252 bytes"));
+        }
+        Ok(())
+    }
+
+    fn conn_params(p: &ConnectParams) -> ConnParams {
+        ConnParams {
+            ird: p.ird,
+            ord: p.ord,
+            private_data: p.private_data.clone(),
+        }
+    }
+
+    /// Opens a connection from `qp` to `remote` (`rdma_connect`). The QP
+    /// goes to the next worker in turn; [`CmEvent::Established`],
+    /// [`CmEvent::Rejected`] or [`CmEvent::ConnectFailed`] follows.
+    pub fn connect(
+        &self,
+        qp: &Qp,
+        remote: SocketAddrV4,
+        params: &ConnectParams,
+    ) -> Result<(), Error> {
+        Dataplane::check_params(params)?;
+        if qp.status() != QpStatus::Idle || qp.worker().is_some() {
+            return Err(Error::QpInUse);
+        }
+        let w = self.next_connect.fetch_add(1, Ordering::Relaxed) % self.workers.len();
+        let _c = lock(&self.control);
+        self.call(w, |reply| Ctl::Connect {
+            qp: qp.inner.clone(),
+            remote,
+            params: Dataplane::conn_params(params),
+            reply,
+        })?;
+        Ok(())
+    }
+
+    /// Accepts `req` on `qp` (`rdma_accept`): the QP is bound to the
+    /// worker that owns the connection, and [`CmEvent::Established`]
+    /// follows.
+    pub fn accept(
+        &self,
+        req: &ConnectRequest,
+        qp: &Qp,
+        params: &ConnectParams,
+    ) -> Result<(), Error> {
+        Dataplane::check_params(params)?;
+        if qp.status() != QpStatus::Idle || qp.worker().is_some() {
+            return Err(Error::QpInUse);
+        }
+        let _c = lock(&self.control);
+        self.call(req.worker, |reply| Ctl::Accept {
+            conn: req.conn,
+            qp: qp.inner.clone(),
+            params: Dataplane::conn_params(params),
+            reply,
+        })?;
+        Ok(())
+    }
+
+    /// Refuses `req` with `private_data` (`rdma_reject`).
+    pub fn reject(&self, req: &ConnectRequest, private_data: &[u8]) -> Result<(), Error> {
+        if private_data.len() > MAX_PRIVATE_DATA {
+            return Err(Error::InvalidArgument("private data longer than 252 bytes"));
+        }
+        let _c = lock(&self.control);
+        self.call(req.worker, |reply| Ctl::Reject {
+            conn: req.conn,
+            private_data: private_data.to_vec(),
+            reply,
+        })?;
+        Ok(())
+    }
+
+    /// Ends `qp`'s connection: TCP is closed after what is queued
+    /// (`abort`: reset at once). [`CmEvent::Disconnected`] follows.
+    pub fn disconnect(&self, qp: &Qp, abort: bool) -> Result<(), Error> {
+        let w = qp
+            .worker()
+            .ok_or(Error::InvalidArgument("queue pair not connected"))?;
+        let h = self.workers.get(w).ok_or(Error::WorkerGone)?;
+        h.ctl
+            .send(Ctl::Disconnect {
+                qpn: qp.num(),
+                abort,
+            })
+            .map_err(|_| Error::WorkerGone)
+    }
+
+    fn take_msg(&self, c: &mut Control, msg: WorkerMsg) {
+        match msg {
+            WorkerMsg::Event(e) => c.events.push_back(e),
+            WorkerMsg::MrReleased { stag } => {
+                let left = c.deregs.get_mut(&stag.0).map(|n| {
+                    *n -= 1;
+                    *n
+                });
+                if left == Some(0) {
+                    c.deregs.remove(&stag.0);
+                    let _ = c.device.dereg_mr(stag);
+                    c.events.push_back(CmEvent::MrDeregistered(stag));
+                }
+            }
+        }
+    }
+
+    /// The next connection-management event, if any.
+    pub fn poll_event(&self) -> Option<CmEvent> {
+        let mut c = lock(&self.control);
+        while let Ok(msg) = self.events.try_recv() {
+            self.take_msg(&mut c, msg);
+        }
+        c.events.pop_front()
+    }
+
+    /// Waits up to `timeout` for the next event (running the workers in
+    /// [`DriveMode::Inline`]).
+    pub fn wait_event(&self, timeout: Duration) -> Option<CmEvent> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.poll_event() {
+                return Some(e);
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            if self.inline.is_some() {
+                self.poll();
+            } else if let Ok(msg) = self
+                .events
+                .recv_timeout((deadline - now).min(Duration::from_millis(20)))
+            {
+                let mut c = lock(&self.control);
+                self.take_msg(&mut c, msg);
+            }
+        }
+    }
+}
+
+impl Drop for Dataplane {
+    fn drop(&mut self) {
+        for w in &self.workers {
+            let _ = w.ctl.send(Ctl::Shutdown);
+        }
+        for w in &mut self.workers {
+            if let Some(t) = w.thread.take() {
+                let _ = t.join();
+            }
+        }
+        if let Some(inline) = &self.inline {
+            for w in lock(inline).iter_mut() {
+                w.shutdown();
+            }
+        }
+    }
+}

@@ -1,0 +1,1798 @@
+//! The poll-mode worker: one per core, owning one queue of the port and
+//! every connection whose packets arrive on it, running the whole
+//! pipeline to completion with no lock and no system call.
+//!
+//! # One iteration of the loop ([`Worker::poll`])
+//!
+//! 1. Control messages from the application's control path (listen,
+//!    connect, accept, reject, memory registration), at most
+//!    [`CTL_PER_POLL`].
+//! 2. RX burst of at most [`RX_BURST`] frames; each goes to
+//!    `tcp-offload`'s [`Interface::handle_frame`] by reference (the TCP
+//!    engine keeps out-of-order data in the received buffers). ARP frames
+//!    are also forwarded to the other workers (a NIC steers them to queue
+//!    0 only, and every worker keeps its own neighbour table).
+//! 3. TCP and ARP timers.
+//! 4. New passive connections ([`ACCEPT_PER_POLL`]): their MPA request is
+//!    gathered and reported to the application, which accepts or rejects.
+//! 5. Each connection: TCP events (an acknowledged record goes back to
+//!    the engine with `record_acked`, returning its pin and completing
+//!    Sends and Writes); in-order payload to `Endpoint::handle_stream` (at
+//!    most [`MAX_CHUNKS_PER_POLL`] chunks); work requests from the QP's
+//!    submission rings ([`MAX_POSTS_PER_POLL`]); records from
+//!    `Endpoint::poll_record(send_capacity)` into TCP
+//!    ([`MAX_FPDUS_PER_POLL`]); engine events; completions to the CQ
+//!    rings.
+//! 6. TX: ARP and ICMP frames, then TCP segments built in parts — headers
+//!    written into the frame, the FPDU's length field and DDP/RDMAP
+//!    headers appended, the payload *attached* from the registered region
+//!    (copied on ports without multi-segment transmit, or when markers cut
+//!    it up), pad and CRC appended; the TCP checksum summed from the
+//!    record's pieces unless the port offloads it. At most [`TX_BURST`]
+//!    frames, then one TX burst.
+//!
+//! A record is queued in TCP until acknowledged; retransmissions rebuild
+//! their frames from it (the region stays pinned). Records TCP drops on a
+//! reset come back through [`FpduRecord`]'s `Drop` and return their pins.
+//!
+//! Allocation happens at connection setup and on the slow path (control
+//! messages, connection requests, ARP holds), never per packet: received
+//! buffers come from the port's pool, frames are reused, records carry
+//! their headers inline.
+
+use core::cell::RefCell;
+use core::net::{Ipv4Addr, SocketAddrV4};
+use core::ops::Range;
+use core::time::Duration;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+use crossbeam_queue::ArrayQueue;
+use rdmap::engine::{Endpoint, EngineEvent, Env, OutRecord, Piece, SetupFailure};
+use rdmap::mpa::{FrameKind, FrameRepr, RtrSet, RtrType};
+use rdmap::placement::{MemSpan, RegionHandle};
+use rdmap::verbs::{
+    Access, CompletionQueue, CqId, DeregStatus, Device, DeviceLimits, MrEvent, PdId, QpInitAttr,
+    QpNum, QueuePair, RecvWr, SendWr, Stag, WorkCompletion,
+};
+use tcp_offload::iface::{FrameParts, Interface, InterfaceConfig};
+use tcp_offload::tcp::{self, ConnId, Event, Record, Stack, StackError};
+use tcp_offload::wire::checksum;
+use tcp_offload::Instant;
+
+use crate::api::{
+    CmEvent, ConnectFailure, ConnectRequest, ConnectionInfo, DisconnectReason, Error, QpShared,
+    QpStatus,
+};
+use crate::config::Config;
+use crate::link::{FrameFull, LinkCaps, LinkQueue, TxFrame};
+use crate::memory::{MemoryTable, Region, RegionSlice};
+
+/// Frames taken from the RX queue per iteration: DPDK's customary burst,
+/// enough to amortise the ring access, small enough that the burst's
+/// buffers stay in L1/L2 while the pipeline runs over them.
+pub const RX_BURST: usize = 32;
+
+/// Frames built per iteration before one TX burst: the same reasoning as
+/// [`RX_BURST`], and it bounds how long RX waits behind a sending
+/// connection.
+pub const TX_BURST: usize = 32;
+
+/// Records (FPDUs, one TCP segment each) one connection may queue per
+/// iteration: about 90 KB at a 1500-byte MTU, so one bulk sender cannot
+/// keep the worker from its other connections and its RX queue.
+pub const MAX_FPDUS_PER_POLL: usize = 64;
+
+/// In-order payload chunks handed to one connection's endpoint per
+/// iteration (each chunk is one received segment's payload). What is left
+/// waits in TCP, whose window then closes: back-pressure, not loss.
+pub const MAX_CHUNKS_PER_POLL: usize = 128;
+
+/// Work requests drained from one QP's submission rings per iteration.
+pub const MAX_POSTS_PER_POLL: usize = 64;
+
+/// Control messages handled per iteration: the control path never stalls
+/// the data path for long.
+pub const CTL_PER_POLL: usize = 8;
+
+/// New passive connections taken per listening port per iteration.
+pub const ACCEPT_PER_POLL: usize = 16;
+
+/// How often the counters that are sums over connections (retransmits,
+/// drops) are published.
+pub const STATS_PERIOD: Duration = Duration::from_millis(1);
+
+/// Room for the Ethernet, IPv4 and TCP headers of one segment (14 + 60 +
+/// 60, rounded up).
+const HDR_BUF: usize = 160;
+
+/// Longest MPA request kept while it is gathered: the header and the
+/// largest private data a peer may send (RFC 5044 §7.1, 512 bytes).
+const MAX_REQUEST: usize = rdmap::mpa::frame::HEADER_LEN + rdmap::mpa::frame::MAX_PRIVATE_DATA_RECV;
+
+/// Frames forwarded between workers at most (ARP), per worker.
+pub(crate) const FORWARD_RING: usize = 64;
+
+// ---------------------------------------------------------------------
+// Time.
+// ---------------------------------------------------------------------
+
+/// The worker's clock: microseconds since the dataplane started, as the
+/// sans-IO engines take time. `std::time::Instant` reads the vDSO clock
+/// (no system call); a TSC-based clock can replace it behind this type.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    origin: std::time::Instant,
+}
+
+impl Clock {
+    /// A clock whose epoch is now.
+    pub fn new() -> Clock {
+        Clock {
+            origin: std::time::Instant::now(),
+        }
+    }
+
+    /// Time since the epoch.
+    pub fn now(&self) -> Instant {
+        Instant::from_micros(u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX))
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Clock {
+        Clock::new()
+    }
+}
+
+/// The QP engine's time is a `Duration` since the same epoch.
+fn engine_time(now: Instant) -> Duration {
+    Duration::from_micros(now.total_micros())
+}
+
+// ---------------------------------------------------------------------
+// Counters.
+// ---------------------------------------------------------------------
+
+/// Counters of one worker, written by it alone and readable by anyone
+/// while it runs (relaxed atomics: each value is exact, values are not
+/// mutually consistent snapshots).
+#[derive(Debug, Default)]
+pub struct WorkerCounters {
+    /// Frames received.
+    pub rx_packets: AtomicU64,
+    /// Bytes of those frames.
+    pub rx_bytes: AtomicU64,
+    /// Frames transmitted.
+    pub tx_packets: AtomicU64,
+    /// Bytes of those frames.
+    pub tx_bytes: AtomicU64,
+    /// Frames that took the slow path: ARP, ICMP, TCP with SYN, FIN or
+    /// RST, anything not TCP.
+    pub punts: AtomicU64,
+    /// TCP segments retransmitted (summed over connections every
+    /// [`STATS_PERIOD`]).
+    pub retransmits: AtomicU64,
+    /// Frames dropped: malformed or not for us on receive, no buffer or no
+    /// room on transmit, unresolved neighbours (published every
+    /// [`STATS_PERIOD`]).
+    pub drops: AtomicU64,
+    /// Streams ended by a Terminate, sent or received.
+    pub terminates: AtomicU64,
+    /// ARP frames forwarded to other workers.
+    pub forwarded: AtomicU64,
+    /// Connections currently owned.
+    pub connections: AtomicU64,
+    /// Loop iterations.
+    pub loops: AtomicU64,
+    /// Times the idle back-off slept.
+    pub idle_sleeps: AtomicU64,
+}
+
+/// A copy of [`WorkerCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// See [`WorkerCounters::rx_packets`].
+    pub rx_packets: u64,
+    /// See [`WorkerCounters::rx_bytes`].
+    pub rx_bytes: u64,
+    /// See [`WorkerCounters::tx_packets`].
+    pub tx_packets: u64,
+    /// See [`WorkerCounters::tx_bytes`].
+    pub tx_bytes: u64,
+    /// See [`WorkerCounters::punts`].
+    pub punts: u64,
+    /// See [`WorkerCounters::retransmits`].
+    pub retransmits: u64,
+    /// See [`WorkerCounters::drops`].
+    pub drops: u64,
+    /// See [`WorkerCounters::terminates`].
+    pub terminates: u64,
+    /// See [`WorkerCounters::forwarded`].
+    pub forwarded: u64,
+    /// See [`WorkerCounters::connections`].
+    pub connections: u64,
+    /// See [`WorkerCounters::loops`].
+    pub loops: u64,
+    /// See [`WorkerCounters::idle_sleeps`].
+    pub idle_sleeps: u64,
+}
+
+impl WorkerCounters {
+    /// The current values.
+    pub fn snapshot(&self) -> WorkerStats {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        WorkerStats {
+            rx_packets: g(&self.rx_packets),
+            rx_bytes: g(&self.rx_bytes),
+            tx_packets: g(&self.tx_packets),
+            tx_bytes: g(&self.tx_bytes),
+            punts: g(&self.punts),
+            retransmits: g(&self.retransmits),
+            drops: g(&self.drops),
+            terminates: g(&self.terminates),
+            forwarded: g(&self.forwarded),
+            connections: g(&self.connections),
+            loops: g(&self.loops),
+            idle_sleeps: g(&self.idle_sleeps),
+        }
+    }
+}
+
+/// Adds to a counter only this worker writes: a plain load and store
+/// (no locked instruction on the data path).
+fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+// ---------------------------------------------------------------------
+// Control path messages.
+// ---------------------------------------------------------------------
+
+/// The answer to a control message.
+#[derive(Debug)]
+pub(crate) enum CtlReply {
+    Done,
+    Dereg(DeregStatus),
+    Failed(Error),
+}
+
+/// Per-connection MPA parameters chosen by the application.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnParams {
+    pub ird: u16,
+    pub ord: u16,
+    pub private_data: Vec<u8>,
+}
+
+/// A message from the control path to one worker.
+#[derive(Debug)]
+pub(crate) enum Ctl {
+    Listen {
+        port: u16,
+        backlog: usize,
+        reply: Sender<CtlReply>,
+    },
+    Connect {
+        qp: Arc<QpShared>,
+        remote: SocketAddrV4,
+        params: ConnParams,
+        reply: Sender<CtlReply>,
+    },
+    Accept {
+        conn: ConnId,
+        qp: Arc<QpShared>,
+        params: ConnParams,
+        reply: Sender<CtlReply>,
+    },
+    Reject {
+        conn: ConnId,
+        private_data: Vec<u8>,
+        reply: Sender<CtlReply>,
+    },
+    RegMr {
+        stag: Stag,
+        pd: PdId,
+        region: Region,
+        offset: u64,
+        len: u64,
+        iova: u64,
+        access: Access,
+        reply: Sender<CtlReply>,
+    },
+    DeregMr {
+        stag: Stag,
+        reply: Sender<CtlReply>,
+    },
+    Disconnect {
+        qpn: QpNum,
+        abort: bool,
+    },
+    Shutdown,
+}
+
+/// A message from a worker to the control path.
+#[derive(Debug)]
+pub(crate) enum WorkerMsg {
+    /// For the application.
+    Event(CmEvent),
+    /// A deregistration that waited for pins finished on this worker.
+    MrReleased { stag: Stag },
+}
+
+// ---------------------------------------------------------------------
+// Records and frames.
+// ---------------------------------------------------------------------
+
+/// A record TCP dropped unacknowledged, waiting to return its pin.
+#[derive(Debug)]
+struct Dropped {
+    owner: Owner,
+    record: OutRecord,
+}
+
+/// Which worker and connection a record belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Owner {
+    worker: u64,
+    conn: ConnId,
+}
+
+thread_local! {
+    /// Records dropped by TCP on this thread (a reset or timeout clears
+    /// the send queue). Workers on the thread take theirs back each
+    /// iteration. Touched only on teardown.
+    static DROPPED: RefCell<Vec<Dropped>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An FPDU (or MPA frame bytes) as a TCP record: the engine's
+/// [`OutRecord`], whose payload is a pinned range of a region, and a
+/// handle on that region so that frames can attach or copy it.
+#[derive(Debug)]
+pub struct FpduRecord {
+    rec: Option<OutRecord>,
+    len: usize,
+    region: Option<Region>,
+    markers: bool,
+    owner: Owner,
+}
+
+/// A piece of a record within a range: bytes it holds, or payload at an
+/// offset of its region.
+enum Chunk<'a> {
+    Bytes(&'a [u8]),
+    Payload { offset: usize, len: usize },
+}
+
+impl FpduRecord {
+    fn new(rec: OutRecord, mem: &MemoryTable, owner: Owner) -> FpduRecord {
+        let region = rec
+            .payload()
+            .and_then(|p| mem.get(p.range().region()))
+            .cloned();
+        let markers = rec.layout().is_some_and(|l| l.markers().next().is_some());
+        FpduRecord {
+            len: rec.len(),
+            rec: Some(rec),
+            region,
+            markers,
+            owner,
+        }
+    }
+
+    /// The engine's record, to give back.
+    fn take(mut self) -> Option<OutRecord> {
+        self.rec.take()
+    }
+
+    /// Calls `f` with each piece of the record inside `range`, and the
+    /// piece's offset from `range.start`.
+    fn walk<E>(
+        &self,
+        range: Range<usize>,
+        mut f: impl FnMut(usize, Chunk<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let Some(rec) = &self.rec else {
+            return Ok(());
+        };
+        let mut at = 0usize;
+        for piece in rec.pieces() {
+            let len = piece.len();
+            let (lo, hi) = (at.max(range.start), (at + len).min(range.end));
+            if lo < hi {
+                let (from, n, rel) = (lo - at, hi - lo, lo - range.start);
+                match piece {
+                    Piece::Bytes(b) => f(rel, Chunk::Bytes(&b[from..from + n]))?,
+                    Piece::Marker(m) => f(rel, Chunk::Bytes(&m[from..from + n]))?,
+                    Piece::Payload(r) => f(
+                        rel,
+                        Chunk::Payload {
+                            offset: r.offset() as usize + from,
+                            len: n,
+                        },
+                    )?,
+                }
+            }
+            at += len;
+            if at >= range.end {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The Internet checksum's partial sum of the record bytes in `range`
+    /// (the payload of a TCP segment sent in parts), read from the pieces:
+    /// header bytes in place, payload from the region.
+    pub fn checksum_sum(&self, range: Range<usize>) -> u32 {
+        let mut acc = 0u32;
+        let _ = self.walk::<()>(range, |rel, c| {
+            let s = match c {
+                Chunk::Bytes(b) => checksum::sum(b),
+                Chunk::Payload { offset, len } => self
+                    .region
+                    .as_ref()
+                    .map_or(0, |r| r.checksum_sum(offset, len)),
+            };
+            acc = checksum::combine_at(acc, s, rel);
+            Ok(())
+        });
+        acc
+    }
+
+    /// Appends the record bytes in `range` to `frame`: bytes copied,
+    /// payload attached when `attach` (and no markers cut it up), copied
+    /// otherwise.
+    fn emit<F: TxFrame>(
+        &self,
+        frame: &mut F,
+        range: Range<usize>,
+        attach: bool,
+    ) -> Result<(), FrameFull> {
+        let attach = attach && !self.markers;
+        self.walk(range, |_, c| match c {
+            Chunk::Bytes(b) => frame.append(b),
+            Chunk::Payload { offset, len } => match &self.region {
+                Some(region) if attach => frame.attach(RegionSlice {
+                    region: region.clone(),
+                    offset,
+                    len,
+                }),
+                Some(region) => frame.append_copy(region, offset, len),
+                None => frame.append_zeros(len),
+            },
+        })
+    }
+}
+
+impl Record for FpduRecord {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn copy_to(&self, offset: usize, dst: &mut [u8]) {
+        let end = offset.saturating_add(dst.len());
+        let _ = self.walk::<()>(offset..end, |rel, c| {
+            match c {
+                Chunk::Bytes(b) => dst[rel..rel + b.len()].copy_from_slice(b),
+                Chunk::Payload { offset, len } => match &self.region {
+                    Some(r) => r.copy_out(offset, &mut dst[rel..rel + len]),
+                    None => dst[rel..rel + len].fill(0),
+                },
+            }
+            Ok(())
+        });
+    }
+}
+
+impl Drop for FpduRecord {
+    /// TCP dropped the record unacknowledged: its pin goes back through
+    /// the worker (a per-thread list it drains each iteration).
+    fn drop(&mut self) {
+        if let Some(record) = self.rec.take() {
+            let owner = self.owner;
+            let _ = DROPPED.try_with(|d| d.borrow_mut().push(Dropped { owner, record }));
+        }
+    }
+}
+
+/// A frame another worker forwarded (ARP): small, copied by value.
+#[derive(Debug, Clone, Copy)]
+pub struct SmallFrame {
+    len: u8,
+    bytes: [u8; 64],
+}
+
+impl SmallFrame {
+    fn of(frame: &[u8]) -> Option<SmallFrame> {
+        let len = u8::try_from(frame.len()).ok().filter(|&l| l <= 64)?;
+        let mut bytes = [0u8; 64];
+        bytes[..frame.len()].copy_from_slice(frame);
+        Some(SmallFrame { len, bytes })
+    }
+}
+
+/// What the worker's interface receives: a frame of its own queue, or one
+/// forwarded by another worker.
+#[derive(Debug)]
+pub enum RxFrame<B> {
+    /// From the port.
+    Nic(B),
+    /// From another worker.
+    Forwarded(SmallFrame),
+}
+
+impl<B: AsRef<[u8]>> AsRef<[u8]> for RxFrame<B> {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            RxFrame::Nic(b) => b.as_ref(),
+            RxFrame::Forwarded(f) => &f.bytes[..usize::from(f.len)],
+        }
+    }
+}
+
+/// Whether a received frame takes the slow path (for the punt counter),
+/// and whether it is ARP (to forward it).
+fn classify(frame: &[u8]) -> (bool, bool) {
+    match frame.get(12..14) {
+        Some([0x08, 0x06]) => (true, true),
+        Some([0x08, 0x00]) => {
+            let Some(&vihl) = frame.get(14) else {
+                return (true, false);
+            };
+            let ihl = usize::from(vihl & 0x0f) * 4;
+            if frame.get(23) != Some(&6) {
+                return (true, false);
+            }
+            // SYN, RST or FIN.
+            let flags = frame.get(14 + ihl + 13).copied().unwrap_or(0);
+            (flags & 0x07 != 0, false)
+        }
+        _ => (true, false),
+    }
+}
+
+// ---------------------------------------------------------------------
+// Connections.
+// ---------------------------------------------------------------------
+
+/// Where a connection stands on the worker.
+#[derive(Debug)]
+enum Phase {
+    /// Passive: gathering the MPA request, until `deadline`.
+    AwaitRequest { deadline: Instant },
+    /// Passive: reported to the application, waiting for accept or
+    /// reject.
+    AwaitDecision,
+    /// Active: TCP's handshake runs; the endpoint starts when it is done.
+    TcpConnecting {
+        qp: Box<QueuePair>,
+        config: rdmap::mpa::Config,
+        private_data: Vec<u8>,
+    },
+    /// The endpoint runs (setup, data, teardown).
+    Running,
+}
+
+/// How TCP ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TcpEnd {
+    Closed,
+    Reset,
+    TimedOut,
+}
+
+#[derive(Debug)]
+struct Conn {
+    tcp: ConnId,
+    remote: SocketAddrV4,
+    local_port: u16,
+    phase: Phase,
+    ep: Option<Endpoint>,
+    /// The application's QP (none for a connection being rejected or not
+    /// accepted yet).
+    shared: Option<Arc<QpShared>>,
+    /// Send-queue completions staged between the engine and the CQ ring
+    /// (its id is the QP's send CQ's, as the queue pair checks).
+    cq: CompletionQueue,
+    /// Receive completions, likewise.
+    rcq: CompletionQueue,
+    /// Completions a full CQ ring refused; delivered first next time
+    /// (with whether they are receive completions).
+    backlog: VecDeque<(WorkCompletion, bool)>,
+    /// Passive: the MPA request's bytes.
+    request: Vec<u8>,
+    /// Passive: the application's answer, applied when the engine asks.
+    decision: Option<(bool, Vec<u8>)>,
+    active: bool,
+    established: bool,
+    peer_closed: bool,
+    peer_close_seen: bool,
+    tcp_end: Option<TcpEnd>,
+    stream_closed: bool,
+    /// The engine reported an orderly close.
+    closed_in_order: bool,
+    /// The application was told the connection is gone.
+    reported_down: bool,
+    terminated: Option<DisconnectReason>,
+    local_abort: bool,
+    /// A send work request the QP could not take yet.
+    stash_send: Option<SendWr>,
+    stash_recv: Option<RecvWr>,
+}
+
+impl Conn {
+    fn new(tcp: ConnId, remote: SocketAddrV4, local_port: u16, phase: Phase) -> Conn {
+        Conn {
+            tcp,
+            remote,
+            local_port,
+            phase,
+            ep: None,
+            shared: None,
+            cq: CompletionQueue::new(CqId(0), 1),
+            rcq: CompletionQueue::new(CqId(0), 1),
+            backlog: VecDeque::new(),
+            request: Vec::new(),
+            decision: None,
+            active: false,
+            established: false,
+            peer_closed: false,
+            peer_close_seen: false,
+            tcp_end: None,
+            stream_closed: false,
+            closed_in_order: false,
+            reported_down: false,
+            terminated: None,
+            local_abort: false,
+            stash_send: None,
+            stash_recv: None,
+        }
+    }
+
+    fn bind(&mut self, shared: Arc<QpShared>) {
+        let a = shared.attr;
+        self.cq = CompletionQueue::new(a.send_cq, a.max_send_wr + 8);
+        self.rcq = CompletionQueue::new(a.recv_cq, a.max_recv_wr + 8);
+        self.backlog = VecDeque::with_capacity((a.max_send_wr + a.max_recv_wr) as usize + 16);
+        self.shared = Some(shared);
+    }
+
+    fn qp_mut(&mut self) -> Option<&mut QueuePair> {
+        match (&mut self.ep, &mut self.phase) {
+            (Some(ep), _) => Some(ep.qp_mut()),
+            (None, Phase::TcpConnecting { qp, .. }) => Some(&mut **qp),
+            _ => None,
+        }
+    }
+
+    fn set_status(&self, s: QpStatus) {
+        if let Some(q) = &self.shared {
+            q.set_status(s);
+        }
+    }
+
+    fn qpn(&self) -> QpNum {
+        self.shared.as_ref().map_or(QpNum(0), |q| q.qpn)
+    }
+}
+
+/// What a connection's service needs from its worker.
+struct Cx<'a, B> {
+    now: Instant,
+    stack: &'a mut Stack<RxFrame<B>, FpduRecord>,
+    device: &'a mut Device,
+    mem: &'a mut MemoryTable,
+    counters: &'a WorkerCounters,
+    out: &'a Sender<WorkerMsg>,
+    worker: u64,
+    index: usize,
+}
+
+impl<B: AsRef<[u8]>> Cx<'_, B> {
+    fn event(&self, ev: CmEvent) {
+        // The control side has gone only when the dataplane is dropped.
+        let _ = self.out.send(WorkerMsg::Event(ev));
+    }
+}
+
+fn env<'e>(
+    device: &'e mut Device,
+    mem: &'e mut MemoryTable,
+    cq: &'e mut CompletionQueue,
+    rcq: &'e mut CompletionQueue,
+) -> Env<'e, MemoryTable> {
+    Env {
+        device,
+        mem,
+        send_cq: cq,
+        recv_cq: Some(rcq),
+        srq: None,
+    }
+}
+
+impl Conn {
+    /// One pass over the connection; whether it did anything. Sets
+    /// `finished` when it can be removed.
+    fn service<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>, finished: &mut bool) -> bool {
+        let mut work = false;
+        let owner = Owner {
+            worker: cx.worker,
+            conn: self.tcp,
+        };
+        // TCP events.
+        while let Some(ev) = cx.stack.poll_event(self.tcp) {
+            work = true;
+            match ev {
+                Event::Connected => self.tcp_connected(cx),
+                Event::RecordAcked(r) => {
+                    if let (Some(rec), Some(ep)) = (r.take(), self.ep.as_mut()) {
+                        ep.record_acked(
+                            rec,
+                            &mut env(cx.device, cx.mem, &mut self.cq, &mut self.rcq),
+                        );
+                    }
+                }
+                Event::PeerClosed => self.peer_closed = true,
+                Event::Closed => self.tcp_end = Some(TcpEnd::Closed),
+                Event::Reset => self.tcp_end = Some(TcpEnd::Reset),
+                Event::TimedOut => self.tcp_end = Some(TcpEnd::TimedOut),
+            }
+        }
+        // Receives posted before the data arrived must be in the QP before
+        // the data is placed: the submission rings are drained first.
+        work |= self.drain_posts(cx);
+        // In-order payload.
+        let now_e = engine_time(cx.now);
+        for _ in 0..MAX_CHUNKS_PER_POLL {
+            let Some(p) = cx.stack.conn_mut(self.tcp).and_then(|c| c.recv()) else {
+                break;
+            };
+            work = true;
+            match (&self.phase, self.ep.as_mut()) {
+                (Phase::Running, Some(ep)) => ep.handle_stream(
+                    now_e,
+                    p.bytes(),
+                    &mut env(cx.device, cx.mem, &mut self.cq, &mut self.rcq),
+                ),
+                (Phase::AwaitRequest { .. } | Phase::AwaitDecision, _) => {
+                    if self.request.len() + p.len() > MAX_REQUEST + 64 {
+                        // More than a request: a peer speaking out of turn.
+                        self.abort_tcp(cx);
+                        break;
+                    }
+                    self.request.extend_from_slice(p.bytes());
+                }
+                _ => {}
+            }
+        }
+        if let Phase::AwaitRequest { deadline } = self.phase {
+            self.check_request(cx, deadline);
+        }
+        return_dropped(cx, owner, self.ep.as_mut());
+        if let Some(ep) = self.ep.as_mut() {
+            if self.peer_closed && !self.peer_close_seen {
+                self.peer_close_seen = true;
+                ep.handle_peer_closed(&mut env(cx.device, cx.mem, &mut self.cq, &mut self.rcq));
+            }
+            if self.tcp_end.is_some() && !self.stream_closed {
+                self.stream_closed = true;
+                ep.handle_stream_closed(&mut env(cx.device, cx.mem, &mut self.cq, &mut self.rcq));
+            }
+        }
+        if let Some(ep) = self.ep.as_mut() {
+            if ep.poll_timeout().is_some_and(|t| t <= now_e) {
+                ep.handle_timeout(now_e);
+            }
+        }
+        work |= self.drain_posts(cx);
+        work |= self.send_records(cx, owner);
+        work |= self.engine_events(cx);
+        // Events may have queued more (an accept's reply, a Terminate).
+        work |= self.send_records(cx, owner);
+        work |= self.deliver();
+        if self.closed_in_order && !self.reported_down {
+            // An orderly close is complete for the application now; TCP
+            // may still linger in TIME-WAIT, and the connection stays here
+            // until it ends.
+            self.reported_down = true;
+            self.set_status(QpStatus::Disconnected);
+            cx.event(CmEvent::Disconnected {
+                qp: self.qpn(),
+                reason: DisconnectReason::Closed,
+            });
+        }
+        if let Some(end) = self.tcp_end {
+            if matches!(self.phase, Phase::TcpConnecting { .. }) {
+                cx.event(CmEvent::ConnectFailed {
+                    qp: self.qpn(),
+                    reason: match end {
+                        TcpEnd::TimedOut => ConnectFailure::TimedOut,
+                        _ => ConnectFailure::Refused,
+                    },
+                });
+                self.set_status(QpStatus::Disconnected);
+            } else if self.established && !self.reported_down {
+                let reason = match (self.terminated, end) {
+                    (Some(t), _) => t,
+                    (None, _) if self.closed_in_order => DisconnectReason::Closed,
+                    (None, _) if self.local_abort => DisconnectReason::LocalAbort,
+                    (None, TcpEnd::Closed) => DisconnectReason::Closed,
+                    (None, TcpEnd::Reset) => DisconnectReason::Reset,
+                    (None, TcpEnd::TimedOut) => DisconnectReason::TimedOut,
+                };
+                self.set_status(QpStatus::Disconnected);
+                cx.event(CmEvent::Disconnected {
+                    qp: self.qpn(),
+                    reason,
+                });
+            }
+            *finished = true;
+        }
+        work
+    }
+
+    fn tcp_connected<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>) {
+        let phase = core::mem::replace(&mut self.phase, Phase::Running);
+        let Phase::TcpConnecting {
+            qp,
+            config,
+            private_data,
+        } = phase
+        else {
+            self.phase = phase;
+            return;
+        };
+        match Endpoint::initiator(config, &private_data, *qp, engine_time(cx.now)) {
+            Ok(ep) => self.ep = Some(ep),
+            Err(_) => {
+                cx.event(CmEvent::ConnectFailed {
+                    qp: self.qpn(),
+                    reason: ConnectFailure::Setup(SetupFailure::StreamClosed),
+                });
+                self.abort_tcp(cx);
+            }
+        }
+    }
+
+    fn abort_tcp<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>) {
+        if let Some(c) = cx.stack.conn_mut(self.tcp) {
+            c.abort(cx.now);
+        }
+    }
+
+    /// Passive: once the request is complete, tell the application; past
+    /// the deadline, give up on the peer.
+    fn check_request<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>, deadline: Instant) {
+        match rdmap::mpa::frame::frame_len(&self.request) {
+            Ok(Some(n)) if self.request.len() >= n => {
+                match FrameRepr::parse_prefix(&self.request) {
+                    Ok((repr, _)) if repr.kind == FrameKind::Request => {
+                        cx.event(CmEvent::ConnectRequest(ConnectRequest {
+                            worker: cx.index,
+                            conn: self.tcp,
+                            remote: self.remote,
+                            local_port: self.local_port,
+                            private_data: repr.private_data.to_vec(),
+                            ird: repr.ird_ord.map(|x| x.ird),
+                            ord: repr.ird_ord.map(|x| x.ord),
+                        }));
+                        self.phase = Phase::AwaitDecision;
+                    }
+                    _ => self.abort_tcp(cx),
+                }
+            }
+            Err(_) => self.abort_tcp(cx),
+            _ if cx.now >= deadline => self.abort_tcp(cx),
+            _ => {}
+        }
+    }
+
+    /// Moves work requests from the submission rings into the QP.
+    fn drain_posts<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>) -> bool {
+        let Some(shared) = self.shared.clone() else {
+            return false;
+        };
+        let attr = shared.attr;
+        let mrs = cx.device.mrs();
+        let mut stash_recv = self.stash_recv.take();
+        let mut stash_send = self.stash_send.take();
+        let Some(qp) = self.qp_mut() else {
+            self.stash_recv = stash_recv;
+            self.stash_send = stash_send;
+            return false;
+        };
+        let mut n = 0;
+        while n < MAX_POSTS_PER_POLL && qp.rq_len() < attr.max_recv_wr as usize {
+            let Some(wr) = stash_recv.take().or_else(|| shared.rq.pop()) else {
+                break;
+            };
+            n += 1;
+            if qp.post_recv(&wr).is_err() {
+                stash_recv = Some(wr);
+                break;
+            }
+        }
+        while n < MAX_POSTS_PER_POLL && qp.sq_len() < attr.max_send_wr as usize {
+            let Some(wr) = stash_send.take().or_else(|| shared.sq.pop()) else {
+                break;
+            };
+            n += 1;
+            match qp.post_send(&wr, mrs) {
+                Ok(_) => {}
+                Err(rdmap::verbs::PostError::InvalidState | rdmap::verbs::PostError::QueueFull) => {
+                    stash_send = Some(wr);
+                    break;
+                }
+                // Checked when posted to the ring; cannot happen.
+                Err(_) => {}
+            }
+        }
+        self.stash_recv = stash_recv;
+        self.stash_send = stash_send;
+        n > 0
+    }
+
+    /// Queues records while TCP has room.
+    fn send_records<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>, owner: Owner) -> bool {
+        let Some(ep) = self.ep.as_mut() else {
+            return false;
+        };
+        let mut n = 0;
+        while n < MAX_FPDUS_PER_POLL {
+            let Some(conn) = cx.stack.conn_mut(self.tcp) else {
+                break;
+            };
+            let cap = conn.send_capacity();
+            if cap == 0 {
+                break;
+            }
+            let mut e = env(cx.device, cx.mem, &mut self.cq, &mut self.rcq);
+            let Some(rec) = ep.poll_record(cap, &mut e) else {
+                break;
+            };
+            n += 1;
+            let rec = FpduRecord::new(rec, cx.mem, owner);
+            if let Err((_, rec)) = conn.send_record(cx.now, rec) {
+                // Cannot happen (the record fits the capacity asked for);
+                // its pin goes back all the same.
+                if let Some(r) = rec.take() {
+                    ep.record_dropped(r, cx.device);
+                }
+                break;
+            }
+        }
+        n > 0
+    }
+
+    fn engine_events<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>) -> bool {
+        let mut work = false;
+        while let Some(ev) = self.ep.as_mut().and_then(Endpoint::poll_event) {
+            work = true;
+            match ev {
+                EngineEvent::ConnectRequest => {
+                    if let (Some((accept, pd)), Some(ep)) = (self.decision.take(), self.ep.as_mut())
+                    {
+                        let r = if accept {
+                            ep.accept(&pd)
+                        } else {
+                            ep.reject(&pd)
+                        };
+                        if r.is_err() {
+                            self.abort_tcp(cx);
+                        }
+                    }
+                }
+                EngineEvent::Connected(n) => {
+                    self.established = true;
+                    self.set_status(QpStatus::Connected);
+                    cx.event(CmEvent::Established {
+                        qp: self.qpn(),
+                        info: ConnectionInfo {
+                            remote: self.remote,
+                            ird: n.ird,
+                            ord: n.ord,
+                            crc: n.framing.crc,
+                            markers_rx: n.framing.markers_rx,
+                            markers_tx: n.framing.markers_tx,
+                            rtr: n.rtr,
+                            private_data: n.private_data,
+                        },
+                    });
+                }
+                EngineEvent::Rejected(r) => {
+                    if self.active {
+                        self.set_status(QpStatus::Disconnected);
+                        cx.event(CmEvent::Rejected {
+                            qp: self.qpn(),
+                            private_data: r.private_data,
+                        });
+                    }
+                }
+                EngineEvent::SetupFailed(f) => {
+                    if self.shared.is_some() && !self.established {
+                        self.set_status(QpStatus::Disconnected);
+                        cx.event(CmEvent::ConnectFailed {
+                            qp: self.qpn(),
+                            reason: ConnectFailure::Setup(f),
+                        });
+                    }
+                }
+                EngineEvent::Terminated { cause, origin } => {
+                    bump(&cx.counters.terminates, 1);
+                    if !matches!(origin, rdmap::engine::TerminateOrigin::Stream) {
+                        self.terminated = Some(DisconnectReason::Terminated { cause, origin });
+                    }
+                }
+                EngineEvent::Closed => self.closed_in_order = true,
+                EngineEvent::ReadyToClose => {
+                    if let Some(c) = cx.stack.conn_mut(self.tcp) {
+                        c.close(cx.now);
+                    }
+                }
+            }
+        }
+        work
+    }
+
+    /// Moves completions into the application's CQ rings.
+    fn deliver(&mut self) -> bool {
+        let Some(shared) = &self.shared else {
+            while self.cq.poll_one().is_some() || self.rcq.poll_one().is_some() {}
+            return false;
+        };
+        let mut n = 0;
+        loop {
+            let next = self
+                .backlog
+                .pop_front()
+                .or_else(|| self.cq.poll_one().map(|wc| (wc, false)))
+                .or_else(|| self.rcq.poll_one().map(|wc| (wc, true)));
+            let Some((wc, recv)) = next else {
+                break;
+            };
+            let ring = if recv {
+                &shared.recv_cq
+            } else {
+                &shared.send_cq
+            };
+            if let Err(wc) = ring.push(wc) {
+                self.backlog.push_front((wc, recv));
+                break;
+            }
+            n += 1;
+        }
+        n > 0
+    }
+}
+
+/// Gives the pins of records TCP dropped for `owner` back to its
+/// endpoint (or, if it has none, keeps them until it does).
+fn return_dropped<B: AsRef<[u8]>>(cx: &mut Cx<'_, B>, owner: Owner, ep: Option<&mut Endpoint>) {
+    let Some(ep) = ep else {
+        return;
+    };
+    let _ = DROPPED.try_with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_empty() {
+            return;
+        }
+        let mut i = 0;
+        while i < d.len() {
+            if d[i].owner == owner {
+                let rec = d.swap_remove(i).record;
+                ep.record_dropped(rec, cx.device);
+            } else {
+                i += 1;
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------------
+// The worker.
+// ---------------------------------------------------------------------
+
+/// Everything a worker is built from.
+#[derive(Debug)]
+pub(crate) struct WorkerSetup<Q> {
+    pub index: usize,
+    pub queue: Q,
+    pub caps: LinkCaps,
+    pub config: Config,
+    pub key: [u8; 16],
+    pub ctl: Receiver<Ctl>,
+    pub out: Sender<WorkerMsg>,
+    pub counters: Arc<WorkerCounters>,
+    pub forward_in: Arc<ArrayQueue<SmallFrame>>,
+    pub forward_out: Vec<Arc<ArrayQueue<SmallFrame>>>,
+}
+
+/// MPA defaults of the dataplane.
+#[derive(Debug, Clone, Copy)]
+struct MpaDefaults {
+    crc: bool,
+    markers: bool,
+    rtr: Option<RtrType>,
+    timeout: Duration,
+}
+
+/// One poll-mode worker. See the module documentation.
+#[derive(Debug)]
+pub struct Worker<Q: LinkQueue> {
+    index: usize,
+    tag: u64,
+    queue: Q,
+    caps: LinkCaps,
+    iface: Interface<RxFrame<Q::RxBuf>, FpduRecord>,
+    device: Device,
+    mem: MemoryTable,
+    conns: Vec<Option<Conn>>,
+    listening: Vec<u16>,
+    ctl: Receiver<Ctl>,
+    out: Sender<WorkerMsg>,
+    counters: Arc<WorkerCounters>,
+    clock: Clock,
+    rx_batch: Vec<Q::RxBuf>,
+    tx_batch: Vec<Q::TxFrame>,
+    spare_frame: Option<Q::TxFrame>,
+    scratch: Vec<u8>,
+    forward_in: Arc<ArrayQueue<SmallFrame>>,
+    forward_out: Vec<Arc<ArrayQueue<SmallFrame>>>,
+    /// Deregistrations waiting for pins: the STag and its region.
+    dereg_pending: Vec<(Stag, RegionHandle)>,
+    mpa: MpaDefaults,
+    port_cursor: u16,
+    retransmits_closed: u64,
+    last_publish: Instant,
+    local_drops: u64,
+    stopping: bool,
+}
+
+/// Unique tags of workers in this process (records name their owner).
+static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
+
+impl<Q: LinkQueue> Worker<Q> {
+    pub(crate) fn new(s: WorkerSetup<Q>) -> Worker<Q> {
+        let port = &s.config.ports[0];
+        let mac = port.mac.map_or(s.caps.mac, |m| m.0);
+        let mut ic = InterfaceConfig::new(mac, port.ip, s.key);
+        ic.mtu = port.mtu.min(s.caps.mtu);
+        ic.tcp = tcp::Config {
+            sack: s.config.tcp.sack,
+            timestamps: s.config.tcp.timestamps,
+            recv_buffer: s.config.tcp.recv_buffer,
+            ..tcp::Config::default()
+        };
+        ic.max_connections = s.config.tcp.max_connections;
+        let mut iface = Interface::new(ic);
+        for n in &port.neighbors {
+            iface.add_static_arp(n.ip, n.mac.0);
+        }
+        let device = Device::new(DeviceLimits {
+            max_mr: s.config.limits.max_mr,
+            max_qp: 1,
+            max_cq: 1,
+            max_srq: 1,
+            ..DeviceLimits::default()
+        });
+        let rtr = s.config.mpa_rtr().ok().flatten();
+        let frame_len = ic_frame_len(port.mtu);
+        let tag = NEXT_TAG.fetch_add(1, Ordering::Relaxed);
+        let port_cursor = u16::from_le_bytes([s.key[0], s.key[1]]) ^ (s.index as u16);
+        Worker {
+            index: s.index,
+            tag,
+            caps: s.caps,
+            queue: s.queue,
+            iface,
+            device,
+            mem: MemoryTable::new(),
+            conns: Vec::new(),
+            listening: Vec::new(),
+            ctl: s.ctl,
+            out: s.out,
+            counters: s.counters,
+            clock: Clock::new(),
+            rx_batch: Vec::with_capacity(RX_BURST),
+            tx_batch: Vec::with_capacity(TX_BURST),
+            spare_frame: None,
+            scratch: vec![0; frame_len],
+            forward_in: s.forward_in,
+            forward_out: s.forward_out,
+            dereg_pending: Vec::new(),
+            mpa: MpaDefaults {
+                crc: s.config.mpa.crc,
+                markers: s.config.mpa.markers,
+                rtr,
+                timeout: Duration::from_secs(s.config.mpa.timeout_s),
+            },
+            port_cursor,
+            retransmits_closed: 0,
+            last_publish: Instant::ZERO,
+            local_drops: 0,
+            stopping: false,
+        }
+    }
+
+    /// Uses `clock` (shared by the workers of one dataplane).
+    pub(crate) fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
+    }
+
+    /// Whether a shutdown was requested.
+    pub fn stopping(&self) -> bool {
+        self.stopping
+    }
+
+    /// Its counters.
+    pub fn counters(&self) -> &WorkerCounters {
+        &self.counters
+    }
+
+    /// One iteration of the loop (see the module documentation). Returns
+    /// whether it did any work, for the idle back-off.
+    pub fn poll(&mut self) -> bool {
+        let now = self.clock.now();
+        bump(&self.counters.loops, 1);
+        let mut work = self.control(now);
+        work |= self.receive(now);
+        if self.iface.poll_timeout().is_some_and(|t| t <= now) {
+            self.iface.handle_timeout(now);
+            work = true;
+        }
+        work |= self.accept_new(now);
+        work |= self.service_conns(now);
+        self.mr_events();
+        work |= self.transmit(now);
+        if now.saturating_duration_since(self.last_publish) >= STATS_PERIOD {
+            self.publish(now);
+        }
+        work
+    }
+
+    /// Runs until a shutdown message arrives, sleeping `idle.sleep_us`
+    /// after `idle.spin` empty iterations.
+    pub(crate) fn run(mut self, spin: u32, sleep_us: u64) {
+        let mut idle = 0u32;
+        while !self.stopping {
+            if self.poll() {
+                idle = 0;
+            } else {
+                idle = idle.saturating_add(1);
+                if sleep_us > 0 && idle >= spin {
+                    bump(&self.counters.idle_sleeps, 1);
+                    std::thread::sleep(Duration::from_micros(sleep_us));
+                }
+            }
+        }
+        self.shutdown();
+    }
+
+    /// Resets every connection and sends the resets.
+    pub(crate) fn shutdown(&mut self) {
+        let now = self.clock.now();
+        for slot in self.conns.iter_mut() {
+            if let Some(c) = slot.as_mut() {
+                if let Some(t) = self.iface.stack_mut().conn_mut(c.tcp) {
+                    t.abort(now);
+                }
+            }
+        }
+        self.transmit(now);
+    }
+
+    fn control(&mut self, now: Instant) -> bool {
+        let mut n = 0;
+        while n < CTL_PER_POLL {
+            let Ok(msg) = self.ctl.try_recv() else {
+                break;
+            };
+            n += 1;
+            self.handle_ctl(now, msg);
+        }
+        n > 0
+    }
+
+    fn handle_ctl(&mut self, now: Instant, msg: Ctl) {
+        match msg {
+            Ctl::Shutdown => self.stopping = true,
+            Ctl::Listen {
+                port,
+                backlog,
+                reply,
+            } => {
+                let addr = SocketAddrV4::new(self.iface.ip(), port);
+                let r = match self.iface.stack_mut().listen(addr, backlog) {
+                    Ok(()) => {
+                        self.listening.push(port);
+                        CtlReply::Done
+                    }
+                    Err(e) => CtlReply::Failed(Error::Stack(e)),
+                };
+                let _ = reply.send(r);
+            }
+            Ctl::Connect {
+                qp,
+                remote,
+                params,
+                reply,
+            } => {
+                let r = match self.connect(now, qp, remote, params) {
+                    Ok(()) => CtlReply::Done,
+                    Err(e) => CtlReply::Failed(e),
+                };
+                let _ = reply.send(r);
+            }
+            Ctl::Accept {
+                conn,
+                qp,
+                params,
+                reply,
+            } => {
+                let r = match self.accept(now, conn, qp, params) {
+                    Ok(()) => CtlReply::Done,
+                    Err(e) => CtlReply::Failed(e),
+                };
+                let _ = reply.send(r);
+            }
+            Ctl::Reject {
+                conn,
+                private_data,
+                reply,
+            } => {
+                let r = match self.reject(now, conn, private_data) {
+                    Ok(()) => CtlReply::Done,
+                    Err(e) => CtlReply::Failed(e),
+                };
+                let _ = reply.send(r);
+            }
+            Ctl::RegMr {
+                stag,
+                pd,
+                region,
+                offset,
+                len,
+                iova,
+                access,
+                reply,
+            } => {
+                let span = MemSpan::new(region.handle(), offset, len);
+                let r = match self
+                    .device
+                    .mrs_mut()
+                    .reg_mr_at(stag, pd, span, iova, access)
+                {
+                    Ok(_) => {
+                        self.mem.insert(&region);
+                        CtlReply::Done
+                    }
+                    Err(e) => CtlReply::Failed(Error::Verbs(e)),
+                };
+                let _ = reply.send(r);
+            }
+            Ctl::DeregMr { stag, reply } => {
+                let handle = self.device.mrs().query_mr(stag).map(|i| i.mem.region);
+                let r = match (self.device.dereg_mr(stag), handle) {
+                    (Ok(DeregStatus::Done), Some(h)) => {
+                        self.mem.release(h);
+                        CtlReply::Dereg(DeregStatus::Done)
+                    }
+                    (Ok(DeregStatus::Pending), Some(h)) => {
+                        self.dereg_pending.push((stag, h));
+                        CtlReply::Dereg(DeregStatus::Pending)
+                    }
+                    (Ok(s), None) => CtlReply::Dereg(s),
+                    (Err(e), _) => CtlReply::Failed(Error::Verbs(e)),
+                };
+                let _ = reply.send(r);
+            }
+            Ctl::Disconnect { qpn, abort } => {
+                let Some(c) = self
+                    .conns
+                    .iter_mut()
+                    .flatten()
+                    .find(|c| c.shared.as_ref().is_some_and(|s| s.qpn == qpn))
+                else {
+                    return;
+                };
+                // An orderly close goes through the engine (queued work
+                // completes first); anything else resets TCP.
+                let orderly = !abort
+                    && c.ep.as_mut().is_some_and(|ep| {
+                        ep.disconnect(&mut env(
+                            &mut self.device,
+                            &mut self.mem,
+                            &mut c.cq,
+                            &mut c.rcq,
+                        ))
+                        .is_ok()
+                    });
+                if !orderly {
+                    if let Some(t) = self.iface.stack_mut().conn_mut(c.tcp) {
+                        c.local_abort = true;
+                        t.abort(now);
+                    }
+                }
+            }
+        }
+    }
+
+    fn mpa_config(&self, ird: u16, ord: u16) -> rdmap::mpa::Config {
+        rdmap::mpa::Config {
+            crc: self.mpa.crc,
+            markers_wanted: self.mpa.markers,
+            ird,
+            ord,
+            rtr_offer: self.mpa.rtr.map_or(RtrSet::NONE, RtrSet::only),
+            rtr_accept: RtrSet::ALL,
+            timeout: self.mpa.timeout,
+            ..rdmap::mpa::Config::default()
+        }
+    }
+
+    fn slot(&mut self, id: ConnId) -> Result<&mut Option<Conn>, Error> {
+        let i = id.index as usize;
+        if self.conns.len() <= i {
+            self.conns.resize_with(i + 1, || None);
+        }
+        Ok(&mut self.conns[i])
+    }
+
+    fn connect(
+        &mut self,
+        now: Instant,
+        shared: Arc<QpShared>,
+        remote: SocketAddrV4,
+        params: ConnParams,
+    ) -> Result<(), Error> {
+        let local_ip = self.iface.ip();
+        let steer = self
+            .caps
+            .rss
+            .clone()
+            .filter(|_| self.caps.queues > 1 && self.queue.index() < self.caps.queues);
+        let id = match steer {
+            None => self.iface.stack_mut().connect(now, local_ip, remote)?,
+            Some(rss) => {
+                let mut tries = 0;
+                loop {
+                    let port = rss
+                        .pick_port(
+                            local_ip,
+                            *remote.ip(),
+                            remote.port(),
+                            self.queue.index(),
+                            self.port_cursor,
+                            |p| self.listening.contains(&p),
+                        )
+                        .ok_or(Error::Stack(StackError::NoFreePort))?;
+                    self.port_cursor = port.wrapping_add(1);
+                    let local = SocketAddrV4::new(local_ip, port);
+                    match self.iface.stack_mut().connect_from(now, local, remote) {
+                        Ok(id) => break id,
+                        Err(StackError::PortInUse) if tries < 64 => tries += 1,
+                        Err(e) => return Err(Error::Stack(e)),
+                    }
+                }
+            }
+        };
+        let qp = QueuePair::new(shared.qpn, shared.attr);
+        let config = self.mpa_config(params.ird, params.ord);
+        let local_port = self.iface.stack().tuple(id).map_or(0, |t| t.local.port());
+        let mut conn = Conn::new(
+            id,
+            remote,
+            local_port,
+            Phase::TcpConnecting {
+                qp: Box::new(qp),
+                config,
+                private_data: params.private_data,
+            },
+        );
+        conn.active = true;
+        shared.bind_worker(self.index);
+        shared.set_status(QpStatus::Connecting);
+        conn.bind(shared);
+        *self.slot(id)? = Some(conn);
+        bump(&self.counters.connections, 1);
+        Ok(())
+    }
+
+    fn pending(&mut self, id: ConnId) -> Result<&mut Conn, Error> {
+        match self.conns.get_mut(id.index as usize) {
+            Some(Some(c)) if c.tcp == id && matches!(c.phase, Phase::AwaitDecision) => Ok(c),
+            _ => Err(Error::NoSuchRequest),
+        }
+    }
+
+    fn accept(
+        &mut self,
+        now: Instant,
+        id: ConnId,
+        shared: Arc<QpShared>,
+        params: ConnParams,
+    ) -> Result<(), Error> {
+        let config = self.mpa_config(params.ird, params.ord);
+        let index = self.index;
+        let conn = self.pending(id)?;
+        let qp = QueuePair::new(shared.qpn, shared.attr);
+        let ep = Endpoint::responder(config, qp, engine_time(now))
+            .map_err(|_| Error::InvalidArgument("MPA configuration"))?;
+        shared.bind_worker(index);
+        shared.set_status(QpStatus::Connecting);
+        conn.bind(shared);
+        conn.decision = Some((true, params.private_data));
+        conn.ep = Some(ep);
+        conn.phase = Phase::Running;
+        // Receives posted before accept go in before the request is fed,
+        // so the initiator's first Send finds them.
+        self.feed_request(now, id);
+        Ok(())
+    }
+
+    fn reject(&mut self, now: Instant, id: ConnId, private_data: Vec<u8>) -> Result<(), Error> {
+        let config = self.mpa_config(0, 0);
+        let conn = self.pending(id)?;
+        let qp = QueuePair::new(QpNum(0), placeholder_attr());
+        let ep = Endpoint::responder(config, qp, engine_time(now))
+            .map_err(|_| Error::InvalidArgument("MPA configuration"))?;
+        conn.decision = Some((false, private_data));
+        conn.ep = Some(ep);
+        conn.phase = Phase::Running;
+        self.feed_request(now, id);
+        Ok(())
+    }
+
+    /// Hands the gathered request to the new endpoint (after the posted
+    /// receives).
+    fn feed_request(&mut self, now: Instant, id: ConnId) {
+        let Some(Some(conn)) = self.conns.get_mut(id.index as usize) else {
+            return;
+        };
+        let mut cx = Cx {
+            now,
+            stack: self.iface.stack_mut(),
+            device: &mut self.device,
+            mem: &mut self.mem,
+            counters: &self.counters,
+            out: &self.out,
+            worker: self.tag,
+            index: self.index,
+        };
+        conn.drain_posts(&mut cx);
+        let request = core::mem::take(&mut conn.request);
+        if let Some(ep) = conn.ep.as_mut() {
+            ep.handle_stream(
+                engine_time(now),
+                &request,
+                &mut env(cx.device, cx.mem, &mut conn.cq, &mut conn.rcq),
+            );
+        }
+    }
+
+    fn accept_new(&mut self, now: Instant) -> bool {
+        let mut n = 0;
+        let deadline = now + self.mpa.timeout;
+        for i in 0..self.listening.len() {
+            let port = self.listening[i];
+            for _ in 0..ACCEPT_PER_POLL {
+                let Some(id) = self.iface.stack_mut().accept(port) else {
+                    break;
+                };
+                n += 1;
+                let remote = self
+                    .iface
+                    .stack()
+                    .tuple(id)
+                    .map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), |t| t.remote);
+                let conn = Conn::new(id, remote, port, Phase::AwaitRequest { deadline });
+                if let Ok(slot) = self.slot(id) {
+                    *slot = Some(conn);
+                    bump(&self.counters.connections, 1);
+                }
+            }
+        }
+        n > 0
+    }
+
+    fn service_conns(&mut self, now: Instant) -> bool {
+        let mut work = false;
+        let mut cx = Cx {
+            now,
+            stack: self.iface.stack_mut(),
+            device: &mut self.device,
+            mem: &mut self.mem,
+            counters: &self.counters,
+            out: &self.out,
+            worker: self.tag,
+            index: self.index,
+        };
+        for slot in self.conns.iter_mut() {
+            let Some(conn) = slot.as_mut() else {
+                continue;
+            };
+            let mut finished = false;
+            work |= conn.service(&mut cx, &mut finished);
+            if finished {
+                let mut conn = slot.take().expect("checked above");
+                let _ = cx.stack.remove(now, conn.tcp);
+                let owner = Owner {
+                    worker: cx.worker,
+                    conn: conn.tcp,
+                };
+                return_dropped(&mut cx, owner, conn.ep.as_mut());
+                if let Some(c) = cx.stack.conn(conn.tcp) {
+                    self.retransmits_closed += c.stats().retransmits;
+                }
+                if let Some(ep) = conn.ep.take() {
+                    let mut qp = ep.into_qp();
+                    qp.drain_inbound_reads(cx.device.mrs_mut());
+                }
+                let c = &cx.counters.connections;
+                c.store(
+                    c.load(Ordering::Relaxed).saturating_sub(1),
+                    Ordering::Relaxed,
+                );
+            }
+        }
+        work
+    }
+
+    /// Deregistrations that waited for pins and have now finished.
+    fn mr_events(&mut self) {
+        while let Some(MrEvent::Deregistered(stag)) = self.device.mrs_mut().poll_event() {
+            if let Some(i) = self.dereg_pending.iter().position(|(s, _)| *s == stag) {
+                let (_, h) = self.dereg_pending.swap_remove(i);
+                self.mem.release(h);
+                let _ = self.out.send(WorkerMsg::MrReleased { stag });
+            }
+        }
+    }
+
+    fn receive(&mut self, now: Instant) -> bool {
+        let n = self.queue.rx_burst(&mut self.rx_batch, RX_BURST);
+        let mut bytes = 0u64;
+        let mut punts = 0u64;
+        for buf in self.rx_batch.drain(..) {
+            let f = buf.as_ref();
+            bytes += f.len() as u64;
+            let (punt, arp) = classify(f);
+            if punt {
+                punts += 1;
+            }
+            if arp {
+                if let Some(sf) = SmallFrame::of(f) {
+                    for q in &self.forward_out {
+                        if q.push(sf).is_ok() {
+                            bump(&self.counters.forwarded, 1);
+                        }
+                    }
+                }
+            }
+            self.iface.handle_frame(now, RxFrame::Nic(buf));
+        }
+        let mut fwd = 0;
+        while let Some(sf) = self.forward_in.pop() {
+            fwd += 1;
+            self.iface.handle_frame(now, RxFrame::Forwarded(sf));
+        }
+        if n > 0 {
+            bump(&self.counters.rx_packets, n as u64);
+            bump(&self.counters.rx_bytes, bytes);
+            bump(&self.counters.punts, punts);
+        }
+        n + fwd > 0
+    }
+
+    fn transmit(&mut self, now: Instant) -> bool {
+        let offload = self.caps.tx_checksum_offload;
+        let attach = self.caps.multi_seg_tx;
+        while self.tx_batch.len() < TX_BURST {
+            let frame = match self.spare_frame.take() {
+                Some(f) => f,
+                None => match self.queue.alloc_tx() {
+                    Some(f) => f,
+                    None => {
+                        self.local_drops += 1;
+                        break;
+                    }
+                },
+            };
+            let mut frame = frame;
+            if let Some(n) = self.iface.poll_slow_frame(now, &mut self.scratch) {
+                match frame.append(&self.scratch[..n]) {
+                    Ok(()) => self.tx_batch.push(frame),
+                    Err(_) => self.local_drops += 1,
+                }
+                continue;
+            }
+            let mut hdr = [0u8; HDR_BUF];
+            let parts = self.iface.poll_frame_parts(now, &mut hdr, |r, range| {
+                (!offload).then(|| r.checksum_sum(range))
+            });
+            match parts {
+                None => {
+                    self.spare_frame = Some(frame);
+                    break;
+                }
+                Some(FrameParts::Consumed) => self.spare_frame = Some(frame),
+                Some(FrameParts::Segment {
+                    header_len,
+                    payload,
+                    pad,
+                    ..
+                }) => {
+                    let ok = frame.append(&hdr[..header_len]).is_ok()
+                        && payload
+                            .map_or(true, |(r, range)| r.emit(&mut frame, range, attach).is_ok())
+                        && frame.append_zeros(pad).is_ok();
+                    if ok {
+                        self.tx_batch.push(frame);
+                    } else {
+                        self.local_drops += 1;
+                    }
+                }
+            }
+        }
+        if self.tx_batch.is_empty() {
+            return false;
+        }
+        let bytes: usize = self.tx_batch.iter().map(TxFrame::len).sum();
+        let before = self.tx_batch.len();
+        let sent = self.queue.tx_burst(&mut self.tx_batch);
+        let left: usize = self.tx_batch.iter().map(TxFrame::len).sum();
+        bump(&self.counters.tx_packets, sent as u64);
+        bump(&self.counters.tx_bytes, (bytes - left) as u64);
+        before > 0
+    }
+
+    fn publish(&mut self, now: Instant) {
+        self.last_publish = now;
+        let stack = self.iface.stack();
+        let live: u64 = self
+            .conns
+            .iter()
+            .flatten()
+            .filter_map(|c| stack.conn(c.tcp))
+            .map(|c| c.stats().retransmits)
+            .sum();
+        self.counters
+            .retransmits
+            .store(self.retransmits_closed + live, Ordering::Relaxed);
+        let s = self.iface.stats();
+        let drops = s.drops.iter().sum::<u64>()
+            + s.not_for_us
+            + s.vlan_drops
+            + s.arp_miss_drops
+            + s.slow_queue_drops
+            + s.tx_too_large
+            + self.local_drops
+            + self.mem.misses();
+        self.counters.drops.store(drops, Ordering::Relaxed);
+    }
+}
+
+/// The room a frame needs at `mtu`.
+fn ic_frame_len(mtu: usize) -> usize {
+    mtu + crate::link::FRAME_OVERHEAD
+}
+
+/// The queue pair of a connection being rejected: it never carries work.
+fn placeholder_attr() -> QpInitAttr {
+    QpInitAttr {
+        pd: PdId(0),
+        send_cq: CqId(0),
+        recv_cq: CqId(0),
+        srq: None,
+        max_send_wr: 1,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_ord: 0,
+        max_ird: 0,
+        sq_sig_all: false,
+    }
+}
