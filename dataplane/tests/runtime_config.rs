@@ -1,0 +1,232 @@
+//! The configuration file: a full example parses, overrides change any
+//! key, and every kind of bad input is refused with an error that names
+//! the key (never a panic). Then two dataplanes opened from
+//! configurations naming the same in-memory link talk to each other.
+
+mod runtime_common;
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use dataplane::api::{CmEvent, ConnectParams, Dataplane, Error};
+use dataplane::config::{Config, ConfigError};
+use runtime_common::*;
+
+const FULL: &str = r#"
+[eal]
+args = ["--no-huge", "-m", "512"]
+
+[[ports]]
+device = "net_ring0"
+ip = "10.0.0.1"
+mac = "02:00:00:00:00:01"
+mtu = 9000
+neighbors = [{ ip = "10.0.0.2", mac = "02:00:00:00:00:02" }]
+
+[workers]
+count = 2
+cores = [0, 1]
+
+[idle]
+spin = 10
+sleep_us = 100
+
+[mpa]
+crc = false
+markers = true
+rtr = "read"
+timeout_s = 3
+
+[tcp]
+sack = false
+timestamps = false
+recv_buffer = 65536
+max_connections = 64
+
+[limits]
+max_mr = 100
+max_qp = 10
+max_qp_wr = 128
+max_cqe = 1024
+"#;
+
+#[test]
+fn full_example_parses() {
+    let c = Config::parse(FULL, &[]).unwrap();
+    assert_eq!(c.eal.args, ["--no-huge", "-m", "512"]);
+    assert_eq!(c.ports[0].device, "net_ring0");
+    assert_eq!(c.ports[0].ip, Ipv4Addr::new(10, 0, 0, 1));
+    assert_eq!(c.ports[0].mac.unwrap().0 .0, [2, 0, 0, 0, 0, 1]);
+    assert_eq!(c.ports[0].mtu, 9000);
+    assert_eq!(c.ports[0].neighbors[0].ip, Ipv4Addr::new(10, 0, 0, 2));
+    assert_eq!((c.workers.count, c.workers.cores.clone()), (2, vec![0, 1]));
+    assert_eq!((c.idle.spin, c.idle.sleep_us), (10, 100));
+    assert!(!c.mpa.crc && c.mpa.markers);
+    assert_eq!(c.mpa_rtr().unwrap(), Some(dataplane::api::RtrType::Read));
+    assert!(!c.tcp.sack && !c.tcp.timestamps);
+    assert_eq!(c.limits.max_cqe, 1024);
+    // Defaults fill what a minimal file leaves out.
+    let m = Config::parse(
+        "[[ports]]\ndevice = \"net_null0\"\nip = \"10.1.1.1\"\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(
+        (m.workers.count, m.ports[0].mtu, m.idle.sleep_us),
+        (1, 1500, 50)
+    );
+    assert!(m.mpa.crc);
+}
+
+#[test]
+fn overrides_set_any_key() {
+    let c = Config::parse(
+        FULL,
+        &[
+            "workers.count=1".into(),
+            "workers.cores=[3]".into(),
+            "ports.0.device=net_af_packet0,iface=veth0".into(),
+            "ports.0.mtu = 1500".into(),
+            "mpa.rtr=none".into(),
+            "eal.args=[\"-l\", \"0-1\"]".into(),
+        ],
+    )
+    .unwrap();
+    assert_eq!((c.workers.count, c.workers.cores.clone()), (1, vec![3]));
+    assert_eq!(c.ports[0].device, "net_af_packet0,iface=veth0");
+    assert_eq!(c.ports[0].mtu, 1500);
+    assert_eq!(c.mpa_rtr().unwrap(), None);
+    assert_eq!(c.eal.args, ["-l", "0-1"]);
+}
+
+fn invalid_key(text: &str, overrides: &[&str]) -> String {
+    let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    match Config::parse(text, &o) {
+        Err(ConfigError::Invalid { key, reason }) => {
+            println!("refused {key}: {reason}");
+            key
+        }
+        other => panic!("expected an invalid key, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_values_name_their_key() {
+    assert_eq!(invalid_key(FULL, &["ports.0.mtu=9001"]), "ports[0].mtu");
+    assert_eq!(invalid_key(FULL, &["ports.0.mtu=67"]), "ports[0].mtu");
+    assert_eq!(
+        invalid_key(FULL, &["ports.0.ip=\"0.0.0.0\""]),
+        "ports[0].ip"
+    );
+    assert_eq!(
+        invalid_key(FULL, &["ports.0.mac=\"01:00:5e:00:00:01\""]),
+        "ports[0].mac"
+    );
+    assert_eq!(
+        invalid_key(FULL, &["ports.0.device=\" \""]),
+        "ports[0].device"
+    );
+    assert_eq!(invalid_key(FULL, &["workers.count=0"]), "workers.count");
+    assert_eq!(invalid_key(FULL, &["workers.count=3"]), "workers.cores");
+    assert_eq!(
+        invalid_key(FULL, &["workers.cores=[1, 1]"]),
+        "workers.cores"
+    );
+    assert_eq!(
+        invalid_key(FULL, &["idle.sleep_us=2000000"]),
+        "idle.sleep_us"
+    );
+    assert_eq!(invalid_key(FULL, &["mpa.rtr=\"sometimes\""]), "mpa.rtr");
+    assert_eq!(invalid_key(FULL, &["mpa.timeout_s=0"]), "mpa.timeout_s");
+    assert_eq!(
+        invalid_key(FULL, &["tcp.recv_buffer=10"]),
+        "tcp.recv_buffer"
+    );
+    assert_eq!(invalid_key(FULL, &["limits.max_cqe=0"]), "limits.max_cqe");
+    assert_eq!(invalid_key("ports = []", &[]), "ports");
+    assert_eq!(
+        invalid_key("[[ports]]\ndevice = \"mem:x\"\nip = \"10.0.0.1\"\n", &[]),
+        "ports[0].mac"
+    );
+}
+
+#[test]
+fn syntax_types_unknown_keys_and_bad_overrides_are_errors() {
+    for (text, overrides) in [
+        ("[[ports]\ndevice = 1", vec![]),
+        ("[[ports]]\ndevice = 1\nip = \"10.0.0.1\"", vec![]),
+        ("[[ports]]\ndevice = \"d\"\nip = \"10.0.0.300\"", vec![]),
+        (
+            "[[ports]]\ndevice = \"d\"\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:00\"",
+            vec![],
+        ),
+        (
+            "[[ports]]\ndevice = \"d\"\nip = \"10.0.0.1\"\nspeed = 10",
+            vec![],
+        ),
+        (FULL, vec!["workers.count=-1"]),
+        (FULL, vec!["nosuchsection.key=1"]),
+    ] {
+        let o: Vec<String> = overrides.iter().map(|s: &&str| s.to_string()).collect();
+        match Config::parse(text, &o) {
+            Err(ConfigError::Syntax(m)) => println!("refused: {}", m.lines().next().unwrap_or("")),
+            other => panic!("expected a syntax error for {text:?} {o:?}, got {other:?}"),
+        }
+    }
+    for o in [
+        "novalue",
+        "=3",
+        "ports.x.mtu=1",
+        "ports.5.mtu=1",
+        "workers.count.deeper=1",
+        "a..b=1",
+    ] {
+        match Config::parse(FULL, &[o.to_string()]) {
+            Err(e @ ConfigError::Override { .. }) => println!("refused: {e}"),
+            other => panic!("expected an override error for {o}, got {other:?}"),
+        }
+    }
+    let missing = Config::load(std::path::Path::new("/nonexistent/iwarp.toml"), &[]);
+    assert!(matches!(missing, Err(ConfigError::Io { .. })));
+}
+
+#[test]
+fn dpdk_devices_are_refused_until_the_dpdk_port_exists() {
+    let c = Config::parse(FULL, &["workers.cores=[]".into()]).unwrap();
+    assert!(matches!(Dataplane::open(&c), Err(Error::Unsupported(_))));
+}
+
+#[test]
+fn two_dataplanes_opened_from_configuration_files() {
+    let text = |ip: &str, mac: &str| {
+        format!(
+            "[[ports]]\ndevice = \"mem:cfg-link\"\nip = \"{ip}\"\nmac = \"{mac}\"\n[idle]\nspin = 100\nsleep_us = 20\n"
+        )
+    };
+    let ca = Config::parse(&text("10.9.0.1", "02:00:00:00:09:01"), &[]).unwrap();
+    let cb = Config::parse(&text("10.9.0.2", "02:00:00:00:09:02"), &[]).unwrap();
+    let a = Dataplane::open(&ca).unwrap();
+    let b = Dataplane::open(&cb).unwrap();
+    b.listen(7777, 4).unwrap();
+    let (ea, eb) = (End::new(&a), End::new(&b));
+    a.connect(
+        &ea.qp,
+        SocketAddrV4::new(Ipv4Addr::new(10, 9, 0, 2), 7777),
+        &ConnectParams::default(),
+    )
+    .unwrap();
+    let Some(CmEvent::ConnectRequest(req)) = b.wait_event(Duration::from_secs(20)) else {
+        panic!("no request");
+    };
+    assert_eq!(*req.remote.ip(), Ipv4Addr::new(10, 9, 0, 1));
+    b.accept(&req, &eb.qp, &ConnectParams::default()).unwrap();
+    assert!(matches!(
+        a.wait_event(Duration::from_secs(20)),
+        Some(CmEvent::Established { .. })
+    ));
+    assert!(matches!(
+        b.wait_event(Duration::from_secs(20)),
+        Some(CmEvent::Established { .. })
+    ));
+    println!("configured dataplanes connected: {:?}", a.stats());
+}
