@@ -1,0 +1,164 @@
+//! Connection management between two dataplanes: reject with private
+//! data, an active open refused by TCP, an abortive disconnect seen by
+//! both sides with outstanding work flushed, and a deregistration that
+//! waits for the data already in flight.
+
+mod runtime_common;
+
+use std::net::SocketAddrV4;
+
+use dataplane::api::{
+    Access, CmEvent, ConnectFailure, ConnectParams, DeregStatus, DisconnectReason, PostError,
+    QpStatus, RecvWr, SendWr, SgeList, WcStatus,
+};
+use runtime_common::*;
+
+fn event(p: &Pair, on_a: bool, what: &str) -> CmEvent {
+    p.until(what, |p| {
+        if on_a {
+            p.a.poll_event()
+        } else {
+            p.b.poll_event()
+        }
+    })
+}
+
+#[test]
+fn reject_carries_private_data_both_ways() {
+    let p = Pair::new(&PairOptions::default());
+    p.b.listen(PORT, 4).unwrap();
+    let a = End::new(&p.a);
+    let params = ConnectParams {
+        private_data: b"may I?".to_vec(),
+        ..ConnectParams::default()
+    };
+    p.a.connect(&a.qp, SocketAddrV4::new(IP_B, PORT), &params)
+        .unwrap();
+    let CmEvent::ConnectRequest(req) = event(&p, false, "request") else {
+        panic!("expected a request");
+    };
+    assert_eq!(req.private_data, b"may I?");
+    assert_eq!(req.ird, Some(16));
+    p.b.reject(&req, b"no, thanks").unwrap();
+    match event(&p, true, "rejection") {
+        CmEvent::Rejected { qp, private_data } => {
+            assert_eq!(qp, a.qp.num());
+            assert_eq!(private_data, b"no, thanks");
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert_eq!(a.qp.status(), QpStatus::Disconnected);
+    // The request is answered: a second answer finds nothing.
+    assert!(p.b.reject(&req, b"").is_err());
+    assert!(
+        p.b.reject(&req, &[0; 253]).is_err(),
+        "too much private data"
+    );
+}
+
+#[test]
+fn connect_to_a_closed_port_fails() {
+    let p = Pair::new(&PairOptions::default());
+    let a = End::new(&p.a);
+    p.a.connect(&a.qp, SocketAddrV4::new(IP_B, 9), &ConnectParams::default())
+        .unwrap();
+    match event(&p, true, "failure") {
+        CmEvent::ConnectFailed { qp, reason } => {
+            assert_eq!(qp, a.qp.num());
+            assert_eq!(reason, ConnectFailure::Refused);
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    // A QP is bound once.
+    assert!(p
+        .a
+        .connect(&a.qp, SocketAddrV4::new(IP_B, 9), &ConnectParams::default())
+        .is_err());
+}
+
+#[test]
+fn abortive_disconnect_flushes_posted_work() {
+    let p = Pair::new(&PairOptions::default());
+    let (mut a, mut b) = connect(&p);
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let buf = buffer(&p.b, b.pd, 4096, rw);
+    for i in 0..3 {
+        let r = RecvWr {
+            wr_id: 500 + i,
+            sges: SgeList::single(buf.mr.sge(0, 4096)),
+        };
+        b.qp.post_recv(&r).unwrap();
+    }
+    p.a.disconnect(&a.qp, true).unwrap();
+    let mut seen = (None, None);
+    p.until("both sides down", |p| {
+        if let Some(CmEvent::Disconnected { reason, .. }) = p.a.poll_event() {
+            seen.0 = Some(reason);
+        }
+        if let Some(CmEvent::Disconnected { reason, .. }) = p.b.poll_event() {
+            seen.1 = Some(reason);
+        }
+        (seen.0.is_some() && seen.1.is_some()).then_some(())
+    });
+    assert_eq!(seen.0, Some(DisconnectReason::LocalAbort));
+    assert!(
+        matches!(
+            seen.1,
+            Some(DisconnectReason::Reset | DisconnectReason::Terminated { .. })
+        ),
+        "{:?}",
+        seen.1
+    );
+    // The receives posted on b come back flushed, each once.
+    p.until("flushed receives", |_| {
+        b.drain();
+        (b.seen.len() == 3).then_some(())
+    });
+    assert!(b
+        .seen
+        .values()
+        .all(|wc| wc.status == WcStatus::WrFlushError));
+    assert_eq!(a.qp.status(), QpStatus::Disconnected);
+    let w = SendWr::send(1, SgeList::empty());
+    assert_eq!(a.qp.post_send(&w), Err(PostError::InvalidState));
+    a.drain();
+}
+
+#[test]
+fn deregistration_waits_for_unacknowledged_data() {
+    let p = Pair::new(&PairOptions::default());
+    let (mut a, b) = connect(&p);
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let src = buffer(&p.a, a.pd, 1 << 20, rw);
+    let dst = buffer(&p.b, b.pd, 1 << 20, rw);
+    src.fill_pattern(9);
+    let w = SendWr::write(
+        77,
+        SgeList::single(src.mr.sge(0, 1 << 20)),
+        dst.mr.addr(),
+        dst.mr.rkey(),
+    );
+    a.qp.post_send(&w).unwrap();
+    // Run only a's side a little: FPDUs are queued (and pinned) but not
+    // acknowledged yet.
+    for _ in 0..3 {
+        p.a.poll();
+    }
+    let status = p.a.dereg_mr(&src.mr).unwrap();
+    println!("deregistration with data in flight: {status:?}");
+    assert_eq!(status, DeregStatus::Pending);
+    let mut done = false;
+    p.until("write completed and memory released", |p| {
+        a.drain();
+        while let Some(e) = p.a.poll_event() {
+            assert_eq!(e, CmEvent::MrDeregistered(src.mr.lkey()));
+            done = true;
+        }
+        (done && a.seen.contains_key(&77)).then_some(())
+    });
+    // The STag died at once: the rest of the Write could not be read, so
+    // it fails (deregistering memory under posted work is the
+    // application's error), while the FPDUs already in flight kept the
+    // memory until TCP was done with them.
+    assert_eq!(a.seen[&77].status, WcStatus::LocalProtectionError);
+}
