@@ -694,9 +694,9 @@ fn three_duplicate_acks_trigger_fast_retransmit() {
         );
         assert_eq!(p.b.got, p.a.out);
         let s = p.a.conn.stats();
-        assert_eq!(s.fast_retransmits, 1);
-        assert_eq!(s.rto_expirations, 0);
-        assert_eq!(s.retransmits, 1);
+        assert_eq!(s.fast_retransmits, 1, "{s:?}");
+        assert_eq!(s.rto_expirations, 0, "{s:?}");
+        assert_eq!(s.retransmits, 1, "{s:?}");
         assert_acked_in_order(&p.a, &p.a.out);
         // The retransmission followed the third duplicate ACK.
         let lost_seq = p
@@ -763,7 +763,8 @@ fn sack_lets_the_sender_skip_delivered_records() {
     let lost = data[14].repr.seq;
     // Exactly one retransmission, of the lost record; every other record
     // went out once.
-    assert_eq!(p.a.conn.stats().retransmits, 1);
+    p.dump_tail(200);
+    assert_eq!(p.a.conn.stats().retransmits, 1, "{:?}", p.a.conn.stats());
     assert_eq!(data.iter().filter(|w| w.repr.seq == lost).count(), 2);
     let mut seqs: Vec<u32> = data.iter().map(|w| w.repr.seq.0).collect();
     seqs.sort_unstable();
@@ -833,22 +834,37 @@ fn record_sends(p: &Pair, rec_len: usize, k: usize) -> Vec<Instant> {
 /// dropped, and nothing after them; returns the pair once every record is
 /// acknowledged.
 fn tail_scenario(cfg: Config, records: usize, plan: &[(usize, usize)]) -> Pair {
+    tail_scenario_timed(cfg, records, plan).0
+}
+
+/// `tail_scenario`, also returning `a`'s SRTT and RTO as they stood just
+/// before its first tail loss probe, if it sent one.
+fn tail_scenario_timed(
+    cfg: Config,
+    records: usize,
+    plan: &[(usize, usize)],
+) -> (Pair, Option<(Duration, Duration)>) {
     let mut p = Pair::established(cfg.clone(), cfg);
     let rec = p.a.conn.max_record_len();
     p.a.record_size = rec;
     p.a.out = pattern(records * rec, 60);
     p.filter = Some(drop_record_tx(rec, plan));
     let n = p.a.out.len();
+    let mut before_probe = None;
     assert!(
-        p.run_until(Duration::from_secs(30), |p| p.b.got.len() == n
-            && p.a.conn.records_queued() == 0),
+        p.run_until(Duration::from_secs(30), |p| {
+            if p.a.conn.stats().tail_loss_probes == 0 {
+                before_probe = p.a.conn.srtt().map(|s| (s, p.a.conn.rto()));
+            }
+            p.b.got.len() == n && p.a.conn.records_queued() == 0
+        }),
         "{:?}",
         p.a.conn.stats()
     );
     assert_eq!(p.b.got, p.a.out);
     assert_acked_in_order(&p.a, &p.a.out);
     assert_segments_are_records(&p);
-    p
+    (p, before_probe)
 }
 
 /// RFC 6675 `NextSeg` rule 4: records 34 and 39 (the last) of a flight are
@@ -922,6 +938,237 @@ fn without_sack_the_second_hole_waits_for_the_partial_ack() {
     let r34 = record_sends(&p, rec, 34);
     let r39 = record_sends(&p, rec, 39);
     assert!(r39[1] >= r34[1] + 2 * p.latency, "{r34:?} {r39:?}");
+}
+
+// ------------------------------------------------ RACK-TLP (RFC 8985)
+
+/// The first data segment `a` sent that repeats a sequence number already
+/// sent: the tail loss probe, in these scenarios.
+fn first_resend(p: &Pair) -> &Wire {
+    let mut seen = std::collections::HashSet::new();
+    p.segs(Dir::AtoB)
+        .filter(|w| !w.data.is_empty())
+        .find(|w| !seen.insert(w.repr.seq.0))
+        .expect("a retransmission")
+}
+
+/// When the last ACK before `t` reached `a`.
+fn last_ack_in_before(p: &Pair, t: Instant) -> Instant {
+    p.segs(Dir::BtoA)
+        .map(|w| w.at + p.latency)
+        .filter(|&at| at <= t)
+        .max()
+        .expect("an ACK")
+}
+
+/// RFC 8985 §7: the last 1, 2 or 3 records of a transfer are lost. No ACK
+/// comes for them; two smoothed round trips after the last ACK (plus the
+/// worst-case delayed ACK when a single segment is out, bounded by the
+/// RTO) the last record goes out again as a probe. With SACK, its SACK
+/// lets RACK deem the others lost at once, and one more round trip
+/// repairs them: no RTO, whatever the profile.
+#[test]
+fn tail_loss_probe_recovers_the_last_records() {
+    for cfg in [quiet(), Config::iwarp_hardware()] {
+        for k in 1..=3usize {
+            let plan: Vec<_> = (40 - k..40).map(|r| (r, 0)).collect();
+            let (p, before) = tail_scenario_timed(cfg.clone(), 40, &plan);
+            let sack = p.a.conn.sack_enabled();
+            let s = *p.a.conn.stats();
+            let what = format!("sack {sack}, last {k} lost: {s:?}");
+            assert_eq!(s.rto_expirations, 0, "{what}");
+            assert_eq!(s.tail_loss_probes, 1, "{what}");
+            assert_eq!(s.retransmits, k as u64, "{what}");
+            let rec = p.a.conn.max_record_len();
+            let probe = first_resend(&p);
+            assert_eq!(
+                probe.repr.seq,
+                ISS_A + 1 + 39 * rec,
+                "{what}: the last record"
+            );
+            let last_ack = last_ack_in_before(&p, probe.at);
+            let (srtt, rto) = before.expect("SRTT before the probe");
+            let pto = if k == 1 {
+                // One segment out: the receiver may be holding its ACK.
+                (2 * srtt + Duration::from_millis(200)).min(rto)
+            } else {
+                2 * srtt
+            };
+            let waited = probe.at - last_ack;
+            assert!(
+                waited.abs_diff(pto) <= Duration::from_millis(2),
+                "{what}: probe {waited:?} after the last ACK, PTO {pto:?}"
+            );
+            // Repaired in at most two round trips after the probe: its
+            // ACK, then (for k > 1) the repairs'.
+            let done = p.a.acked.len();
+            assert_eq!(done, 40);
+            let last_in = p
+                .segs(Dir::BtoA)
+                .map(|w| w.at + p.latency)
+                .max()
+                .expect("ACKs");
+            let rtt = 2 * p.latency;
+            // The probe's ACK: at once when it arrives out of order, after
+            // the receiver's delayed-ACK time when it fills the only hole.
+            // Then, for k > 1, the repairs' (NewReno repairs the third
+            // record on the partial ACK, a round trip later).
+            let mut bound = probe.at + rtt + Duration::from_millis(1);
+            if k == 1 {
+                bound += cfg.delayed_ack;
+            } else {
+                bound += rtt;
+            }
+            if k == 3 && !sack {
+                bound += rtt;
+            }
+            assert!(
+                last_in <= bound,
+                "{what}: probe at {:?}, last ACK in at {last_in:?}",
+                probe.at
+            );
+            if k == 1 {
+                // The probe repaired the loss by itself, and nothing was
+                // sent past it: no loss is inferred yet, and the window
+                // did not collapse to one segment as after an RTO.
+                assert!(p.a.conn.cwnd() >= 10 * rec, "{what}");
+            } else {
+                assert_eq!(s.fast_retransmits, 1, "{what}");
+            }
+        }
+    }
+}
+
+/// A whole flight lost (the initial window): the probe, sent two round
+/// trips later, reveals it, and recovery repairs it without an RTO: RACK
+/// deems every record sent before the probe lost at once with SACK;
+/// NewReno repairs one hole per partial ACK without.
+#[test]
+fn tail_loss_probe_recovers_a_whole_lost_flight() {
+    for cfg in [quiet(), Config::iwarp_hardware()] {
+        let mut p = Pair::established(cfg.clone(), cfg);
+        p.a.out = pattern(150_000, 65);
+        p.filter = Some(drop_first_n_data(10));
+        assert!(
+            p.run_until(Duration::from_secs(30), |p| p.b.got.len() == 150_000
+                && p.a.conn.records_queued() == 0)
+        );
+        assert_eq!(p.b.got, p.a.out);
+        assert_acked_in_order(&p.a, &p.a.out);
+        let s = p.a.conn.stats();
+        assert_eq!((s.tail_loss_probes, s.rto_expirations), (1, 0), "{s:?}");
+        assert_eq!(s.fast_retransmits, 1, "{s:?}");
+        assert_eq!(s.retransmits, 10, "{s:?}");
+    }
+}
+
+/// A retransmission lost in recovery, with more data behind it: RACK
+/// deems it lost as soon as a record sent after it is SACKed, and it is
+/// resent again without waiting for the RTO.
+#[test]
+fn rack_resends_a_lost_retransmission() {
+    let mut p = Pair::established(quiet(), quiet());
+    let rec = p.a.conn.max_record_len();
+    p.a.record_size = rec;
+    p.a.out = pattern(150 * rec, 61);
+    p.filter = Some(drop_record_tx(rec, &[(30, 0), (30, 1)]));
+    let n = p.a.out.len();
+    assert!(p.run_until(Duration::from_secs(30), |p| p.b.got.len() == n
+        && p.a.conn.records_queued() == 0));
+    assert_eq!(p.b.got, p.a.out);
+    let s = p.a.conn.stats();
+    assert_eq!(s.rto_expirations, 0, "{s:?}");
+    assert_eq!(s.fast_retransmits, 1, "{s:?}");
+    assert_eq!(s.retransmits, 2, "{s:?}");
+    let sends = record_sends(&p, rec, 30);
+    assert_eq!(sends.len(), 3);
+    // The second repair follows the first by about a round trip (the SACK
+    // of what was sent after it), far sooner than an RTO.
+    let gap = sends[2] - sends[1];
+    assert!(gap <= 2 * p.latency + Duration::from_millis(1), "{sends:?}");
+}
+
+/// The probe finds nothing lost: the ACKs of the last records were lost
+/// instead. The receiver reports the probe as a duplicate (D-SACK), and
+/// the congestion window stays as it was (RFC 8985 §7.4).
+#[test]
+fn a_probe_reported_as_a_duplicate_leaves_cwnd_alone() {
+    let mut p = Pair::established(quiet(), quiet());
+    let rec = p.a.conn.max_record_len();
+    p.a.record_size = rec;
+    p.a.out = pattern(40 * rec, 62);
+    let end = ISS_A + 1 + 40 * rec;
+    let mut last_sends = 0;
+    p.filter = Some(Box::new(move |w| {
+        // Every ACK of the last records is lost, until the probe's.
+        if w.dir == Dir::AtoB && !w.data.is_empty() && w.repr.seq + w.data.len() == end {
+            last_sends += 1;
+        }
+        if w.dir == Dir::BtoA && last_sends < 2 && w.repr.ack_number > end - 4 * rec {
+            return Verdict::Drop;
+        }
+        Verdict::Pass
+    }));
+    assert!(
+        p.run_until(Duration::from_secs(10), |p| p.a.conn.records_queued() == 0
+            && p.a.out_off == p.a.out.len())
+    );
+    let s = p.a.conn.stats();
+    assert_eq!(s.rto_expirations, 0, "{s:?}");
+    assert_eq!(s.tail_loss_probes, 1, "{s:?}");
+    assert_eq!(s.retransmits, 1, "{s:?}");
+    // The probe's ACK carried a D-SACK of it.
+    let probe = first_resend(&p).repr.seq;
+    assert!(p
+        .segs(Dir::BtoA)
+        .any(|w| w.repr.options.sack.as_slice().first() == Some(&(probe, probe + rec))));
+    let (cwnd, ssthresh) = (p.a.conn.cwnd(), p.a.conn.ssthresh());
+    // More data, acknowledged past the probe: no loss is inferred.
+    p.filter = None;
+    p.a.out.extend(pattern(4 * rec, 63));
+    let n = p.a.out.len();
+    assert!(p.run_until(Duration::from_secs(10), |p| p.b.got.len() == n
+        && p.a.conn.records_queued() == 0));
+    assert_eq!(p.a.conn.ssthresh(), ssthresh);
+    assert!(p.a.conn.cwnd() >= cwnd);
+}
+
+/// The probe repaired the only loss: once an ACK goes past it with no sign
+/// that it was a duplicate, the sender infers the loss and reduces its
+/// window as for a recovery (RFC 8985 §7.4.2 step 2).
+#[test]
+fn a_probe_that_repaired_a_loss_reduces_cwnd() {
+    let mut p = tail_scenario(quiet(), 40, &[(39, 0)]);
+    let rec = p.a.conn.max_record_len();
+    assert_eq!(p.a.conn.stats().tail_loss_probes, 1);
+    let cwnd = p.a.conn.cwnd();
+    assert_eq!(p.a.conn.ssthresh(), usize::MAX / 2, "still in slow start");
+    p.filter = None;
+    p.a.out.extend(pattern(2 * rec, 64));
+    let n = p.a.out.len();
+    assert!(p.run_until(Duration::from_secs(10), |p| p.b.got.len() == n
+        && p.a.conn.records_queued() == 0));
+    assert_eq!(p.a.conn.ssthresh(), (cwnd / 2).max(2 * rec));
+    assert_eq!(p.a.conn.stats().fast_retransmits, 0);
+}
+
+/// No probe when the ACK is merely delayed: one record out, the receiver
+/// holds its ACK for its delayed-ACK time (40 ms here), well within the
+/// probe timeout, which allows for the worst case when one segment is out.
+#[test]
+fn no_probe_for_a_delayed_ack() {
+    for cfg in [quiet(), Config::iwarp_hardware()] {
+        let mut p = Pair::established(cfg.clone(), cfg);
+        for i in 0..5u8 {
+            p.a.out.extend(pattern(500, i));
+            let n = p.a.out.len();
+            assert!(p.run_until(Duration::from_secs(5), |p| p.b.got.len() == n
+                && p.a.conn.records_queued() == 0));
+            p.run_until(Duration::from_millis(300), |_| false);
+        }
+        let s = p.a.conn.stats();
+        assert_eq!((s.tail_loss_probes, s.retransmits), (0, 0), "{s:?}");
+    }
 }
 
 // ------------------------------------- one ACK per out-of-order segment
@@ -1126,8 +1373,11 @@ fn burst_delivery_still_triggers_fast_retransmit() {
             .segs(Dir::BtoA)
             .filter(|w| w.at <= rtx && w.repr.ack_number == lost && w.data.is_empty())
             .count();
+        // NewReno counts three duplicates; with SACK, RACK deems the hole
+        // lost as soon as a record sent well after it is SACKed.
+        let need = if p.a.conn.sack_enabled() { 1 } else { 3 };
         assert!(
-            dups >= 3,
+            dups >= need,
             "{dups} duplicate ACKs before the fast retransmit"
         );
     }
@@ -1150,12 +1400,21 @@ fn rto_doubles_on_successive_expiries() {
         p.a.conn.state() == State::Closed
     });
     let tx: Vec<_> = p.segs(Dir::AtoB).filter(|w| !w.data.is_empty()).collect();
-    assert_eq!(tx.len(), 6, "original and five retransmissions");
+    assert_eq!(
+        tx.len(),
+        7,
+        "original, a tail loss probe, five retransmissions"
+    );
     let gaps: Vec<Duration> = tx.windows(2).map(|w| w[1].at - w[0].at).collect();
-    for g in gaps.windows(2) {
+    // With one segment out, the probe waits for the RTO and goes in its
+    // place (RFC 8985 §7.2); the RTO then runs from the probe, and doubles
+    // on each expiry.
+    assert_eq!(gaps[1], gaps[0], "{gaps:?}");
+    for g in gaps[1..].windows(2) {
         assert_eq!(g[1], 2 * g[0], "{gaps:?}");
     }
     assert!(gaps[0] >= Duration::from_millis(200));
+    assert_eq!(p.a.conn.stats().tail_loss_probes, 1);
     assert_eq!(p.a.conn.stats().rto_expirations, 5);
     assert_eq!(p.a.count("TimedOut"), 1);
     assert_eq!(p.a.events.len(), 2, "Connected, TimedOut: {:?}", p.a.events);
@@ -1193,16 +1452,18 @@ fn rto_go_back_n_after_losing_a_whole_flight() {
     for cfg in [quiet(), Config::iwarp_hardware()] {
         let mut p = Pair::established(cfg.clone(), cfg);
         p.a.out = pattern(150_000, 16);
-        // Lose the whole initial window (ten segments).
-        p.filter = Some(drop_first_n_data(10));
+        // Lose the whole initial window (ten segments), and the tail loss
+        // probe that follows it.
+        p.filter = Some(drop_first_n_data(11));
         assert!(
             p.run_until(Duration::from_secs(30), |p| p.b.got.len() == 150_000
                 && p.a.conn.records_queued() == 0)
         );
         assert_eq!(p.b.got, p.a.out);
         let s = p.a.conn.stats();
-        assert_eq!(s.rto_expirations, 1);
-        assert_eq!(s.retransmits, 10);
+        assert_eq!(s.tail_loss_probes, 1, "{s:?}");
+        assert_eq!(s.rto_expirations, 1, "{s:?}");
+        assert_eq!(s.retransmits, 11, "{s:?}");
         assert_acked_in_order(&p.a, &p.a.out);
     }
 }

@@ -95,6 +95,8 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         self.state = State::TimeWait;
         self.sendq.clear();
         self.timers.rto = None;
+        self.timers.reo = None;
+        self.timers.pto = None;
         self.timers.persist = None;
         self.timers.keepalive = None;
         self.probe_pending = false;

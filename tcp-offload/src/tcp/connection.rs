@@ -8,7 +8,7 @@
 //! - `close`: FIN, RST, CLOSING, LAST-ACK, TIME-WAIT, `close` and `abort`.
 //! - `timers`: RTO, delayed ACK, persist, keepalive, TIME-WAIT.
 //! - `recovery`: congestion control, fast retransmit, NewReno and SACK
-//!   loss recovery.
+//!   loss recovery; `rack`: RACK-TLP loss detection and tail loss probes.
 //! - `output`: what `poll_transmit` sends next and the headers it builds.
 //! - `sendq` and `rtt`: the record queue with its scoreboard, and the RTT
 //!   estimator.
@@ -39,6 +39,7 @@ use std::collections::VecDeque;
 use super::assembler::Assembler;
 use super::config::Config;
 use super::output::{AckSnapshot, TS_OPTION_LEN};
+use super::rack::{Rack, Tlp};
 use super::recovery::Congestion;
 use super::rtt::RttEstimator;
 use super::sendq::SendQueue;
@@ -72,6 +73,9 @@ pub struct ConnStats {
     /// [`MAX_PENDING_ACKS`] piled up between two drains of
     /// `poll_transmit`.
     pub acks_coalesced: u64,
+    /// Tail loss probes sent (RFC 8985 §7): a new record, or the last one
+    /// again, after about two round trips without an ACK.
+    pub tail_loss_probes: u64,
 }
 
 /// Pure ACKs a connection owes at most between two drains of
@@ -198,6 +202,8 @@ pub struct Connection<B, R> {
     pub(super) challenge_count: u32,
 
     pub(super) cc: Congestion,
+    pub(super) rack: Rack,
+    pub(super) tlp: Tlp,
     pub(super) rtt: RttEstimator,
     pub(super) timers: Timers,
     pub(super) events: VecDeque<Event<R>>,
@@ -280,6 +286,8 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             challenge_since: now,
             challenge_count: 0,
             cc,
+            rack: Rack::default(),
+            tlp: Tlp::default(),
             rtt,
             timers: Timers::default(),
             events: VecDeque::with_capacity(records + 8),

@@ -12,6 +12,7 @@ use core::time::Duration;
 
 use super::assembler::Rejected;
 use super::connection::Connection;
+use super::sendq::Delivered;
 use super::{Event, Payload, Record, State};
 use crate::seq::SeqNumber;
 use crate::time::Instant;
@@ -222,30 +223,49 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             self.max_snd_wnd = self.max_snd_wnd.max(wnd);
         }
 
+        let echo = match (self.opts.timestamps, repr.options.timestamp) {
+            (true, Some(ts)) => Some((ts.tsecr, self.ts_offset)),
+            _ => None,
+        };
+        let mut delivered = Delivered::new(now, self.rtt.min_rtt(), echo);
         let acked = ack - self.snd_una;
         if acked > 0 {
             self.snd_una = ack;
-            self.on_data_acked(now, repr);
+            self.on_data_acked(now, repr, &mut delivered);
         }
 
         let mut new_sack = false;
+        let mut dsack = None;
+        let mut sack_above_probe = false;
         if self.opts.sack {
-            for &(left, right) in repr.options.sack.as_slice() {
+            let blocks = repr.options.sack.as_slice();
+            dsack = dsack_block(blocks, ack);
+            for &(left, right) in blocks {
+                if let Some(end) = self.tlp.end {
+                    sack_above_probe |= right > end;
+                }
                 // Blocks at or below the cumulative ACK (D-SACK) or beyond
                 // what was sent are ignored (RFC 2018 §4, RFC 6675 §5).
                 if left >= right || left < self.snd_una || right > self.snd_nxt {
                     continue;
                 }
-                new_sack |= self.sendq.sack_block(left, right, self.snd_nxt);
+                new_sack |= self
+                    .sendq
+                    .sack_block(left, right, self.snd_nxt, &mut delivered);
             }
         }
+        self.rack_update(&delivered, dsack.is_some(), now);
 
-        let dup = acked == 0
-            && plen == 0
-            && !repr.flags.contains(TcpFlags::FIN)
-            && !window_changed
-            && self.snd_una != self.snd_nxt;
-        self.on_ack_cc(acked, dup, new_sack);
+        // A duplicate ACK in the RFC 5681 §2 sense, whether or not anything
+        // is still outstanding.
+        let dup_like =
+            acked == 0 && plen == 0 && !repr.flags.contains(TcpFlags::FIN) && !window_changed;
+        self.tlp_on_ack(now, ack, dup_like, dsack, sack_above_probe);
+        let dup = dup_like && self.snd_una != self.snd_nxt;
+        self.on_ack_cc(now, acked, dup, new_sack);
+        if acked > 0 {
+            self.arm_pto(now);
+        }
 
         if let Some(f) = self.fin_seq {
             if self.fin_sent && self.snd_una > f {
@@ -255,9 +275,10 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         true
     }
 
-    /// `snd.una` advanced: release acknowledged records, sample the RTT,
-    /// and restart or stop the retransmission timer (RFC 6298 §5.2, §5.3).
-    fn on_data_acked(&mut self, now: Instant, repr: &TcpRepr) {
+    /// `snd.una` advanced: release acknowledged records (noting those not
+    /// SACKed before in `delivered`), sample the RTT, and restart or stop
+    /// the retransmission timer (RFC 6298 §5.2, §5.3).
+    fn on_data_acked(&mut self, now: Instant, repr: &TcpRepr, delivered: &mut Delivered) {
         let mut sample = None;
         let mut ambiguous = false;
         while let Some(r) = self.sendq.pop_acked(self.snd_una) {
@@ -265,6 +286,9 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 ambiguous = true;
             } else {
                 sample = Some(now - r.sent_at);
+            }
+            if !r.sacked {
+                delivered.note(&r, true);
             }
             self.events.push_back(Event::RecordAcked(r.record));
         }
@@ -432,4 +456,18 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         }
         u16::try_from(wire).unwrap_or(u16::MAX)
     }
+}
+
+/// The D-SACK block of an ACK, if it carries one (RFC 2883 §4): the first
+/// block, when it lies below the cumulative ACK or within the second block.
+fn dsack_block(
+    blocks: &[(SeqNumber, SeqNumber)],
+    ack: SeqNumber,
+) -> Option<(SeqNumber, SeqNumber)> {
+    let &(left, right) = blocks.first()?;
+    if left >= right {
+        return None;
+    }
+    let inside_second = blocks.get(1).is_some_and(|&(l, r)| l <= left && right <= r);
+    (left < ack || inside_second).then_some((left, right))
 }

@@ -25,7 +25,8 @@
 //! RFC 7323 window scaling, timestamps and PAWS), `close` (FIN, RST,
 //! TIME-WAIT), `timers` (RFC 6298 RTO, delayed ACK, persist, keepalive) and
 //! `recovery` (fast retransmit and NewReno, RFC 6582; the SACK scoreboard
-//! and loss recovery of RFC 2018 and RFC 6675).
+//! and loss recovery of RFC 2018 and RFC 6675), with `rack` (RACK-TLP,
+//! RFC 8985: time-based loss detection and the tail loss probe).
 
 pub mod assembler;
 mod close;
@@ -36,6 +37,7 @@ mod established;
 mod handshake;
 pub mod isn;
 mod output;
+mod rack;
 mod recovery;
 mod rtt;
 mod sendq;

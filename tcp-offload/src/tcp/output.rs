@@ -8,8 +8,9 @@
 //! peer's window (RFC 9293 §3.8.6) and the congestion window allow
 //! (`NextSeg` rule 2); the FIN; in SACK recovery, a record not yet deemed
 //! lost below the highest SACKed one (`NextSeg` rule 3), then the rescue
-//! retransmission (rule 4); a zero-window probe or keepalive probe; a pure
-//! ACK if one is owed.
+//! retransmission (rule 4); a tail loss probe (RFC 8985 §7.3) when its
+//! timeout fired; a zero-window probe or keepalive probe; a pure ACK if one
+//! is owed.
 //! Every segment but the first SYN carries the current ACK and window (so
 //! it discharges any delayed ACK), timestamps when negotiated (RFC 7323
 //! §3.2), and SACK blocks while out-of-order data is held (RFC 2018 §4).
@@ -60,6 +61,11 @@ enum Send {
     Speculative,
     /// The rescue retransmission (RFC 6675 `NextSeg` rule 4).
     Rescue,
+    /// A tail loss probe of new data (RFC 8985 §7.3), whatever the
+    /// congestion window.
+    ProbeNew,
+    /// A tail loss probe resending the last record sent.
+    Probe,
 }
 
 /// What to send next.
@@ -74,6 +80,8 @@ enum Tx {
     },
     Fin {
         rtx: bool,
+        /// Sent as a tail loss probe.
+        probe: bool,
     },
     Probe,
     Keepalive,
@@ -130,7 +138,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                     payload: Some((rec, off..off + len)),
                 })
             }
-            Tx::Fin { rtx } => {
+            Tx::Fin { rtx, probe } => {
                 let fin = self.fin_seq.unwrap_or(self.snd_nxt);
                 if rtx {
                     self.fin_rtx = false;
@@ -141,6 +149,9 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 }
                 self.cc.force_rtx = false;
                 self.arm_rto(now);
+                if probe {
+                    self.note_probe(now, Some((fin, fin + 1)));
+                }
                 let repr = self.header(now, fin, TcpFlags::FIN | TcpFlags::ACK, 0);
                 Some(Segment {
                     repr,
@@ -196,7 +207,10 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             cwnd_blocked = len > 0;
         }
         if self.fin_rtx && self.sendq.pending_bytes() == 0 {
-            return Some(Tx::Fin { rtx: true });
+            return Some(Tx::Fin {
+                rtx: true,
+                probe: false,
+            });
         }
         let idx = self.sendq.next_new();
         if !cwnd_blocked && idx < self.sendq.len() {
@@ -216,13 +230,22 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         if let Some(fin) = self.fin_seq {
             let room = (self.snd_una + self.snd_wnd) - self.snd_nxt;
             if !self.fin_sent && self.snd_nxt == fin && room > 0 {
-                return Some(Tx::Fin { rtx: false });
+                return Some(Tx::Fin {
+                    rtx: false,
+                    probe: false,
+                });
             }
         }
         if !cwnd_blocked && self.cc.in_recovery && self.opts.sack {
             if let Some(tx) = self.pick_rule_3_4(sent) {
                 return Some(tx);
             }
+        }
+        if self.tlp.pending {
+            if let Some(tx) = self.pick_probe(sent) {
+                return Some(tx);
+            }
+            self.tlp.pending = false;
         }
         if self.probe_pending {
             return Some(Tx::Probe);
@@ -261,7 +284,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         // A repair still waiting to go out is rule 1's, and a record that
         // went out during this episode is in flight already (see the
         // `recovery` module).
-        if (r.lost && !r.rexmit) || r.sent_at >= self.cc.recovery_start {
+        if (r.lost && !r.rexmit) || r.xmit_id >= self.cc.recovery_start {
             return None;
         }
         if len <= mss && self.cwnd_allows(len) {
@@ -273,6 +296,45 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             });
         }
         None
+    }
+
+    /// The tail loss probe (RFC 8985 §7.3): the next new record if the
+    /// peer's window takes it, else the last record sent, whole, or the FIN
+    /// when it was the last thing sent.
+    fn pick_probe(&self, sent: usize) -> Option<Tx> {
+        let mss = self.eff_mss;
+        let idx = self.sendq.next_new();
+        if idx < self.sendq.len() {
+            let r = self.sendq.get(idx);
+            let off = self.snd_nxt - r.seq;
+            let len = (r.len - off.min(r.len)).min(mss);
+            if len > 0 && self.snd_nxt + len <= self.snd_una + self.snd_wnd {
+                return Some(Tx::Data {
+                    idx,
+                    off,
+                    len,
+                    why: Send::ProbeNew,
+                });
+            }
+        }
+        if self.fin_sent && self.fin_seq.is_some_and(|f| self.snd_una <= f) {
+            return Some(Tx::Fin {
+                rtx: true,
+                probe: true,
+            });
+        }
+        let idx = sent.checked_sub(1)?;
+        let r = self.sendq.get(idx);
+        let whole = r.end() <= self.snd_nxt && r.len <= mss;
+        if !whole || r.sacked || (r.lost && !r.rexmit) {
+            return None;
+        }
+        Some(Tx::Data {
+            idx,
+            off: 0,
+            len: r.len,
+            why: Send::Probe,
+        })
     }
 
     /// Header and bookkeeping for bytes `off..off + len` of record `idx`.
@@ -292,7 +354,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         if off + len == rec_len {
             flags |= TcpFlags::PSH;
         }
-        if matches!(why, Send::Speculative | Send::Rescue) {
+        if matches!(why, Send::Speculative | Send::Rescue | Send::Probe) {
             self.sendq.mark_speculative(idx, now);
             if why == Send::Rescue {
                 self.cc.rescue_sent = true;
@@ -300,18 +362,16 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             self.stats.retransmits += 1;
         } else if why == Send::Repair {
             let sent_len = rec_len.min(self.snd_nxt - self.sendq.get(idx).seq);
-            let r = self.sendq.get_mut(idx);
-            r.rtx_off = off + len;
-            r.sent_at = now;
+            self.sendq.stamp(idx, now);
+            self.sendq.get_mut(idx).rtx_off = off + len;
             if off + len >= sent_len {
                 self.sendq.mark_repaired(idx);
             }
             self.stats.retransmits += 1;
             self.cc.force_rtx = false;
         } else {
-            let r = self.sendq.get_mut(idx);
             if off == 0 {
-                r.sent_at = now;
+                self.sendq.stamp(idx, now);
             }
             self.snd_nxt = seq + len;
             if off + len == rec_len {
@@ -327,6 +387,12 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         }
         self.stats.bytes_out += len as u64;
         self.arm_rto(now);
+        match why {
+            Send::New => self.arm_pto(now),
+            Send::ProbeNew => self.note_probe(now, None),
+            Send::Probe => self.note_probe(now, Some((seq, seq + len))),
+            Send::Repair | Send::Speculative | Send::Rescue => {}
+        }
         self.header(now, seq, flags, len)
     }
 

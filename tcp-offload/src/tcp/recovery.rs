@@ -4,10 +4,10 @@
 //! RFC 3042, on the first two), NewReno recovery when
 //! SACK is off (RFC 6582 §3.2), and SACK-based recovery when it is on
 //! (RFC 6675 §5: the scoreboard lives in `sendq`, `IsLost` with DupThresh
-//! = 3, pipe, RecoveryPoint; a repair is itself deemed lost once
-//! DupThresh records sent after it are SACKed). After an RTO the loss window is one segment
-//! (RFC 5681 §3.1) and every unSACKed record is retransmitted in order as
-//! the window allows.
+//! = 3, pipe, RecoveryPoint), with RACK's time-based detection (RFC 8985,
+//! in `rack`) alongside `IsLost`; RACK also finds lost repairs. After an
+//! RTO the loss window is one segment (RFC 5681 §3.1) and every unSACKed
+//! record is retransmitted in order as the window allows.
 //!
 //! Retransmission is driven by marks: a record judged lost is queued for
 //! repair on the scoreboard, and `poll_transmit` sends repairs before new
@@ -58,8 +58,9 @@ pub(super) struct Congestion {
     /// The rescue retransmission of this recovery episode went out
     /// (RFC 6675 `RescueRxt`: one per episode).
     pub(super) rescue_sent: bool,
-    /// When the current recovery episode began.
-    pub(super) recovery_start: Instant,
+    /// Rank of the first transmission of the current recovery episode
+    /// (see `SendQueue::next_xmit`).
+    pub(super) recovery_start: u64,
 }
 
 impl Congestion {
@@ -75,7 +76,7 @@ impl Congestion {
             abc_acked: 0,
             force_rtx: false,
             rescue_sent: false,
-            recovery_start: Instant::ZERO,
+            recovery_start: 0,
         }
     }
 
@@ -113,7 +114,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     /// `snd.una` were updated. `acked` is the number of newly acknowledged
     /// bytes, `dup` whether the ACK is a duplicate (RFC 5681 §2),
     /// `new_sack` whether it SACKed a record not SACKed before.
-    pub(super) fn on_ack_cc(&mut self, acked: usize, dup: bool, new_sack: bool) {
+    pub(super) fn on_ack_cc(&mut self, now: Instant, acked: usize, dup: bool, new_sack: bool) {
         let mss = self.eff_mss;
         if acked > 0 {
             self.cc.dupacks = 0;
@@ -124,6 +125,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                     self.cc.cwnd = self.cc.ssthresh.min(flight.max(mss) + mss);
                     self.cc.in_recovery = false;
                     self.cc.abc_acked = 0;
+                    self.rack_recovery_ended();
                 } else {
                     // Partial ACK: the next hole is lost too.
                     if self.mark_head_lost() {
@@ -149,21 +151,36 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 self.cc.cwnd += mss;
             }
         }
-        if self.opts.sack && new_sack {
-            self.sendq
-                .mark_lost_by_sack(self.snd_nxt, mss, DUP_THRESH as usize);
-        }
-        if !self.cc.in_recovery && self.snd_una >= self.cc.recover && self.snd_una != self.snd_nxt {
-            let head_lost =
-                self.opts.sack && self.sendq.front().is_some_and(|r| r.lost && !r.sacked);
-            if (dup && self.cc.dupacks >= DUP_THRESH) || head_lost {
-                self.enter_recovery();
+        if self.opts.sack {
+            if new_sack {
+                self.sendq
+                    .mark_lost_by_sack(self.snd_nxt, mss, DUP_THRESH as usize);
             }
+            self.rack_detect(now);
+        }
+        self.maybe_enter_recovery(dup);
+    }
+
+    /// Starts recovery if loss is evident and none is under way: three
+    /// duplicate ACKs (`dup` says this ACK was one), a record deemed lost
+    /// by SACK or RACK, or, without SACK, an answer to a tail loss probe
+    /// that stops short of it (see `rack`).
+    pub(super) fn maybe_enter_recovery(&mut self, dup: bool) {
+        if self.cc.in_recovery || self.snd_una < self.cc.recover || self.snd_una == self.snd_nxt {
+            return;
+        }
+        let dupthresh = dup && self.cc.dupacks >= DUP_THRESH;
+        let lost = self.opts.sack && self.sendq.pending_bytes() > 0;
+        let probe_answered = !self.opts.sack && self.tlp.hole_below;
+        if dupthresh || lost || probe_answered {
+            self.enter_recovery();
         }
     }
 
     /// Fast retransmit (RFC 5681 §3.2 steps 2-3, RFC 6582 step 2, RFC 6675
-    /// §5 step 4).
+    /// §5 step 4). With SACK, the first repair is of the lowest record
+    /// deemed lost; when none is yet (three duplicate ACKs alone), of the
+    /// oldest.
     fn enter_recovery(&mut self) {
         let mss = self.eff_mss;
         let flight = self.flight();
@@ -172,14 +189,17 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         self.cc.in_recovery = true;
         self.cc.abc_acked = 0;
         self.cc.rescue_sent = false;
-        self.cc.recovery_start = self.last_now;
+        self.cc.recovery_start = self.sendq.next_xmit();
         self.cc.cwnd = if self.opts.sack {
             self.cc.ssthresh
         } else {
             self.cc.ssthresh + DUP_THRESH as usize * mss
         };
-        self.mark_head_lost();
+        if !(self.opts.sack && self.sendq.pending_bytes() > 0) {
+            self.mark_head_lost();
+        }
         self.cc.force_rtx = true;
+        self.reset_tlp();
         self.stats.fast_retransmits += 1;
     }
 
@@ -214,6 +234,8 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         self.cc.abc_acked = 0;
         self.cc.recover = self.snd_nxt;
         self.cc.force_rtx = true;
+        self.reset_tlp();
+        self.timers.reo = None;
         if self.sendq.reneged() {
             // RFC 2018 §8: after a timeout, SACK marks are not to be
             // trusted once the receiver has shown it discards SACKed data.

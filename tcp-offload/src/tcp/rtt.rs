@@ -3,7 +3,9 @@
 //! RTTVAR) clamped to the configured bounds, and exponential backoff on
 //! expiry (§5.5) kept until a valid sample arrives (Karn's algorithm: the
 //! callers never feed a sample taken from a retransmitted segment unless
-//! timestamps make it unambiguous).
+//! timestamps make it unambiguous). It also keeps what RACK-TLP (RFC 8985)
+//! reads: the minimum RTT seen, and whether a sample arrived since the last
+//! tail loss probe (§7.3 sends no probe otherwise).
 
 use core::time::Duration;
 
@@ -24,6 +26,12 @@ pub(super) struct RttEstimator {
     base: u64,
     /// Doublings applied since the last valid sample.
     backoff: u32,
+    /// Smallest sample, in µs. RFC 8985 suggests a windowed minimum; the
+    /// paths this engine runs on do not lengthen for good, and a minimum
+    /// that only falls errs towards a smaller reordering window.
+    min_rtt: Option<u64>,
+    /// A sample arrived since `clear_fresh`.
+    fresh: bool,
     min: u64,
     max: u64,
 }
@@ -41,6 +49,8 @@ impl RttEstimator {
             rttvar: 0,
             base: micros(initial).clamp(min, max),
             backoff: 0,
+            min_rtt: None,
+            fresh: false,
             min,
             max,
         }
@@ -49,6 +59,8 @@ impl RttEstimator {
     /// Feeds one RTT measurement (RFC 6298 §2.2, §2.3) and ends any backoff.
     pub(super) fn sample(&mut self, rtt: Duration) {
         let r = micros(rtt);
+        self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
+        self.fresh = true;
         match self.srtt {
             None => {
                 self.srtt = Some(r);
@@ -86,6 +98,21 @@ impl RttEstimator {
     pub(super) fn srtt(&self) -> Option<Duration> {
         self.srtt.map(Duration::from_micros)
     }
+
+    /// The smallest RTT sample so far (RFC 8985 `RACK.min_RTT`).
+    pub(super) fn min_rtt(&self) -> Option<Duration> {
+        self.min_rtt.map(Duration::from_micros)
+    }
+
+    /// Whether a sample arrived since the last `clear_fresh`.
+    pub(super) fn fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// Starts waiting for a new sample (a tail loss probe went out).
+    pub(super) fn clear_fresh(&mut self) {
+        self.fresh = false;
+    }
 }
 
 #[cfg(test)]
@@ -111,6 +138,23 @@ mod tests {
         // RTTVAR = 3/4 × 50 = 37.5; RTO = 100 + 150 = 250 ms.
         assert_eq!(e.rto(), Duration::from_micros(250_000));
         assert_eq!(e.srtt(), Some(Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn min_rtt_and_freshness() {
+        let mut e = est();
+        assert_eq!(e.min_rtt(), None);
+        assert!(!e.fresh());
+        e.sample(Duration::from_millis(30));
+        e.sample(Duration::from_millis(10));
+        e.sample(Duration::from_millis(20));
+        assert_eq!(e.min_rtt(), Some(Duration::from_millis(10)));
+        assert!(e.fresh());
+        e.clear_fresh();
+        assert!(!e.fresh());
+        e.sample(Duration::from_millis(25));
+        assert!(e.fresh());
+        assert_eq!(e.min_rtt(), Some(Duration::from_millis(10)));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The connection's timers: retransmission (RFC 6298 §5, and SYN
 //! retransmission in the handshake), delayed ACK (RFC 9293 §3.8.6.3,
 //! RFC 5681 §4.2), persist for zero-window probes (RFC 9293 §3.8.6.1),
-//! keepalive (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6) and TIME-WAIT (2·MSL,
-//! RFC 9293 §3.6). Each is a deadline; the driver sleeps until the earliest
+//! keepalive (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6), TIME-WAIT (2·MSL,
+//! RFC 9293 §3.6), and RACK-TLP's reordering timer and probe timeout (RFC
+//! 8985 §6.3, §7.2; their logic is in `rack`). Each is a deadline; the driver sleeps until the earliest
 //! (`poll_timeout`) and calls `handle_timeout`, which runs the expired ones.
 
 use super::connection::{Connection, PendingRst};
@@ -13,6 +14,10 @@ use crate::time::Instant;
 #[derive(Debug, Clone, Default)]
 pub(super) struct Timers {
     pub(super) rto: Option<Instant>,
+    /// RACK's reordering timer.
+    pub(super) reo: Option<Instant>,
+    /// The tail loss probe timeout (never later than `rto`).
+    pub(super) pto: Option<Instant>,
     pub(super) delack: Option<Instant>,
     pub(super) persist: Option<Instant>,
     pub(super) keepalive: Option<Instant>,
@@ -31,6 +36,8 @@ impl Timers {
     pub(super) fn next(&self) -> Option<Instant> {
         [
             self.rto,
+            self.reo,
+            self.pto,
             self.delack,
             self.persist,
             self.keepalive,
@@ -59,6 +66,16 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             self.timers.time_wait = None;
             self.terminate(Event::Closed);
             return;
+        }
+        // RACK's timer may start recovery, which a probe must not precede;
+        // a probe due with the RTO goes first and restarts it.
+        if due(self.timers.reo, now) {
+            self.timers.reo = None;
+            self.on_rack_timeout(now);
+        }
+        if due(self.timers.pto, now) {
+            self.timers.pto = None;
+            self.on_pto(now);
         }
         if due(self.timers.rto, now) {
             self.timers.rto = None;
