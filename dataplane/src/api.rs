@@ -114,6 +114,8 @@ pub enum Error {
     Timeout,
     /// A worker thread could not be started or pinned.
     Thread(String),
+    /// The DPDK device (or EAL) could not be set up.
+    Device(String),
 }
 
 impl core::fmt::Display for Error {
@@ -130,6 +132,7 @@ impl core::fmt::Display for Error {
             Error::WorkerGone => f.write_str("a worker has stopped"),
             Error::Timeout => f.write_str("a worker did not answer in time"),
             Error::Thread(m) => write!(f, "worker thread: {m}"),
+            Error::Device(m) => write!(f, "device: {m}"),
         }
     }
 }
@@ -687,15 +690,27 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Dataplane {
     /// Opens the dataplane `config` describes, with worker threads. Ports
     /// named `mem:NAME` are in-memory links joined by name within the
-    /// process (two dataplanes naming the same link are connected); DPDK
-    /// device strings need the DPDK port, which is not built yet.
+    /// process (two dataplanes naming the same link are connected); any
+    /// other device string is a DPDK device (a vdev such as `net_ring0` or
+    /// `net_af_packet0,iface=veth0`, or a PCI address) on the process's EAL,
+    /// started from `eal.args` by the first dataplane that needs it (see
+    /// [`crate::dpdk_link::eal_args_for`]).
     pub fn open(config: &Config) -> Result<Dataplane, Error> {
         config.validate()?;
         let port = &config.ports[0];
         let Some(name) = port.device.strip_prefix("mem:") else {
-            return Err(Error::Unsupported(
-                "DPDK devices (the DPDK port implementation comes next); use mem:NAME",
-            ));
+            let args = crate::dpdk_link::eal_args_for(&config.eal.args, &port.device);
+            let eal =
+                crate::dpdk_link::start_eal(&args).map_err(|e| Error::Device(e.to_string()))?;
+            let opts = crate::dpdk_link::DpdkLinkOptions {
+                queues: config.workers.count as u16,
+                mtu: port.mtu,
+                mac: port.mac.map(|m| m.0),
+                ..Default::default()
+            };
+            let link = crate::dpdk_link::DpdkLink::open(&eal, &port.device, &opts)
+                .map_err(|e| Error::Device(e.to_string()))?;
+            return Dataplane::open_with_link(config, link, DriveMode::Threads);
         };
         let mac = port
             .mac
@@ -776,9 +791,18 @@ impl Dataplane {
                                     return;
                                 }
                             }
+                            let _lcore = match setup.queue.on_worker_thread() {
+                                Ok(guard) => guard,
+                                Err(m) => {
+                                    let _ = ready_tx.send(Err(m));
+                                    return;
+                                }
+                            };
                             let mut w = Worker::new(setup);
                             w.set_clock(clock);
                             let _ = ready_tx.send(Ok(()));
+                            // `run` consumes the worker (and its queue)
+                            // before the thread's lcore registration goes.
                             w.run(spin, sleep);
                         })
                         .map_err(|e| Error::Thread(e.to_string()))?;

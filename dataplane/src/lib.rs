@@ -6,6 +6,9 @@
 //! - [`link`]: ports and queues as a worker sees them (receive bursts,
 //!   frames built from headers and attached payload, transmit bursts), and
 //!   [`link::MemLink`], an in-memory port pair for tests and the demo.
+//! - [`dpdk_link`]: the DPDK port behind the same seam: EAL once per
+//!   process, a queue pair per worker, mbuf chains with payload attached
+//!   from registered memory.
 //! - [`memory`]: registered memory shared by applications and workers, and
 //!   the placement implementation the QP engine writes through.
 //! - [`steer`]: the Toeplitz RSS hash, to keep each connection on the queue
@@ -18,6 +21,7 @@
 
 pub mod api;
 pub mod config;
+pub mod dpdk_link;
 pub mod link;
 pub mod memory;
 pub mod steer;

@@ -1,9 +1,9 @@
 //! Ports and queues as a worker sees them: receive a burst of frames,
 //! build frames (headers copied, payload attached from registered memory
 //! or copied), transmit a burst. This is the seam between the runtime and
-//! the device: DPDK ports implement it with mbufs (the next increment);
-//! [`MemLink`] implements it in memory for tests, the simulator and the
-//! demo.
+//! the device: DPDK ports implement it with mbufs
+//! ([`crate::dpdk_link::DpdkLink`]); [`MemLink`] implements it in memory for
+//! tests, the simulator and the demo.
 //!
 //! It sits at both ends of the pipeline: the worker's RX burst starts it
 //! (frames go to `tcp-offload` by reference, as `Payload<B>` over the
@@ -129,6 +129,14 @@ pub trait LinkQueue: Send + 'static {
     /// took; returns how many. Frames left were not sent (the ring was
     /// full): the caller retries or drops them.
     fn tx_burst(&mut self, frames: &mut Vec<Self::TxFrame>) -> usize;
+
+    /// Called on the worker's own thread before its loop starts (after
+    /// pinning); the guard returned lives until the loop ends, on that
+    /// thread. The DPDK port registers the thread as an EAL lcore here, so
+    /// that its mempool cache works.
+    fn on_worker_thread(&self) -> Result<Option<Box<dyn core::any::Any>>, String> {
+        Ok(None)
+    }
 }
 
 // ---------------------------------------------------------------------

@@ -439,6 +439,104 @@ pub struct RegionSlice {
     pub len: usize,
 }
 
+// ---------------------------------------------------------------------
+// External buffers: region memory attached to DPDK mbufs.
+// ---------------------------------------------------------------------
+
+/// Region memory attached to an mbuf as an external buffer: the slot that
+/// observes the driver's release and a handle that keeps the memory alive
+/// until then. The DPDK port keeps it in its queue's in-flight list and
+/// drops it once [`ExtPin::in_flight`] turns false. Dropped while still in
+/// flight (a queue torn down with mbufs still in a ring), it parks itself
+/// in a process-wide list instead, so the memory outlives the last mbuf
+/// that points into it; [`reap_parked`] frees what was released since.
+#[derive(Debug)]
+pub struct ExtPin {
+    inner: Option<(dpdk_bindings::ExtBuf, Region)>,
+}
+
+/// Pins dropped while their mbuf was still alive.
+static PARKED: Mutex<Vec<ExtPin>> = Mutex::new(Vec::new());
+
+impl ExtPin {
+    /// Whether an mbuf still points into the memory.
+    pub fn in_flight(&self) -> bool {
+        self.inner.as_ref().is_some_and(|(b, _)| b.is_in_flight())
+    }
+}
+
+impl Drop for ExtPin {
+    fn drop(&mut self) {
+        if self.in_flight() {
+            let pin = ExtPin {
+                inner: self.inner.take(),
+            };
+            PARKED.lock().unwrap_or_else(|e| e.into_inner()).push(pin);
+        }
+    }
+}
+
+/// Frees the parked pins whose mbufs are gone; returns how many are still
+/// parked.
+pub fn reap_parked() -> usize {
+    let mut parked = PARKED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut keep = Vec::new();
+    for mut p in parked.drain(..) {
+        if p.in_flight() {
+            keep.push(ExtPin {
+                inner: p.inner.take(),
+            });
+        }
+    }
+    *parked = keep;
+    parked.len()
+}
+
+/// Makes the empty mbuf `m` carry `slice` by reference (zero-copy TX),
+/// accounted to the slot `ext`; the returned pin keeps the region alive
+/// until the driver (or, over `net_ring`, the receiver) frees the mbuf.
+///
+/// Only for ports whose devices read memory by virtual address: EAL in
+/// IOVA-as-VA mode (`--no-huge`, VFIO), where any range of a region is
+/// IOVA-contiguous and its IOVA is its address. The caller checks that
+/// (`Eal::iova_is_va`) and copies otherwise. With VFIO, the region must also
+/// be registered and DMA-mapped (`dpdk_bindings::ExtMem`); the virtual
+/// devices used here need neither.
+pub fn attach_ext(
+    m: &mut dpdk_bindings::Mbuf,
+    slice: &RegionSlice,
+    ext: dpdk_bindings::ExtBuf,
+) -> Result<ExtPin, dpdk_bindings::ExtBuf> {
+    let Ok(len) = u16::try_from(slice.len) else {
+        return Err(ext);
+    };
+    if len == 0 || slice.region.check(slice.offset, slice.len).is_err() {
+        return Err(ext);
+    }
+    let base = slice.region.as_ptr();
+    let Some(addr) = core::ptr::NonNull::new(base.wrapping_add(slice.offset).cast_mut()) else {
+        return Err(ext);
+    };
+    // SAFETY: `addr..addr + len` lies inside the region (checked above),
+    // whose pages stay allocated while the returned pin holds a handle,
+    // and the pin is kept (in the queue's list, or parked by its `Drop`)
+    // until the slot is no longer in flight, i.e. until the last mbuf that
+    // points here is freed. The caller runs EAL with IOVA-as-VA, so the
+    // address is the IOVA and the range is IOVA-contiguous. Writes while
+    // the mbuf is alive are the application's to avoid, as on an RNIC: a
+    // Send or Write buffer must not change before its completion, which
+    // comes after TCP's acknowledgement; a device (or `net_ring`'s
+    // receiver) reading concurrently written bytes gets unspecified bytes,
+    // the same stance the module takes for DMA.
+    let r = unsafe { m.attach_extbuf(addr, addr.as_ptr() as u64, len, &ext) };
+    match r {
+        Ok(()) => Ok(ExtPin {
+            inner: Some((ext, slice.region.clone())),
+        }),
+        Err(_) => Err(ext),
+    }
+}
+
 #[derive(Debug)]
 struct Slot {
     generation: u32,

@@ -7,54 +7,26 @@
 //! local port so that the *reply's* hash lands on the queue of the worker
 //! that opens the connection, so every connection is owned by one worker
 //! with no dispatching. The in-memory link uses it to steer like a NIC.
+//! The hash itself is `dpdk_bindings::toeplitz` (pure Rust, usable without
+//! EAL); this module keeps the flow's input order and the port search.
 
 use core::net::Ipv4Addr;
 
 /// The 40-byte key of Microsoft's RSS verification suite, which is also
 /// the default of many drivers: used where a port does not say its own.
-pub const DEFAULT_RSS_KEY: [u8; 40] = [
-    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
-    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
-    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
-];
+pub const DEFAULT_RSS_KEY: [u8; 40] = dpdk_bindings::toeplitz::MICROSOFT_KEY;
 
-/// The Toeplitz hash of `input` under `key`: for every set bit of the
-/// input, XOR in the 32 key bits starting at that bit position. Input
-/// bits beyond what the key covers (key length × 8 − 31) contribute
-/// nothing.
+/// The Toeplitz hash of `input` under `key` (the implementation in
+/// `dpdk-bindings`, pure Rust, no EAL needed).
 pub fn toeplitz(key: &[u8], input: &[u8]) -> u32 {
-    let mut hash = 0u32;
-    for (i, &byte) in input.iter().enumerate() {
-        for bit in 0..8 {
-            if byte & (0x80 >> bit) != 0 {
-                hash ^= key_window(key, i * 8 + bit);
-            }
-        }
-    }
-    hash
-}
-
-/// The 32 key bits starting at bit `pos` (zeros past the key's end).
-fn key_window(key: &[u8], pos: usize) -> u32 {
-    let byte = pos / 8;
-    let shift = pos % 8;
-    let mut w = 0u64;
-    for k in 0..5 {
-        w = w << 8 | u64::from(key.get(byte + k).copied().unwrap_or(0));
-    }
-    ((w << shift) >> 8) as u32
+    dpdk_bindings::toeplitz::hash(key, input)
 }
 
 /// The hash input of an IPv4/TCP packet, in the order the specification
 /// fixes: source address, destination address, source port, destination
 /// port — all as they appear in the packet being received.
 pub fn ipv4_tcp_input(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) -> [u8; 12] {
-    let mut b = [0u8; 12];
-    b[..4].copy_from_slice(&src.octets());
-    b[4..8].copy_from_slice(&dst.octets());
-    b[8..10].copy_from_slice(&sport.to_be_bytes());
-    b[10..12].copy_from_slice(&dport.to_be_bytes());
-    b
+    dpdk_bindings::toeplitz::ipv4_tcp_input(src.octets(), dst.octets(), sport, dport)
 }
 
 /// A port's RSS configuration: key and redirection table.
@@ -83,7 +55,7 @@ impl Rss {
             return 0;
         }
         let h = toeplitz(&self.key, &ipv4_tcp_input(src, dst, sport, dport));
-        self.reta[h as usize % self.reta.len()]
+        dpdk_bindings::toeplitz::reta_queue(h, &self.reta).unwrap_or(0)
     }
 
     /// A local port for an active open from `local_ip` to

@@ -191,9 +191,23 @@ fn syntax_types_unknown_keys_and_bad_overrides_are_errors() {
 }
 
 #[test]
-fn dpdk_devices_are_refused_until_the_dpdk_port_exists() {
-    let c = Config::parse(FULL, &["workers.cores=[]".into()]).unwrap();
-    assert!(matches!(Dataplane::open(&c), Err(Error::Unsupported(_))));
+fn a_dpdk_device_string_opens_the_dpdk_port_and_cleans_up() {
+    // The only test here that starts EAL (once per process).
+    let c = Config::parse(
+        FULL,
+        &[
+            "workers.cores=[]".into(),
+            r#"eal.args=["--no-huge", "-m", "512", "--no-pci", "--no-telemetry"]"#.into(),
+        ],
+    )
+    .unwrap();
+    let dir = std::path::PathBuf::from(format!("/var/run/dpdk/iwarp-{}", std::process::id()));
+    let dp = Dataplane::open(&c).expect("net_ring0 from the configuration");
+    assert_eq!(dp.workers(), 2);
+    drop(dp);
+    assert!(!dir.exists(), "{} left behind", dir.display());
+    // EAL does not start twice in a process.
+    assert!(matches!(Dataplane::open(&c), Err(Error::Device(_))));
 }
 
 #[test]

@@ -1,0 +1,819 @@
+//! The DPDK port behind the [`Link`] seam: EAL started once per process,
+//! one RX and one TX queue per worker, mbufs as received frames, and
+//! frames built as mbuf chains whose payload is attached from registered
+//! memory as external buffers.
+//!
+//! It sits at both ends of each worker's pipeline: [`DpdkQueue::rx_burst`]
+//! starts it and [`DpdkQueue::tx_burst`] ends it. All DPDK calls go
+//! through `dpdk-bindings`; the one `unsafe` step (attaching region memory
+//! to an mbuf) lives in [`crate::memory::attach_ext`].
+//!
+//! # EAL
+//!
+//! EAL starts once per process ([`start_eal`]) and is shared by every
+//! [`DpdkLink`] of the process; it is cleaned up (runtime directory
+//! included) when the last link, queue and in-flight mbuf are gone, and
+//! cannot start again in that process. Each worker thread registers as an
+//! EAL lcore ([`LinkQueue::on_worker_thread`]), so the mempool's per-lcore
+//! cache serves its allocations.
+//!
+//! # Receive
+//!
+//! A received frame is a [`DpdkRxBuf`]: the mbuf itself, read through its
+//! first segment. A frame that arrives as a chain (scattered RX of a jumbo
+//! frame, or over `net_ring`, where the receiver gets the sender's TX chain
+//! of header, external payload and trailer) is copied into one mbuf of the
+//! port's pool first, whose data room holds a whole frame at the MTU; the
+//! chain is freed at once (which also releases the sender's external
+//! buffer). Device RX checksum verdicts are not used yet: `tcp-offload`
+//! verifies every checksum in software (a trusted-checksum entry point in
+//! its interface is the missing piece).
+//!
+//! # Transmit
+//!
+//! A [`DpdkFrame`] is a chain: headers appended into the first mbuf, the
+//! payload attached by reference ([`TxFrame::attach`]) as an external
+//! buffer in an mbuf of its own, pad and MPA CRC in a third. Each
+//! attachment takes a shared-info slot from the queue's `ExtBufPool` and
+//! pins the region ([`ExtPin`]); the queue keeps the pins of sent frames
+//! until the driver (or, over `net_ring`, the receiving side) frees the
+//! mbuf, so a region never goes while a device may read it. Attachments
+//! are copied instead when the port lacks multi-segment TX (af_xdp in
+//! DPDK 22.11), when EAL does not run with IOVA-as-VA (regions are not
+//! registered with `ExtMem`, so no physical address is known), when the
+//! payload is small, or when no slot is free. With VFIO, regions would
+//! also need `ExtMem` registration and DMA mapping per port: not done,
+//! since no device here needs it.
+//!
+//! TCP checksums: where the port grants TX TCP checksum offload, the worker
+//! leaves the pseudo-header sum in the field and the frame asks the device
+//! to finish it (frames whose checksum is already complete, such as those
+//! held for ARP, are recognised and left alone); elsewhere the worker
+//! computes it while reading the payload.
+
+use core::net::Ipv4Addr;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use dpdk_bindings::{
+    DpdkError, Eal, ExtBufPool, Mbuf, MbufBurst, Mempool, Port, PortConfig, PortSetup, RxQueue,
+    TxQueue, BURST,
+};
+use tcp_offload::wire::{checksum, EthernetAddress};
+
+use crate::link::{FrameFull, Link, LinkCaps, LinkQueue, TxFrame, FRAME_OVERHEAD};
+use crate::memory::{attach_ext, ExtPin, Region, RegionSlice};
+use crate::steer::Rss;
+
+/// Headroom DPDK leaves before each mbuf's data (`RTE_PKTMBUF_HEADROOM`).
+const HEADROOM: u16 = 128;
+
+/// The smallest data room of a pool mbuf (DPDK's default 2048, plus
+/// headroom).
+const MIN_DATA_ROOM: usize = 2048;
+
+/// Segments of one transmitted chain at most.
+const MAX_SEGMENTS: usize = 16;
+
+/// External attachments one frame holds at most (more are copied).
+const MAX_PINS: usize = 8;
+
+/// Payload shorter than this is copied rather than attached: an mbuf and a
+/// slot cost more than copying a few cache lines.
+const ATTACH_MIN: usize = 256;
+
+/// Why a DPDK port could not be brought up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DpdkLinkError {
+    /// A DPDK call failed.
+    Dpdk(DpdkError),
+    /// EAL already ran in this process and was cleaned up: it cannot start
+    /// twice.
+    EalEnded,
+    /// An argument the port cannot honour.
+    Invalid(String),
+}
+
+impl core::fmt::Display for DpdkLinkError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            DpdkLinkError::Dpdk(e) => write!(f, "{e}"),
+            DpdkLinkError::EalEnded => f.write_str(
+                "EAL already ran in this process and was cleaned up; it starts once per process",
+            ),
+            DpdkLinkError::Invalid(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for DpdkLinkError {}
+
+impl From<DpdkError> for DpdkLinkError {
+    fn from(e: DpdkError) -> Self {
+        DpdkLinkError::Dpdk(e)
+    }
+}
+
+// ---------------------------------------------------------------------
+// EAL, once per process.
+// ---------------------------------------------------------------------
+
+enum EalSlot {
+    Never,
+    Running(Weak<Eal>),
+}
+
+static EAL: Mutex<EalSlot> = Mutex::new(EalSlot::Never);
+
+/// The process's EAL: started with `args` by the first caller, shared by
+/// later ones (whose `args` are ignored) while any holder is alive.
+/// Cleaned up when the last holder goes (links and queues hold it); after
+/// that it cannot start again in this process ([`DpdkLinkError::EalEnded`]).
+pub fn start_eal(args: &[String]) -> Result<Arc<Eal>, DpdkLinkError> {
+    // A poisoned lock only means a panic elsewhere; the slot is written in
+    // single statements.
+    let mut slot = EAL.lock().unwrap_or_else(|e| e.into_inner());
+    if let EalSlot::Running(weak) = &*slot {
+        return weak.upgrade().ok_or(DpdkLinkError::EalEnded);
+    }
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let eal = Arc::new(Eal::init(&argv)?);
+    *slot = EalSlot::Running(Arc::downgrade(&eal));
+    Ok(eal)
+}
+
+/// EAL arguments for a run without hugepages or PCI (which forces
+/// IOVA-as-VA), its runtime files under `prefix`, with `vdevs` as virtual
+/// devices: what tests and the default configuration use.
+pub fn default_eal_args(prefix: &str, vdevs: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "-l",
+        "0",
+        "--no-huge",
+        "-m",
+        "256",
+        "--no-pci",
+        "--no-telemetry",
+        "--log-level=warning",
+        "--file-prefix",
+        prefix,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(vdevs.iter().map(|v| format!("--vdev={v}")));
+    args
+}
+
+/// The EAL arguments for a configuration: its own `eal.args` if any (with
+/// a `--file-prefix` unique to the process added when missing), the
+/// defaults of [`default_eal_args`] otherwise; a vdev device string
+/// (`net_…`) is added as `--vdev` unless the arguments name it already.
+pub fn eal_args_for(user: &[String], device: &str) -> Vec<String> {
+    let prefix = format!("iwarp-{}", std::process::id());
+    let mut args = if user.is_empty() {
+        default_eal_args(&prefix, &[])
+    } else {
+        let mut a = user.to_vec();
+        if !a.iter().any(|x| x.starts_with("--file-prefix")) {
+            a.push("--file-prefix".into());
+            a.push(prefix);
+        }
+        a
+    };
+    let name = device_name(device);
+    if name.starts_with("net_") && !args.iter().any(|a| a.contains(name)) {
+        args.push(format!("--vdev={device}"));
+    }
+    args
+}
+
+/// The port name in a device string: what comes before the first comma
+/// (`net_af_packet0,iface=veth0` → `net_af_packet0`).
+pub fn device_name(device: &str) -> &str {
+    device.split(',').next().unwrap_or(device)
+}
+
+// ---------------------------------------------------------------------
+// The link.
+// ---------------------------------------------------------------------
+
+/// How to set a port up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DpdkLinkOptions {
+    /// Queue pairs: one per worker.
+    pub queues: u16,
+    /// IP MTU (68 to 9000).
+    pub mtu: usize,
+    /// Our MAC address; the port's own if `None`. A different one turns on
+    /// promiscuous mode (the device would filter our frames otherwise).
+    pub mac: Option<EthernetAddress>,
+    /// Descriptors per RX / TX queue (adjusted to the device).
+    pub rx_desc: u16,
+    /// Descriptors per TX queue.
+    pub tx_desc: u16,
+    /// Mbufs in the port's pool (a power of two minus one); `None` sizes
+    /// it from the MTU.
+    pub pool_size: Option<u32>,
+    /// External-buffer slots per queue: attachments in flight at once.
+    pub ext_slots: usize,
+}
+
+impl Default for DpdkLinkOptions {
+    fn default() -> Self {
+        DpdkLinkOptions {
+            queues: 1,
+            mtu: 1500,
+            mac: None,
+            rx_desc: 1024,
+            tx_desc: 1024,
+            pool_size: None,
+            ext_slots: 8192,
+        }
+    }
+}
+
+/// Counters of one DPDK port, readable while it runs.
+#[derive(Debug, Default)]
+pub struct DpdkLinkStats {
+    /// Received chains copied into one mbuf.
+    pub rx_linearized: AtomicU64,
+    /// Received frames dropped (too long for one mbuf, or no mbuf to
+    /// linearize into).
+    pub rx_dropped: AtomicU64,
+    /// Payload pieces attached as external buffers.
+    pub tx_attached: AtomicU64,
+    /// Payload pieces that were to be attached but were copied.
+    pub tx_copied: AtomicU64,
+    /// Frames handed to the device with the TCP checksum offloaded.
+    pub tx_cksum_offloaded: AtomicU64,
+}
+
+/// A DPDK port as a [`Link`]. See the module documentation.
+#[derive(Debug)]
+pub struct DpdkLink {
+    caps: LinkCaps,
+    setup: PortSetup,
+    queues: Vec<Option<DpdkQueue>>,
+    stats: Arc<DpdkLinkStats>,
+    pool: Mempool,
+    port: Port,
+    eal: Arc<Eal>,
+}
+
+/// Unique pool names within the process.
+static POOL_SEQ: AtomicU32 = AtomicU32::new(0);
+
+impl DpdkLink {
+    /// Configures and starts `port` as `opts` says; its queues are ready
+    /// to be taken by workers.
+    pub fn new(
+        eal: &Arc<Eal>,
+        mut port: Port,
+        opts: &DpdkLinkOptions,
+    ) -> Result<DpdkLink, DpdkLinkError> {
+        let info = port.dev_info()?;
+        if !(68..=9000).contains(&opts.mtu) {
+            return Err(DpdkLinkError::Invalid(format!(
+                "MTU {} out of range",
+                opts.mtu
+            )));
+        }
+        if opts.mtu > usize::from(info.max_mtu) {
+            return Err(DpdkLinkError::Invalid(format!(
+                "MTU {} above the device's {} ({})",
+                opts.mtu, info.max_mtu, info.driver_name
+            )));
+        }
+        let queues = opts.queues.max(1);
+        let frame_cap = opts.mtu + FRAME_OVERHEAD;
+        let data_room = frame_cap.max(MIN_DATA_ROOM) + usize::from(HEADROOM);
+        let data_room = u16::try_from(data_room)
+            .map_err(|_| DpdkLinkError::Invalid("frame too large for an mbuf".into()))?;
+        let pool_size = opts.pool_size.unwrap_or(if frame_cap > MIN_DATA_ROOM {
+            8191
+        } else {
+            16383
+        });
+        let name = format!("iwarp{}", POOL_SEQ.fetch_add(1, Ordering::Relaxed));
+        let pool = Mempool::new(eal, &name, pool_size, 256, data_room, port.socket_id())?;
+        let own_mac = EthernetAddress(port.mac_addr()?);
+        let mac = opts.mac.unwrap_or(own_mac);
+        let conf = PortConfig {
+            rx_queues: queues,
+            tx_queues: queues,
+            rx_desc: opts.rx_desc,
+            tx_desc: opts.tx_desc,
+            mtu: (opts.mtu != 1500).then_some(opts.mtu as u16),
+            promiscuous: mac != own_mac,
+            ..PortConfig::default()
+        };
+        let setup = port.configure(&conf, &pool)?;
+        port.start()?;
+        let rss = if setup.rss_hf != 0 && queues > 1 {
+            match (port.rss_hash_conf_get(), port.reta_query()) {
+                (Ok(conf), Ok(reta)) => Some(Rss {
+                    key: conf.key,
+                    reta,
+                }),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        let caps = LinkCaps {
+            mac,
+            mtu: opts.mtu,
+            queues,
+            multi_seg_tx: setup.multi_seg_tx(),
+            max_tx_segments: MAX_SEGMENTS,
+            tx_checksum_offload: setup.tx_tcp_cksum(),
+            rx_checksum_offload: setup.rx_cksum(),
+            rss,
+        };
+        let stats = Arc::new(DpdkLinkStats::default());
+        let zero_copy = setup.multi_seg_tx() && eal.iova_is_va();
+        let mut qs = Vec::with_capacity(usize::from(queues));
+        for q in 0..queues {
+            qs.push(Some(DpdkQueue {
+                index: q,
+                rx: port.rx_queue(q)?,
+                tx: port.tx_queue(q)?,
+                rx_burst: MbufBurst::new(),
+                rx_pending: VecDeque::with_capacity(BURST),
+                tx_burst: MbufBurst::new(),
+                in_flight: VecDeque::with_capacity(opts.ext_slots),
+                ext: ExtBufPool::new(opts.ext_slots),
+                pool: pool.clone(),
+                frame_cap,
+                multi_seg: setup.multi_seg_tx(),
+                zero_copy,
+                tx_cksum: setup.tx_tcp_cksum(),
+                stats: stats.clone(),
+                eal: eal.clone(),
+                keep: Vec::new(),
+            }));
+        }
+        Ok(DpdkLink {
+            caps,
+            setup,
+            queues: qs,
+            stats,
+            pool,
+            port,
+            eal: eal.clone(),
+        })
+    }
+
+    /// The port a device string names (a vdev given to EAL, e.g.
+    /// `net_af_packet0,iface=veth0`, or a PCI address), set up.
+    pub fn open(
+        eal: &Arc<Eal>,
+        device: &str,
+        opts: &DpdkLinkOptions,
+    ) -> Result<DpdkLink, DpdkLinkError> {
+        let port = Port::by_name(eal, device_name(device))?;
+        DpdkLink::new(eal, port, opts)
+    }
+
+    /// Two links wired back to back over `net_ring` in this process (what
+    /// one sends on queue `q` the other receives on queue `q`), both set up
+    /// with `opts` (but for the MAC addresses, each port's own unless
+    /// given).
+    pub fn ring_pair(
+        eal: &Arc<Eal>,
+        name: &str,
+        opts: &DpdkLinkOptions,
+        macs: (Option<EthernetAddress>, Option<EthernetAddress>),
+    ) -> Result<(DpdkLink, DpdkLink), DpdkLinkError> {
+        let (a, b) = Port::ring_pair(eal, name, opts.queues.max(1), 4096)?;
+        let oa = DpdkLinkOptions {
+            mac: macs.0,
+            ..opts.clone()
+        };
+        let ob = DpdkLinkOptions {
+            mac: macs.1,
+            ..opts.clone()
+        };
+        let (mut a, mut b) = (DpdkLink::new(eal, a, &oa)?, DpdkLink::new(eal, b, &ob)?);
+        // Each port's rings hold the other's mbufs: every queue keeps both
+        // pools until its port has closed and the rings are drained.
+        let pools = [a.pool.clone(), b.pool.clone()];
+        for q in a.queues.iter_mut().chain(b.queues.iter_mut()).flatten() {
+            q.keep.extend(pools.iter().cloned());
+        }
+        Ok((a, b))
+    }
+
+    /// What the device granted.
+    pub fn setup(&self) -> &PortSetup {
+        &self.setup
+    }
+
+    /// The DPDK port.
+    pub fn port(&self) -> &Port {
+        &self.port
+    }
+
+    /// The EAL the link runs on.
+    pub fn eal(&self) -> &Arc<Eal> {
+        &self.eal
+    }
+
+    /// The link's counters, shared with its queues.
+    pub fn stats(&self) -> Arc<DpdkLinkStats> {
+        self.stats.clone()
+    }
+}
+
+impl Link for DpdkLink {
+    type Queue = DpdkQueue;
+
+    fn caps(&self) -> &LinkCaps {
+        &self.caps
+    }
+
+    fn take_queue(&mut self, index: u16) -> Option<DpdkQueue> {
+        self.queues.get_mut(usize::from(index))?.take()
+    }
+}
+
+// ---------------------------------------------------------------------
+// Queues.
+// ---------------------------------------------------------------------
+
+/// One RX and one TX queue of a [`DpdkLink`], owned by one worker.
+#[derive(Debug)]
+pub struct DpdkQueue {
+    index: u16,
+    rx: RxQueue,
+    tx: TxQueue,
+    rx_burst: MbufBurst,
+    /// Received and not yet handed out (when the caller asks for fewer
+    /// than a burst).
+    rx_pending: VecDeque<Mbuf>,
+    tx_burst: MbufBurst,
+    /// Pins of sent frames, oldest first, until their mbufs are freed.
+    in_flight: VecDeque<ExtPin>,
+    ext: ExtBufPool,
+    pool: Mempool,
+    frame_cap: usize,
+    multi_seg: bool,
+    zero_copy: bool,
+    tx_cksum: bool,
+    stats: Arc<DpdkLinkStats>,
+    eal: Arc<Eal>,
+    /// Pools whose mbufs this queue's port may hold (a `net_ring` peer's):
+    /// released after the port (declared last), so that the rings are
+    /// drained into them before a pool with mbufs out would be leaked.
+    keep: Vec<Mempool>,
+}
+
+/// A received frame: one mbuf, read as its first (only) segment.
+#[derive(Debug)]
+pub struct DpdkRxBuf(Mbuf);
+
+impl AsRef<[u8]> for DpdkRxBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.0.data()
+    }
+}
+
+impl DpdkRxBuf {
+    /// The mbuf.
+    pub fn mbuf(&self) -> &Mbuf {
+        &self.0
+    }
+}
+
+impl DpdkQueue {
+    /// Drops the pins whose mbufs are gone: from the front while released
+    /// (`full`: every one, when slots run short).
+    fn reap(&mut self, full: bool) {
+        if full {
+            self.in_flight.retain(ExtPin::in_flight);
+            return;
+        }
+        while self.in_flight.front().is_some_and(|p| !p.in_flight()) {
+            self.in_flight.pop_front();
+        }
+    }
+
+    /// `m` as one segment: itself, or a copy of its chain.
+    fn linearize(&self, m: Mbuf) -> Option<Mbuf> {
+        if m.nb_segs() == 1 {
+            return Some(m);
+        }
+        let mut one = self.pool.alloc()?;
+        let len = m.len();
+        let dst = one.append(len)?;
+        let n = m.read(0, dst);
+        (n == len).then_some(one)
+    }
+
+    /// Asks the device to finish the TCP checksum of `m` if the field holds
+    /// the pseudo-header sum (frames built in parts); a frame whose
+    /// checksum is complete is left alone.
+    fn offload_cksum(m: &mut Mbuf) -> bool {
+        let d = m.data();
+        if d.len() < 54 || d[12..14] != [0x08, 0x00] || d[23] != 6 {
+            return false;
+        }
+        let ihl = usize::from(d[14] & 0x0f) * 4;
+        let tcp = 14 + ihl;
+        let total = usize::from(u16::from_be_bytes([d[16], d[17]]));
+        if ihl < 20 || d.len() < tcp + 20 || total < ihl + 20 {
+            return false;
+        }
+        let tcp_hl = usize::from(d[tcp + 12] >> 4) * 4;
+        let src = Ipv4Addr::new(d[26], d[27], d[28], d[29]);
+        let dst = Ipv4Addr::new(d[30], d[31], d[32], d[33]);
+        let pseudo = checksum::fold(checksum::pseudo_header(src, dst, 6, total - ihl));
+        let field = u16::from_be_bytes([d[tcp + 16], d[tcp + 17]]);
+        if field != pseudo {
+            return false;
+        }
+        m.set_tx_cksum_offload(14, ihl as u16, tcp_hl as u8, false, true);
+        true
+    }
+}
+
+impl Drop for DpdkQueue {
+    fn drop(&mut self) {
+        self.rx_pending.clear();
+        self.reap(true);
+        // Pins still in flight park themselves (their mbufs sit in a ring
+        // or a peer's queue) and are freed by a later reap.
+        self.in_flight.clear();
+        crate::memory::reap_parked();
+    }
+}
+
+impl LinkQueue for DpdkQueue {
+    type RxBuf = DpdkRxBuf;
+    type TxFrame = DpdkFrame;
+
+    fn index(&self) -> u16 {
+        self.index
+    }
+
+    fn rx_burst(&mut self, out: &mut Vec<DpdkRxBuf>, max: usize) -> usize {
+        if self.rx_pending.is_empty() && self.rx.rx_burst(&mut self.rx_burst) > 0 {
+            self.rx_pending.extend(self.rx_burst.drain());
+        }
+        let mut n = 0;
+        while n < max {
+            let Some(m) = self.rx_pending.pop_front() else {
+                break;
+            };
+            let chained = m.nb_segs() > 1;
+            match self.linearize(m) {
+                Some(m) => {
+                    if chained {
+                        self.stats.rx_linearized.fetch_add(1, Ordering::Relaxed);
+                    }
+                    out.push(DpdkRxBuf(m));
+                    n += 1;
+                }
+                None => {
+                    self.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        n
+    }
+
+    fn alloc_tx(&mut self) -> Option<DpdkFrame> {
+        if self.in_flight.len() > self.ext.capacity() / 2 {
+            self.reap(true);
+        }
+        let head = self.pool.alloc()?;
+        Some(DpdkFrame {
+            head: Some(head),
+            pins: [const { None }; MAX_PINS],
+            pool: self.pool.clone(),
+            ext: self.zero_copy.then(|| self.ext.clone()),
+            stats: self.stats.clone(),
+            len: 0,
+            cap: self.frame_cap,
+            multi_seg: self.multi_seg,
+        })
+    }
+
+    fn tx_burst(&mut self, frames: &mut Vec<DpdkFrame>) -> usize {
+        self.reap(false);
+        let mut sent = 0;
+        while !frames.is_empty() {
+            let k = frames.len().min(BURST);
+            let mut index = [0usize; BURST];
+            let mut m = 0;
+            for (i, f) in frames[..k].iter_mut().enumerate() {
+                if let Some(mut head) = f.head.take() {
+                    if self.tx_cksum && DpdkQueue::offload_cksum(&mut head) {
+                        self.stats
+                            .tx_cksum_offloaded
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Room for BURST: the burst is empty here.
+                    if let Err(head) = self.tx_burst.push(head) {
+                        f.head = Some(head);
+                        break;
+                    }
+                    index[m] = i;
+                    m += 1;
+                }
+            }
+            let n = self.tx.tx_burst(&mut self.tx_burst);
+            for (j, head) in self.tx_burst.drain().enumerate() {
+                frames[index[n + j]].head = Some(head);
+            }
+            // Frames without a head were taken by the device: keep their
+            // pins until it frees the mbufs.
+            let in_flight = &mut self.in_flight;
+            frames.retain_mut(|f| {
+                if f.head.is_some() {
+                    return true;
+                }
+                for p in f.pins.iter_mut().filter_map(Option::take) {
+                    in_flight.push_back(p);
+                }
+                false
+            });
+            sent += n;
+            if n < m {
+                break;
+            }
+        }
+        sent
+    }
+
+    fn on_worker_thread(&self) -> Result<Option<Box<dyn core::any::Any>>, String> {
+        if dpdk_bindings::lcore_id().is_some() {
+            return Ok(None);
+        }
+        let reg = self.eal.register_thread().map_err(|e| e.to_string())?;
+        Ok(Some(Box::new(reg)))
+    }
+}
+
+// ---------------------------------------------------------------------
+// Frames.
+// ---------------------------------------------------------------------
+
+/// A frame being built: an mbuf chain and the pins of its attachments.
+/// The chain is declared first so that it is freed before the pins are
+/// looked at when an unsent frame is dropped.
+#[derive(Debug)]
+pub struct DpdkFrame {
+    head: Option<Mbuf>,
+    pins: [Option<ExtPin>; MAX_PINS],
+    pool: Mempool,
+    /// The queue's slots, when payload may be attached.
+    ext: Option<ExtBufPool>,
+    stats: Arc<DpdkLinkStats>,
+    len: usize,
+    cap: usize,
+    multi_seg: bool,
+}
+
+impl DpdkFrame {
+    /// The chain so far.
+    pub fn mbuf(&self) -> Option<&Mbuf> {
+        self.head.as_ref()
+    }
+
+    /// Appends `len` bytes written by `fill(offset_in_run, dst)`, growing
+    /// the chain by a segment when the last one is full or external.
+    fn extend(
+        &mut self,
+        len: usize,
+        mut fill: impl FnMut(usize, &mut [u8]),
+    ) -> Result<(), FrameFull> {
+        if len == 0 {
+            return Ok(());
+        }
+        if self.len.checked_add(len).map_or(true, |end| end > self.cap) {
+            return Err(FrameFull);
+        }
+        let head = self.head.as_mut().ok_or(FrameFull)?;
+        let mut done = 0;
+        while done < len {
+            let n = head.tailroom().min(len - done);
+            if n > 0 {
+                if let Some(dst) = head.append(n) {
+                    fill(done, dst);
+                    done += n;
+                    continue;
+                }
+            }
+            if !self.multi_seg || usize::from(head.nb_segs()) >= MAX_SEGMENTS {
+                return Err(FrameFull);
+            }
+            let seg = self.pool.alloc().ok_or(FrameFull)?;
+            head.chain(seg).map_err(|_| FrameFull)?;
+        }
+        self.len += len;
+        Ok(())
+    }
+
+    /// Attaches `slice` as one external segment; `false` if it could not
+    /// (no slot, no pin room, no mbuf), leaving the frame unchanged.
+    fn try_attach(&mut self, slice: &RegionSlice) -> bool {
+        let Some(ext) = &self.ext else {
+            return false;
+        };
+        let Some(free) = self.pins.iter().position(Option::is_none) else {
+            return false;
+        };
+        let Some(head) = self.head.as_mut() else {
+            return false;
+        };
+        if usize::from(head.nb_segs()) + 2 > MAX_SEGMENTS {
+            return false;
+        }
+        let Some(buf) = ext.acquire() else {
+            return false;
+        };
+        let Some(mut m) = self.pool.alloc() else {
+            return false;
+        };
+        let Ok(pin) = attach_ext(&mut m, slice, buf) else {
+            return false;
+        };
+        if head.chain(m).is_err() {
+            // The mbuf was freed on the way out, releasing the slot: the
+            // pin goes with nothing in flight.
+            return false;
+        }
+        self.pins[free] = Some(pin);
+        self.len += slice.len;
+        true
+    }
+}
+
+impl TxFrame for DpdkFrame {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> Result<(), FrameFull> {
+        self.extend(bytes.len(), |at, dst| {
+            dst.copy_from_slice(&bytes[at..at + dst.len()])
+        })
+    }
+
+    fn append_zeros(&mut self, n: usize) -> Result<(), FrameFull> {
+        self.extend(n, |_, dst| dst.fill(0))
+    }
+
+    fn append_copy(&mut self, region: &Region, offset: usize, len: usize) -> Result<(), FrameFull> {
+        if offset
+            .checked_add(len)
+            .map_or(true, |end| end > region.len())
+        {
+            return Err(FrameFull);
+        }
+        self.extend(len, |at, dst| {
+            // In bounds: checked above.
+            let _ = region.read(offset + at, dst);
+        })
+    }
+
+    fn attach(&mut self, slice: RegionSlice) -> Result<(), FrameFull> {
+        if self
+            .len
+            .checked_add(slice.len)
+            .map_or(true, |end| end > self.cap)
+        {
+            return Err(FrameFull);
+        }
+        if slice.len >= ATTACH_MIN && self.ext.is_some() {
+            if self.try_attach(&slice) {
+                self.stats.tx_attached.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            self.stats.tx_copied.fetch_add(1, Ordering::Relaxed);
+        }
+        self.append_copy(&slice.region, slice.offset, slice.len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eal_arguments_add_the_device_and_a_prefix() {
+        let a = eal_args_for(&[], "net_af_packet0,iface=veth0");
+        assert!(a.contains(&"--no-huge".to_string()));
+        assert!(a.contains(&"--vdev=net_af_packet0,iface=veth0".to_string()));
+        let user = vec!["--in-memory".to_string(), "--vdev=net_ring0".to_string()];
+        let a = eal_args_for(&user, "net_ring0");
+        assert_eq!(a.iter().filter(|x| x.contains("net_ring0")).count(), 1);
+        assert!(a.contains(&"--file-prefix".to_string()));
+        let a = eal_args_for(&user, "0000:01:00.0");
+        assert!(!a.iter().any(|x| x.contains("0000:01")));
+        assert_eq!(device_name("net_tap0,iface=t0"), "net_tap0");
+    }
+}
