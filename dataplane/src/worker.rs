@@ -1161,6 +1161,9 @@ impl<Q: LinkQueue> Worker<Q> {
         let mut ic = InterfaceConfig::new(mac, port.ip, s.key);
         ic.mtu = port.mtu.min(s.caps.mtu);
         ic.tcp = tcp::Config {
+            // The MSS follows the port's MTU (jumbo frames included); the
+            // interface clamps it to `mtu - 40` as well.
+            mss: u16::try_from(ic.mtu.saturating_sub(40)).unwrap_or(u16::MAX),
             sack: s.config.tcp.sack,
             timestamps: s.config.tcp.timestamps,
             recv_buffer: s.config.tcp.recv_buffer,
