@@ -80,6 +80,11 @@ impl Delivered {
             // timestamp older than the retransmission. (A SACK echoes the
             // timestamp of the last segment that arrived in order, RFC
             // 7323 §4.3, never that of the out-of-order one it reports.)
+            // Nor can it be told apart when the retransmission followed
+            // the copy before it by less than a round trip (a rescue of a
+            // record just sent): the earlier copy may be what arrived, and
+            // taking the later one's time would deem lost everything sent
+            // in between.
             if let (true, Some((tsecr, offset))) = (cumulative, self.echo) {
                 // The timestamp clock's intended 32-bit wrap.
                 let ts = (r.sent_at.total_millis() as u32).wrapping_add(offset);
@@ -87,7 +92,10 @@ impl Delivered {
                     return;
                 }
             }
-            if self.min_rtt.is_some_and(|m| self.now - r.sent_at < m) {
+            if self
+                .min_rtt
+                .is_some_and(|m| self.now - r.sent_at < m || r.sent_at - r.prev_sent_at < m)
+            {
                 return;
             }
         } else if !self.low_original_end.is_some_and(|l| l <= end) {
@@ -124,6 +132,8 @@ pub(super) struct SentRecord<R> {
     pub(super) rtx_off: usize,
     /// Time of its latest (re)transmission, for RTT samples and RACK.
     pub(super) sent_at: Instant,
+    /// Time of the transmission before the latest one.
+    pub(super) prev_sent_at: Instant,
     /// Rank of its latest (re)transmission among all transmissions.
     pub(super) xmit_id: u64,
     /// Already counted in `records_split`.
@@ -207,6 +217,7 @@ impl<R> SendQueue<R> {
             ever_rexmit: false,
             rtx_off: 0,
             sent_at: now,
+            prev_sent_at: now,
             xmit_id: 0,
             split_counted: false,
         });
@@ -406,6 +417,7 @@ impl<R> SendQueue<R> {
     /// Record `i` (or a piece of it) goes out now.
     pub(super) fn stamp(&mut self, i: usize, now: Instant) {
         let r = &mut self.recs[i];
+        r.prev_sent_at = r.sent_at;
         r.sent_at = now;
         r.xmit_id = self.next_xmit;
         self.next_xmit += 1;
@@ -701,6 +713,16 @@ mod tests {
         assert_eq!(d.latest, None);
         d.note(q.get(3), false);
         assert_eq!(d.latest, Some((Instant::from_millis(20), 5)));
+        // A copy sent 2 ms after the one before it: either may be what
+        // arrived, however late the ACK.
+        q.mark_speculative(2, Instant::from_millis(12));
+        let mut d = Delivered::new(
+            Instant::from_millis(40),
+            Some(Duration::from_millis(5)),
+            None,
+        );
+        d.note(q.get(2), false);
+        assert_eq!(d.latest, None);
     }
 
     #[test]
