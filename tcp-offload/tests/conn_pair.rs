@@ -1171,6 +1171,110 @@ fn no_probe_for_a_delayed_ack() {
     }
 }
 
+// --------------------------------------------- the window in recovery
+
+/// A loss near the end of a long transfer: when the full ACK ends the
+/// recovery, nothing new is left in flight. The window is ssthresh all the
+/// same (RFC 6582 step 3's second alternative, RFC 6937), not two segments
+/// (the first alternative, min(ssthresh, FlightSize + SMSS)), after which
+/// one lost ACK would cost an RTO.
+#[test]
+fn recovery_ends_at_ssthresh_with_little_in_flight() {
+    for cfg in [quiet(), Config::iwarp_hardware()] {
+        let p = tail_scenario(cfg, 200, &[(190, 0)]);
+        let s = p.a.conn.stats();
+        assert_eq!((s.fast_retransmits, s.rto_expirations), (1, 0), "{s:?}");
+        let rec = p.a.conn.max_record_len();
+        let ssthresh = p.a.conn.ssthresh();
+        assert!(ssthresh >= 4 * rec, "ssthresh {ssthresh}");
+        assert_eq!(p.a.conn.cwnd(), ssthresh);
+    }
+}
+
+/// RFC 6937: one loss in a large flight with plenty of data behind it, on
+/// a path that serializes `a`'s segments (100 µs each), so that the SACKs
+/// of the flight come back spread over the recovery round trip. From the
+/// fast retransmit on, new records go out in proportion to what the SACKs
+/// report delivered (about one for every two, ssthresh being half the
+/// flight) instead of not at all until `pipe` falls to ssthresh and then
+/// one for one; in all, about ssthresh is sent during the recovery.
+#[test]
+fn prr_spreads_sending_over_the_recovery_round_trip() {
+    // A receive buffer larger than the transfer, holding as many
+    // out-of-order segments as it takes: neither the peer's window nor its
+    // reassembly bound holds the sender back.
+    let cb = Config {
+        recv_buffer: 4 << 20,
+        max_ooo_segments: 4096,
+        ..quiet()
+    };
+    let mut p = Pair::established(quiet(), cb);
+    let rec = p.a.conn.max_record_len();
+    p.a.record_size = rec;
+    p.a.out = pattern(1500 * rec, 66);
+    let mut drop = drop_record_tx(rec, &[(400, 0)]);
+    let mut busy_until = Instant::ZERO;
+    p.filter = Some(Box::new(move |w| {
+        if drop(w) == Verdict::Drop {
+            return Verdict::Drop;
+        }
+        if w.dir == Dir::BtoA {
+            return Verdict::Pass;
+        }
+        let start = busy_until.max(w.at);
+        busy_until = start + Duration::from_micros(100);
+        Verdict::Delay(start - w.at)
+    }));
+    let mut ssthresh = None;
+    let n = p.a.out.len();
+    assert!(p.run_until(Duration::from_secs(30), |p| {
+        if ssthresh.is_none() && p.a.conn.stats().fast_retransmits == 1 {
+            ssthresh = Some(p.a.conn.ssthresh());
+        }
+        p.b.got.len() == n && p.a.conn.records_queued() == 0
+    }));
+    assert_eq!(p.b.got, p.a.out);
+    let s = p.a.conn.stats();
+    assert_eq!(
+        (s.fast_retransmits, s.rto_expirations, s.retransmits),
+        (1, 0, 1),
+        "{s:?}"
+    );
+    let ssthresh = ssthresh.expect("recovery");
+    let hole = ISS_A + 1 + 400 * rec;
+    let rtx = record_sends(&p, rec, 400)[1];
+    let full_ack_in = p
+        .segs(Dir::BtoA)
+        .find(|w| w.repr.ack_number > hole)
+        .expect("the full ACK")
+        .at
+        + p.latency;
+    // New records sent after the fast retransmit (in the log, since others
+    // may have gone out at its instant before it) and before `to`.
+    let rtx_at = p
+        .log
+        .iter()
+        .position(|w| w.dir == Dir::AtoB && w.repr.seq == hole && w.at == rtx)
+        .expect("the fast retransmit in the log");
+    let new_before = |to: Instant| {
+        p.log[rtx_at + 1..]
+            .iter()
+            .filter(|w| w.dir == Dir::AtoB && !w.data.is_empty() && w.at < to)
+            .count()
+    };
+    let half = rtx + (full_ack_in - rtx) / 2;
+    let (first_half, recovery) = (new_before(half), new_before(full_ack_in));
+    assert!(
+        first_half * 3 >= recovery,
+        "{first_half} of {recovery} records sent in recovery went out in its first half"
+    );
+    let records = ssthresh / rec;
+    assert!(
+        recovery.abs_diff(records) <= records / 10 + 2,
+        "{recovery} records sent in recovery, ssthresh {records} records"
+    );
+}
+
 // ------------------------------------- one ACK per out-of-order segment
 
 /// Hands `len` bytes at `seq` to `b` without letting it transmit, as a

@@ -228,6 +228,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             _ => None,
         };
         let mut delivered = Delivered::new(now, self.rtt.min_rtt(), echo);
+        let sacked_before = self.sendq.sacked_bytes();
         let acked = ack - self.snd_una;
         if acked > 0 {
             self.snd_una = ack;
@@ -262,7 +263,11 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             acked == 0 && plen == 0 && !repr.flags.contains(TcpFlags::FIN) && !window_changed;
         self.tlp_on_ack(now, ack, dup_like, dsack, sack_above_probe);
         let dup = dup_like && self.snd_una != self.snd_nxt;
-        self.on_ack_cc(now, acked, dup, new_sack);
+        // RFC 6937 DeliveredData: what the cumulative ACK and the SACK
+        // blocks newly cover, less what was SACKed before and is now
+        // acknowledged.
+        let delivered_bytes = (acked + self.sendq.sacked_bytes()).saturating_sub(sacked_before);
+        self.on_ack_cc(now, acked, delivered_bytes, dup, new_sack);
         if acked > 0 {
             self.arm_pto(now);
         }

@@ -386,6 +386,9 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             }
         }
         self.stats.bytes_out += len as u64;
+        if self.cc.in_recovery {
+            self.cc.prr_out += len;
+        }
         self.arm_rto(now);
         match why {
             Send::New => self.arm_pto(now),

@@ -9,6 +9,21 @@
 //! RTO the loss window is one segment (RFC 5681 §3.1) and every unSACKed
 //! record is retransmitted in order as the window allows.
 //!
+//! The window during and after recovery. With SACK, Proportional Rate
+//! Reduction (RFC 6937, with the slow-start reduction bound) sets cwnd on
+//! every ACK of the episode: while `pipe` exceeds ssthresh, one byte goes
+//! out for every ssthresh/RecoverFS byte the receiver reports delivered,
+//! so the flight shrinks smoothly to ssthresh rather than the sender
+//! falling silent for half a round trip and then bursting; below it, the
+//! sender catches up towards ssthresh, at most one segment ahead of what
+//! was delivered. Without SACK, RFC 6582's inflation and deflation stand.
+//! Either way the episode ends with cwnd = ssthresh: RFC 6582 step 3 allows
+//! it (its second alternative), RFC 6937 ends there, and so does Linux.
+//! The first alternative, min(ssthresh, FlightSize + SMSS), collapsed the
+//! window to two segments whenever the full ACK left little in flight (a
+//! receive-window-limited sender, or repairs acknowledged last), after
+//! which one lost ACK cost an RTO.
+//!
 //! Retransmission is driven by marks: a record judged lost is queued for
 //! repair on the scoreboard, and `poll_transmit` sends repairs before new
 //! records while `pipe` (RFC 6675 §4) is below `cwnd`. In SACK recovery,
@@ -61,6 +76,12 @@ pub(super) struct Congestion {
     /// Rank of the first transmission of the current recovery episode
     /// (see `SendQueue::next_xmit`).
     pub(super) recovery_start: u64,
+    /// PRR (RFC 6937): bytes the receiver reported delivered since the
+    /// episode began (`prr_delivered`), bytes sent since (`prr_out`), and
+    /// the flight when it began (`RecoverFS`).
+    pub(super) prr_delivered: usize,
+    pub(super) prr_out: usize,
+    pub(super) recover_fs: usize,
 }
 
 impl Congestion {
@@ -77,6 +98,9 @@ impl Congestion {
             force_rtx: false,
             rescue_sent: false,
             recovery_start: 0,
+            prr_delivered: 0,
+            prr_out: 0,
+            recover_fs: 0,
         }
     }
 
@@ -112,17 +136,26 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
 
     /// Congestion response to an acceptable ACK, after the scoreboard and
     /// `snd.una` were updated. `acked` is the number of newly acknowledged
-    /// bytes, `dup` whether the ACK is a duplicate (RFC 5681 §2),
-    /// `new_sack` whether it SACKed a record not SACKed before.
-    pub(super) fn on_ack_cc(&mut self, now: Instant, acked: usize, dup: bool, new_sack: bool) {
+    /// bytes, `delivered` the bytes newly acknowledged or SACKed less those
+    /// SACKed before and acknowledged now (RFC 6937 `DeliveredData`), `dup`
+    /// whether the ACK is a duplicate (RFC 5681 §2), `new_sack` whether it
+    /// SACKed a record not SACKed before.
+    pub(super) fn on_ack_cc(
+        &mut self,
+        now: Instant,
+        acked: usize,
+        delivered: usize,
+        dup: bool,
+        new_sack: bool,
+    ) {
         let mss = self.eff_mss;
         if acked > 0 {
             self.cc.dupacks = 0;
             if self.cc.in_recovery {
                 if self.snd_una >= self.cc.recover {
-                    // Full ACK (RFC 6582 step 3, first alternative).
-                    let flight = self.flight();
-                    self.cc.cwnd = self.cc.ssthresh.min(flight.max(mss) + mss);
+                    // Full ACK: the episode ends at ssthresh (RFC 6582
+                    // step 3, second alternative; RFC 6937).
+                    self.cc.cwnd = self.cc.ssthresh;
                     self.cc.in_recovery = false;
                     self.cc.abc_acked = 0;
                     self.rack_recovery_ended();
@@ -159,6 +192,32 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             self.rack_detect(now);
         }
         self.maybe_enter_recovery(dup);
+        if self.cc.in_recovery && self.opts.sack {
+            self.prr_update(delivered);
+        }
+    }
+
+    /// RFC 6937 on an ACK of a SACK recovery episode (the one that began
+    /// it included): cwnd becomes `pipe` plus what PRR allows to send now.
+    fn prr_update(&mut self, delivered: usize) {
+        let mss = self.eff_mss;
+        self.cc.prr_delivered += delivered;
+        let pipe = self.pipe();
+        let cc = &mut self.cc;
+        let sndcnt = if pipe > cc.ssthresh {
+            // Proportional: send ssthresh/RecoverFS of what was delivered.
+            let due = (cc.prr_delivered as u128 * cc.ssthresh as u128)
+                .div_ceil(cc.recover_fs.max(1) as u128);
+            usize::try_from(due)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(cc.prr_out)
+        } else {
+            // Slow-start reduction bound: catch up towards ssthresh, at
+            // most one segment beyond what was delivered.
+            let limit = cc.prr_delivered.saturating_sub(cc.prr_out).max(delivered) + mss;
+            (cc.ssthresh - pipe).min(limit)
+        };
+        cc.cwnd = pipe + sndcnt;
     }
 
     /// Starts recovery if loss is evident and none is under way: three
@@ -190,6 +249,9 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         self.cc.abc_acked = 0;
         self.cc.rescue_sent = false;
         self.cc.recovery_start = self.sendq.next_xmit();
+        self.cc.prr_delivered = 0;
+        self.cc.prr_out = 0;
+        self.cc.recover_fs = flight;
         self.cc.cwnd = if self.opts.sack {
             self.cc.ssthresh
         } else {
