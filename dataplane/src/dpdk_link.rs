@@ -25,9 +25,17 @@
 //! of header, external payload and trailer) is copied into one mbuf of the
 //! port's pool first, whose data room holds a whole frame at the MTU; the
 //! chain is freed at once (which also releases the sender's external
-//! buffer). Device RX checksum verdicts are not used yet: `tcp-offload`
-//! verifies every checksum in software (a trusted-checksum entry point in
-//! its interface is the missing piece).
+//! buffer).
+//!
+//! The device's RX checksum verdicts (the mbuf's `RX_IP_CKSUM_*` and
+//! `RX_L4_CKSUM_*` flags, read from the head of the chain as received,
+//! before any linearizing copy) travel with the frame
+//! ([`DpdkRxBuf::checksum`]) and reach `tcp-offload` through
+//! [`LinkQueue::rx_checksum`]: a checksum the device found good (or whose
+//! data it vouched for, `*_CKSUM_NONE`) is not summed again, one it found
+//! bad drops the frame, and one it did not check is verified in software.
+//! None of the virtual devices used here set these flags; every frame
+//! they deliver is verified in software.
 //!
 //! # Transmit
 //!
@@ -57,9 +65,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use dpdk_bindings::{
-    DpdkError, Eal, ExtBufPool, Mbuf, MbufBurst, Mempool, Port, PortConfig, PortSetup, RxQueue,
-    TxQueue, BURST,
+    CksumStatus, DpdkError, Eal, ExtBufPool, Mbuf, MbufBurst, Mempool, Port, PortConfig, PortSetup,
+    RxQueue, TxQueue, BURST,
 };
+use tcp_offload::iface::{DeviceCksum, RxChecksum};
 use tcp_offload::wire::{checksum, EthernetAddress};
 
 use crate::link::{FrameFull, Link, LinkCaps, LinkQueue, TxFrame, FRAME_OVERHEAD};
@@ -470,20 +479,52 @@ pub struct DpdkQueue {
     keep: Vec<Mempool>,
 }
 
-/// A received frame: one mbuf, read as its first (only) segment.
+/// A received frame: one mbuf, read as its first (only) segment, and the
+/// device's checksum verdicts on it.
 #[derive(Debug)]
-pub struct DpdkRxBuf(Mbuf);
+pub struct DpdkRxBuf {
+    mbuf: Mbuf,
+    cksum: RxChecksum,
+}
 
 impl AsRef<[u8]> for DpdkRxBuf {
     fn as_ref(&self) -> &[u8] {
-        self.0.data()
+        self.mbuf.data()
     }
 }
 
 impl DpdkRxBuf {
     /// The mbuf.
     pub fn mbuf(&self) -> &Mbuf {
-        &self.0
+        &self.mbuf
+    }
+
+    /// What the device said about the frame's IPv4 and TCP checksums when
+    /// it received it (kept across the copy of a chained frame into one
+    /// mbuf, which clears the flags).
+    pub fn checksum(&self) -> RxChecksum {
+        self.cksum
+    }
+}
+
+/// A device's verdict on one checksum, as `tcp-offload` takes it. DPDK's
+/// `*_CKSUM_NONE` (both flag bits: "the field is not correct, but the
+/// integrity of the data is verified", as virtio devices report a
+/// checksum the sending host left partial) counts as good: verifying
+/// that field in software would drop intact data.
+pub fn device_cksum(status: CksumStatus) -> DeviceCksum {
+    match status {
+        CksumStatus::Good | CksumStatus::IntegrityVerified => DeviceCksum::Good,
+        CksumStatus::Bad => DeviceCksum::Bad,
+        CksumStatus::Unknown => DeviceCksum::Unchecked,
+    }
+}
+
+/// The verdicts the device left in a received mbuf's flags.
+fn rx_checksum_of(m: &Mbuf) -> RxChecksum {
+    RxChecksum {
+        ip: device_cksum(m.ip_cksum()),
+        l4: device_cksum(m.l4_cksum()),
     }
 }
 
@@ -568,12 +609,13 @@ impl LinkQueue for DpdkQueue {
                 break;
             };
             let chained = m.nb_segs() > 1;
+            let cksum = rx_checksum_of(&m);
             match self.linearize(m) {
-                Some(m) => {
+                Some(mbuf) => {
                     if chained {
                         self.stats.rx_linearized.fetch_add(1, Ordering::Relaxed);
                     }
-                    out.push(DpdkRxBuf(m));
+                    out.push(DpdkRxBuf { mbuf, cksum });
                     n += 1;
                 }
                 None => {
@@ -582,6 +624,10 @@ impl LinkQueue for DpdkQueue {
             }
         }
         n
+    }
+
+    fn rx_checksum(&self, buf: &DpdkRxBuf) -> RxChecksum {
+        buf.cksum
     }
 
     fn alloc_tx(&mut self) -> Option<DpdkFrame> {
@@ -815,5 +861,16 @@ mod tests {
         let a = eal_args_for(&user, "0000:01:00.0");
         assert!(!a.iter().any(|x| x.contains("0000:01")));
         assert_eq!(device_name("net_tap0,iface=t0"), "net_tap0");
+    }
+
+    #[test]
+    fn only_a_device_verdict_spares_the_software_check() {
+        assert_eq!(device_cksum(CksumStatus::Good), DeviceCksum::Good);
+        assert_eq!(
+            device_cksum(CksumStatus::IntegrityVerified),
+            DeviceCksum::Good
+        );
+        assert_eq!(device_cksum(CksumStatus::Bad), DeviceCksum::Bad);
+        assert_eq!(device_cksum(CksumStatus::Unknown), DeviceCksum::Unchecked);
     }
 }

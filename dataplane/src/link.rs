@@ -15,7 +15,8 @@
 //! - A received frame is a [`LinkQueue::RxBuf`]: anything that reads as
 //!   bytes and gives its memory back when dropped (an mbuf; a pooled
 //!   buffer here). The TCP engine may keep it (out-of-order data) until it
-//!   is consumed.
+//!   is consumed. [`LinkQueue::rx_checksum`] reports what the device
+//!   found checking its checksums, if it checked them.
 //! - A frame to send is a [`TxFrame`]: bytes appended (headers, MPA
 //!   trailer, padding) and payload either **attached** by reference
 //!   ([`TxFrame::attach`], zero-copy: the frame holds the region alive until
@@ -29,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_queue::ArrayQueue;
+use tcp_offload::iface::RxChecksum;
 use tcp_offload::wire::EthernetAddress;
 
 use crate::memory::{Region, RegionSlice};
@@ -121,6 +123,14 @@ pub trait LinkQueue: Send + 'static {
     /// Receives up to `max` frames, appending them to `out`; returns how
     /// many. Never blocks.
     fn rx_burst(&mut self, out: &mut Vec<Self::RxBuf>, max: usize) -> usize;
+
+    /// What the device's receive checksum offload said about `buf`: a
+    /// checksum it found good is not summed again in software, a frame it
+    /// found bad is dropped unparsed. The default, for devices that check
+    /// nothing, leaves both checksums to software.
+    fn rx_checksum(&self, _buf: &Self::RxBuf) -> RxChecksum {
+        RxChecksum::VERIFY
+    }
 
     /// A fresh frame to fill, or `None` if the port is out of buffers.
     fn alloc_tx(&mut self) -> Option<Self::TxFrame>;

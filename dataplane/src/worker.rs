@@ -8,8 +8,10 @@
 //!    connect, accept, reject, memory registration), at most
 //!    [`CTL_PER_POLL`].
 //! 2. RX burst of at most [`RX_BURST`] frames; each goes to
-//!    `tcp-offload`'s [`Interface::handle_frame`] by reference (the TCP
-//!    engine keeps out-of-order data in the received buffers). ARP frames
+//!    `tcp-offload`'s [`Interface::handle_frame_with`] by reference (the
+//!    TCP engine keeps out-of-order data in the received buffers), with the
+//!    device's checksum verdicts ([`LinkQueue::rx_checksum`]): checksums
+//!    the device found good are not summed again. ARP frames
 //!    are also forwarded to the other workers (a NIC steers them to queue
 //!    0 only, and every worker keeps its own neighbour table).
 //! 3. TCP and ARP timers.
@@ -1675,7 +1677,8 @@ impl<Q: LinkQueue> Worker<Q> {
                     }
                 }
             }
-            self.iface.handle_frame(now, RxFrame::Nic(buf));
+            let cksum = self.queue.rx_checksum(&buf);
+            self.iface.handle_frame_with(now, RxFrame::Nic(buf), cksum);
         }
         let mut fwd = 0;
         while let Some(sf) = self.forward_in.pop() {

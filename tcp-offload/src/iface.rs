@@ -6,7 +6,9 @@
 //!
 //! Order of calls for a driver:
 //!
-//! 1. for each received frame, [`Interface::handle_frame`];
+//! 1. for each received frame, [`Interface::handle_frame`] (or
+//!    [`Interface::handle_frame_with`], passing what the device's receive
+//!    checksum offload said about it);
 //! 2. [`Interface::handle_timeout`] when `now >= poll_timeout()`;
 //! 3. work with connections through [`Interface::stack_mut`] (accept,
 //!    events, `recv`, records);
@@ -18,6 +20,12 @@
 //! buffer the driver lends, with the record bytes copied in by
 //! [`Record::copy_to`] (the dataplane's zero-copy transmit path attaches
 //! them instead).
+//!
+//! A device that verifies checksums on receive spares the software check:
+//! a checksum it found good is trusted, one it found bad drops the frame
+//! before any parsing, and one it did not look at is verified here. The
+//! device's verdict covers the IPv4 header and the TCP segment; ICMP is
+//! always verified here (devices report on TCP and UDP only).
 //!
 //! Everything is on-link: the next hop of every destination is the
 //! destination itself (one subnet, no gateway). When its MAC address is
@@ -101,6 +109,53 @@ fn reason_index(e: WireError) -> usize {
     }
 }
 
+/// What the receiving device said about one checksum of a frame.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum DeviceCksum {
+    /// The device did not check it (or cannot say): verify in software.
+    #[default]
+    Unchecked,
+    /// The device checked it and found it right: trust it.
+    Good,
+    /// The device checked it and found it wrong: the frame is dropped and
+    /// counted as [`WireError::BadChecksum`] without being parsed.
+    Bad,
+}
+
+impl DeviceCksum {
+    /// How the wire parser treats the field.
+    fn parse_mode(self) -> Checksum {
+        match self {
+            DeviceCksum::Good => Checksum::Trusted,
+            DeviceCksum::Unchecked | DeviceCksum::Bad => Checksum::Verify,
+        }
+    }
+}
+
+/// The device's verdicts on a received frame's checksums, for
+/// [`Interface::handle_frame_with`]. The default checks both in software,
+/// as [`Interface::handle_frame`] does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct RxChecksum {
+    /// The IPv4 header checksum.
+    pub ip: DeviceCksum,
+    /// The TCP checksum (ICMP's is always verified in software).
+    pub l4: DeviceCksum,
+}
+
+impl RxChecksum {
+    /// Nothing known: both verified in software.
+    pub const VERIFY: RxChecksum = RxChecksum {
+        ip: DeviceCksum::Unchecked,
+        l4: DeviceCksum::Unchecked,
+    };
+
+    /// Whether the device found either checksum wrong.
+    pub fn any_bad(self) -> bool {
+        self.ip == DeviceCksum::Bad || self.l4 == DeviceCksum::Bad
+    }
+}
+
 /// Configuration of an [`Interface`].
 #[derive(Debug, Clone)]
 pub struct InterfaceConfig {
@@ -164,6 +219,12 @@ pub struct IfaceStats {
     /// Outgoing frames dropped because they exceed the MTU or the buffer
     /// `poll_frame` was given.
     pub tx_too_large: u64,
+    /// Received frames whose IPv4 or TCP checksum was trusted to the
+    /// device rather than verified here ([`Interface::handle_frame_with`]).
+    pub rx_cksum_trusted: u64,
+    /// Received frames the device found a bad checksum in (also counted
+    /// in [`IfaceStats::drops`] as [`WireError::BadChecksum`]).
+    pub rx_cksum_device_bad: u64,
 }
 
 impl IfaceStats {
@@ -465,10 +526,28 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
         }
     }
 
-    /// Processes one received frame (without FCS).
+    /// Processes one received frame (without FCS), verifying its
+    /// checksums in software.
     pub fn handle_frame(&mut self, now: Instant, frame: B) {
+        self.handle_frame_with(now, frame, RxChecksum::VERIFY);
+    }
+
+    /// Processes one received frame (without FCS) whose checksums the
+    /// device may have checked already: a checksum it found good is not
+    /// summed again, and a frame it found a bad checksum in is dropped
+    /// before parsing. Pass [`DeviceCksum::Good`] only on the device's
+    /// positive word (DPDK's `RX_*_CKSUM_GOOD`), never for "not checked".
+    pub fn handle_frame_with(&mut self, now: Instant, frame: B, cksum: RxChecksum) {
         self.stats.rx_frames += 1;
-        match self.classify(now, frame.as_ref()) {
+        if cksum.any_bad() {
+            self.stats.rx_cksum_device_bad += 1;
+            self.drop_frame(WireError::BadChecksum);
+            return;
+        }
+        if cksum.ip == DeviceCksum::Good || cksum.l4 == DeviceCksum::Good {
+            self.stats.rx_cksum_trusted += 1;
+        }
+        match self.classify(now, frame.as_ref(), cksum) {
             Err(e) => self.drop_frame(e),
             Ok(None) => {}
             Ok(Some(tcp)) => {
@@ -486,7 +565,12 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
 
     /// Parses a frame and handles everything but TCP, which it returns
     /// (the frame is still borrowed here).
-    fn classify(&mut self, now: Instant, frame: &[u8]) -> Result<Option<TcpIn>, WireError> {
+    fn classify(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        cksum: RxChecksum,
+    ) -> Result<Option<TcpIn>, WireError> {
         let eth_frame = EthernetFrame::new_checked(frame)?;
         let eth = EthernetRepr::parse(&eth_frame)?;
         if eth.dst_addr != self.config.mac && !eth.dst_addr.is_broadcast() {
@@ -507,7 +591,7 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
             }
             EtherType::Ipv4 => {
                 let ip_packet = Ipv4Packet::new_checked(eth_frame.payload())?;
-                let ip = Ipv4Repr::parse(&ip_packet, Checksum::Verify)?;
+                let ip = Ipv4Repr::parse(&ip_packet, cksum.ip.parse_mode())?;
                 if ip.dst_addr != self.config.ip || !eth.dst_addr.is_unicast() {
                     self.stats.not_for_us += 1;
                     return Ok(None);
@@ -532,7 +616,8 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
                     }
                     IpProtocol::Tcp => {
                         let p = TcpPacket::new_checked(ip_packet.payload())?;
-                        let repr = TcpRepr::parse(&p, ip.src_addr, ip.dst_addr, Checksum::Verify)?;
+                        let repr =
+                            TcpRepr::parse(&p, ip.src_addr, ip.dst_addr, cksum.l4.parse_mode())?;
                         let start = eth_hl + ip_hl + p.header_len();
                         let end = eth_hl + ip_hl + ip.payload_len;
                         Ok(Some(TcpIn {
@@ -1160,6 +1245,99 @@ mod tests {
         assert_eq!(a.stats().drops_for(WireError::Unsupported), 1);
         assert_eq!(a.stats().rx_frames, 7);
         assert!(poll_all(&mut a, now).is_empty());
+    }
+
+    /// A SYN whose TCP checksum is wrong (the last payload byte flipped
+    /// after it was computed).
+    fn syn_with_bad_tcp_checksum(port: u16) -> Vec<u8> {
+        let mut f = tcp_frame(&syn_to(port), b"data");
+        let last = f.len() - 1;
+        f[last] ^= 0x01;
+        f
+    }
+
+    const L4_GOOD: RxChecksum = RxChecksum {
+        ip: DeviceCksum::Unchecked,
+        l4: DeviceCksum::Good,
+    };
+
+    #[test]
+    fn device_good_tcp_checksum_is_trusted() {
+        let mut a = iface(MAC_A, IP_A);
+        let now = Instant::from_millis(1);
+        a.handle_frame_with(now, syn_with_bad_tcp_checksum(80), L4_GOOD);
+        assert_eq!(a.stats().drops_for(WireError::BadChecksum), 0);
+        assert_eq!(a.stats().tcp_in, 1);
+        assert_eq!(a.stats().rx_cksum_trusted, 1);
+        assert_eq!(a.stack().stats().segments_in, 1);
+        // The same frame with no verdict is verified and dropped.
+        a.handle_frame_with(now, syn_with_bad_tcp_checksum(80), RxChecksum::VERIFY);
+        assert_eq!(a.stats().drops_for(WireError::BadChecksum), 1);
+        assert_eq!(a.stats().tcp_in, 1);
+        assert_eq!(a.stack().stats().segments_in, 1);
+        assert_eq!(a.stats().rx_cksum_trusted, 1);
+        assert_eq!(a.stats().rx_frames, 2);
+    }
+
+    #[test]
+    fn device_bad_checksum_drops_before_parsing() {
+        let mut a = iface(MAC_A, IP_A);
+        let now = Instant::from_millis(1);
+        let bad_l4 = RxChecksum {
+            ip: DeviceCksum::Good,
+            l4: DeviceCksum::Bad,
+        };
+        // The device's word wins over the bytes: a frame whose checksums
+        // are right is still dropped, and so is one the parser would
+        // refuse for another reason (truncated), without being parsed.
+        a.handle_frame_with(now, tcp_frame(&syn_to(80), b"data"), bad_l4);
+        a.handle_frame_with(now, syn_with_bad_tcp_checksum(80), bad_l4);
+        a.handle_frame_with(now, vec![0u8; 10], bad_l4);
+        let bad_ip = RxChecksum {
+            ip: DeviceCksum::Bad,
+            l4: DeviceCksum::Unchecked,
+        };
+        a.handle_frame_with(now, tcp_frame(&syn_to(80), &[]), bad_ip);
+        assert_eq!(a.stats().drops_for(WireError::BadChecksum), 4);
+        assert_eq!(a.stats().drops_for(WireError::Truncated), 0);
+        assert_eq!(a.stats().rx_cksum_device_bad, 4);
+        assert_eq!(a.stats().rx_cksum_trusted, 0);
+        assert_eq!((a.stats().rx_frames, a.stats().tcp_in), (4, 0));
+        assert_eq!(a.stack().stats().segments_in, 0);
+        assert!(poll_all(&mut a, now).is_empty());
+    }
+
+    #[test]
+    fn device_verdicts_apply_to_their_own_layer_only() {
+        let mut a = iface(MAC_A, IP_A);
+        let now = Instant::from_millis(1);
+        // A wrong IPv4 header checksum the device vouched for: accepted,
+        // and the TCP checksum (right) is still verified here.
+        let mut t = vec![0u8; syn_to(80).header_len()];
+        syn_to(80).emit(&mut t, IP_B, IP_A, &[]);
+        let mut ip = ipv4(IP_B, IP_A, IpProtocol::Tcp, &t);
+        ip[10] ^= 0x40;
+        let ip_good = RxChecksum {
+            ip: DeviceCksum::Good,
+            l4: DeviceCksum::Unchecked,
+        };
+        a.handle_frame_with(now, eth(MAC_B, MAC_A, EtherType::Ipv4, &ip), ip_good);
+        assert_eq!(a.stack().stats().segments_in, 1);
+        // The IP header vouched for does not cover a wrong TCP checksum.
+        a.handle_frame_with(now, syn_with_bad_tcp_checksum(81), ip_good);
+        assert_eq!(a.stats().drops_for(WireError::BadChecksum), 1);
+        // A good TCP verdict does not cover a wrong IPv4 header checksum.
+        a.handle_frame_with(now, eth(MAC_B, MAC_A, EtherType::Ipv4, &ip), L4_GOOD);
+        assert_eq!(a.stats().drops_for(WireError::BadChecksum), 2);
+        // Nor an ICMP checksum: devices report on TCP and UDP only.
+        let mut echo = [0u8; 8];
+        echo[0] = 8;
+        echo[2] = 0x12;
+        let icmp = ipv4(IP_B, IP_A, IpProtocol::Icmp, &echo);
+        a.handle_frame_with(now, eth(MAC_B, MAC_A, EtherType::Ipv4, &icmp), L4_GOOD);
+        assert_eq!(a.stats().drops_for(WireError::BadChecksum), 3);
+        assert_eq!(a.stats().icmp_in, 0);
+        assert_eq!(a.stack().stats().segments_in, 1);
     }
 
     /// The TCP header of a frame, if it is a valid TCP frame.
