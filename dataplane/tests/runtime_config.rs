@@ -1,7 +1,8 @@
-//! The configuration file: a full example parses, overrides change any
-//! key, and every kind of bad input is refused with an error that names
-//! the key (never a panic). Then two dataplanes opened from
-//! configurations naming the same in-memory link talk to each other.
+//! The configuration file: a full example parses (and so does the
+//! real-NIC example under `deploy/`), overrides change any key, and every
+//! kind of bad input is refused with an error that names the key (never a
+//! panic). Then two dataplanes opened from configurations naming the same
+//! in-memory link talk to each other.
 
 mod runtime_common;
 
@@ -243,4 +244,38 @@ fn two_dataplanes_opened_from_configuration_files() {
         Some(CmEvent::Established { .. })
     ));
     println!("configured dataplanes connected: {:?}", a.stats());
+}
+
+#[test]
+fn real_nic_example_in_deploy_parses_and_keeps_its_eal_arguments() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/iwarp-real-nic.example.toml");
+    let c = Config::load(&path, &[]).expect("deploy/iwarp-real-nic.example.toml");
+    let port = &c.ports[0];
+    assert_eq!(port.device, "0000:01:00.0");
+    assert_eq!(port.ip, Ipv4Addr::new(192, 168, 50, 10));
+    assert!(port.mac.is_none(), "the example uses the port's own MAC");
+    assert_eq!(port.mtu, 9000);
+    assert_eq!(port.neighbors.len(), 1);
+    assert_eq!((c.workers.count, c.workers.cores.clone()), (2, vec![2, 3]));
+    assert_eq!(c.idle.sleep_us, 0);
+    let eal = &c.eal.args;
+    // Hugepages and PCI: none of the virtual-device defaults.
+    assert!(!eal.iter().any(|a| a == "--no-huge" || a == "--no-pci"));
+    // The port is allow-listed, and the main lcore is not a worker's core.
+    let after = |flag: &str| {
+        let i = eal.iter().position(|a| a == flag).unwrap();
+        eal[i + 1].clone()
+    };
+    assert_eq!(after("-a"), port.device);
+    let main_lcore: usize = after("-l").parse().unwrap();
+    assert!(!c.workers.cores.contains(&main_lcore));
+    // The runtime passes the list through: no vdev added for a PCI
+    // address, and the file's own prefix kept.
+    let args = dataplane::dpdk_link::eal_args_for(eal, &port.device);
+    assert_eq!(&args, eal);
+    assert_eq!(args.iter().filter(|a| *a == "--file-prefix").count(), 1);
+    // Overrides work on it as on any file (a host with other cores).
+    let o = Config::load(&path, &["workers.cores=[4, 5]".into()]).unwrap();
+    assert_eq!(o.workers.cores, vec![4, 5]);
 }
