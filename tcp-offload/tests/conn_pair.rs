@@ -1062,6 +1062,55 @@ fn tail_loss_probe_recovers_a_whole_lost_flight() {
     }
 }
 
+/// The ACK that would end a recovery is lost: record 30 of 40 is repaired,
+/// and the receiver's ACKs of everything do not come back. Nothing else
+/// is in flight to draw another. The probe timeout, which here also runs
+/// in fast recovery once the ACK clock stops, sends a probe two round
+/// trips later and its ACK ends the episode; the RTO and the collapse of
+/// the window to one segment are avoided.
+#[test]
+fn a_lost_ack_ending_recovery_is_probed_for() {
+    for cfg in [quiet(), Config::iwarp_hardware()] {
+        let mut p = Pair::established(cfg.clone(), cfg);
+        let rec = p.a.conn.max_record_len();
+        p.a.record_size = rec;
+        p.a.out = pattern(40 * rec, 67);
+        let end = ISS_A + 1 + 40 * rec;
+        let mut drop_data = drop_record_tx(rec, &[(30, 0)]);
+        // Every ACK of everything is lost for 10 ms: the one answering
+        // the repair, and any answering a rescue retransmission.
+        let mut first_full_ack = None;
+        p.filter = Some(Box::new(move |w| {
+            if w.dir == Dir::BtoA && w.repr.ack_number == end {
+                let first = *first_full_ack.get_or_insert(w.at);
+                if w.at < first + Duration::from_millis(10) {
+                    return Verdict::Drop;
+                }
+            }
+            drop_data(w)
+        }));
+        let n = p.a.out.len();
+        assert!(p.run_until(Duration::from_secs(10), |p| p.b.got.len() == n
+            && p.a.conn.records_queued() == 0));
+        assert_eq!(p.b.got, p.a.out);
+        let s = p.a.conn.stats();
+        let what = format!("sack {}: {s:?}", p.a.conn.sack_enabled());
+        assert_eq!(s.rto_expirations, 0, "{what}");
+        assert_eq!(s.fast_retransmits, 1, "{what}");
+        assert_eq!(s.tail_loss_probes, 1, "{what}");
+        assert!(p.a.conn.cwnd() >= p.a.conn.ssthresh(), "{what}");
+        // The probe went out well before an RTO would have.
+        let repair = record_sends(&p, rec, 30)[1];
+        let probe = p
+            .segs(Dir::AtoB)
+            .filter(|w| !w.data.is_empty() && w.at > repair)
+            .map(|w| w.at)
+            .next()
+            .expect("the probe");
+        assert!(probe - repair < Duration::from_millis(100), "{what}");
+    }
+}
+
 /// A retransmission lost in recovery, with more data behind it: RACK
 /// deems it lost as soon as a record sent after it is SACKed, and it is
 /// resent again without waiting for the RTO.

@@ -268,7 +268,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         // acknowledged.
         let delivered_bytes = (acked + self.sendq.sacked_bytes()).saturating_sub(sacked_before);
         self.on_ack_cc(now, acked, delivered_bytes, dup, new_sack);
-        if acked > 0 {
+        if acked > 0 || (self.cc.in_recovery && delivered_bytes > 0) {
             self.arm_pto(now);
         }
 

@@ -66,6 +66,8 @@ enum Send {
     ProbeNew,
     /// A tail loss probe resending the last record sent.
     Probe,
+    /// A tail loss probe in fast recovery: a repair the window held back.
+    ProbeRepair,
 }
 
 /// What to send next.
@@ -298,11 +300,29 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         None
     }
 
-    /// The tail loss probe (RFC 8985 §7.3): the next new record if the
-    /// peer's window takes it, else the last record sent, whole, or the FIN
-    /// when it was the last thing sent.
-    fn pick_probe(&self, sent: usize) -> Option<Tx> {
+    /// The tail loss probe (RFC 8985 §7.3): in fast recovery a repair the
+    /// window held back, if any; the next new record if the peer's window
+    /// takes it; else the FIN when it was the last thing sent, or the
+    /// highest record not SACKed (the last one sent, outside recovery),
+    /// whole.
+    fn pick_probe(&mut self, sent: usize) -> Option<Tx> {
         let mss = self.eff_mss;
+        if self.cc.in_recovery {
+            if let Some(idx) = self.sendq.next_pending(sent) {
+                let r = self.sendq.get(idx);
+                let sent_len = r.len.min(self.snd_nxt - r.seq);
+                let off = r.rtx_off.min(sent_len);
+                let len = (sent_len - off).min(mss);
+                if len > 0 {
+                    return Some(Tx::Data {
+                        idx,
+                        off,
+                        len,
+                        why: Send::ProbeRepair,
+                    });
+                }
+            }
+        }
         let idx = self.sendq.next_new();
         if idx < self.sendq.len() {
             let r = self.sendq.get(idx);
@@ -323,10 +343,10 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 probe: true,
             });
         }
-        let idx = sent.checked_sub(1)?;
+        let idx = self.sendq.highest_unsacked(sent)?;
         let r = self.sendq.get(idx);
         let whole = r.end() <= self.snd_nxt && r.len <= mss;
-        if !whole || r.sacked || (r.lost && !r.rexmit) {
+        if !whole || (r.lost && !r.rexmit) {
             return None;
         }
         Some(Tx::Data {
@@ -360,7 +380,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 self.cc.rescue_sent = true;
             }
             self.stats.retransmits += 1;
-        } else if why == Send::Repair {
+        } else if matches!(why, Send::Repair | Send::ProbeRepair) {
             let sent_len = rec_len.min(self.snd_nxt - self.sendq.get(idx).seq);
             self.sendq.stamp(idx, now);
             self.sendq.get_mut(idx).rtx_off = off + len;
@@ -391,10 +411,9 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         }
         self.arm_rto(now);
         match why {
-            Send::New => self.arm_pto(now),
+            Send::New | Send::Repair | Send::Speculative | Send::Rescue => self.arm_pto(now),
             Send::ProbeNew => self.note_probe(now, None),
-            Send::Probe => self.note_probe(now, Some((seq, seq + len))),
-            Send::Repair | Send::Speculative | Send::Rescue => {}
+            Send::Probe | Send::ProbeRepair => self.note_probe(now, Some((seq, seq + len))),
         }
         self.header(now, seq, flags, len)
     }

@@ -12,14 +12,25 @@
 //! something sent after it is delivered, without waiting for the RTO.
 //!
 //! TLP (§7) covers the tail: when no ACK has come for about two round trips
-//! while data is outstanding and the connection is not in recovery, one
-//! probe goes out, a new record if one is queued and the peer's window
-//! takes it, else the last record sent again (records are never split or
-//! merged, so the probe is always a whole record), or the FIN if that is
-//! the last thing sent. Its ACK, or its SACK, hands RACK (or the duplicate
-//! ACK rule) what it needs to start recovery in a round trip, where the
-//! alternative was the RTO. §7.4: if the probe turns out to have repaired a
-//! loss on its own, the congestion window is reduced as for a recovery.
+//! while data is outstanding, one probe goes out, a new record if one is
+//! queued and the peer's window takes it, else the last record sent again
+//! (records are never split or merged, so the probe is always a whole
+//! record), or the FIN if that is the last thing sent. Its ACK, or its
+//! SACK, hands RACK (or the duplicate ACK rule) what it needs to start
+//! recovery in a round trip, where the alternative was the RTO. §7.4: if
+//! the probe turns out to have repaired a loss on its own, the congestion
+//! window is reduced as for a recovery.
+//!
+//! One departure from §7.2, which schedules no probe during loss recovery:
+//! here the probe timeout also runs in fast recovery, restarted by every
+//! transmission and by every ACK that reports something delivered, so it
+//! fires only once the ACK clock has stopped: typically when the ACK that
+//! would have ended the episode (or the one answering its last repair) was
+//! lost, which would otherwise cost an RTO and the collapse of the window.
+//! The probe then is a repair still waiting for the window if there is
+//! one, else new data, else the highest record not SACKed. It opens no
+//! §7.4 episode (the window is already reduced). After an RTO, the RTO's
+//! own go-back-N rules as before.
 //!
 //! RACK needs SACK. TLP runs without it too: a lone lost last record is
 //! repaired by the probe itself, and an ACK answering the probe that stops
@@ -196,9 +207,11 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     }
 
     /// Whether a probe timeout may run (RFC 8985 §7.2): data outstanding,
-    /// no recovery under way and, with SACK, nothing SACKed (RACK's
-    /// reordering timer covers that case).
+    /// no retransmission after an RTO under way and, outside fast recovery
+    /// and with SACK, nothing SACKed (RACK's reordering timer covers that
+    /// case).
     fn pto_allowed(&self) -> bool {
+        let after_rto = !self.cc.in_recovery && self.snd_una < self.cc.recover;
         matches!(
             self.state,
             State::Established
@@ -207,14 +220,15 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 | State::Closing
                 | State::LastAck
         ) && self.snd_una != self.snd_nxt
-            && !self.in_loss_recovery()
-            && !(self.opts.sack && self.sendq.sacked_bytes() > 0)
+            && !after_rto
+            && (self.cc.in_recovery || !(self.opts.sack && self.sendq.sacked_bytes() > 0))
     }
 
-    /// (Re)starts the probe timeout after new data went out or an ACK
-    /// acknowledged new data (RFC 8985 §7.2): two smoothed round trips,
-    /// plus the worst-case delayed ACK when the receiver may be holding its
-    /// ACK, and never later than the RTO.
+    /// (Re)starts the probe timeout after data went out (other than a
+    /// probe) or an ACK acknowledged new data, or in fast recovery reported
+    /// any delivered (RFC 8985 §7.2, and the module's departure): two
+    /// smoothed round trips, plus the worst-case delayed ACK when the
+    /// receiver may be holding its ACK, and never later than the RTO.
     pub(super) fn arm_pto(&mut self, now: Instant) {
         if !self.pto_allowed() {
             self.timers.pto = None;
@@ -258,15 +272,18 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     }
 
     /// Bookkeeping of a probe just sent: `probe` is the range it resent,
-    /// `None` if it was new data.
+    /// `None` if it was new data. A probe in fast recovery opens no §7.4
+    /// episode.
     pub(super) fn note_probe(&mut self, now: Instant, probe: Option<(SeqNumber, SeqNumber)>) {
         self.stats.tail_loss_probes += 1;
         self.tlp.pending = false;
-        self.tlp.end = Some(self.snd_nxt);
-        self.tlp.is_retrans = probe.is_some();
-        self.tlp.probe = probe;
-        self.tlp.sent_at = now;
-        self.tlp.hole_below = false;
+        if !self.cc.in_recovery {
+            self.tlp.end = Some(self.snd_nxt);
+            self.tlp.is_retrans = probe.is_some();
+            self.tlp.probe = probe;
+            self.tlp.sent_at = now;
+            self.tlp.hole_below = false;
+        }
         self.rtt.clear_fresh();
         self.timers.pto = None;
         self.rearm_rto_after_probe(now);
