@@ -29,9 +29,9 @@
 //! shared machine do not inflate one figure and not its baseline.
 
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
+use benches::Estimates;
 use criterion::{Bencher, Criterion, Throughput};
 use rdmap::engine::{Endpoint, EngineEvent, Env};
 use rdmap::mpa::{Config, DeframeEvent, Deframer, Framer, RtrSet};
@@ -395,41 +395,11 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-/// Where criterion writes its estimates: the same place it chooses by
-/// default, fixed here so that the ratios below can be read back.
-fn criterion_dir() -> PathBuf {
-    if let Some(home) = std::env::var_os("CRITERION_HOME") {
-        return PathBuf::from(home);
-    }
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent().unwrap_or(tmp).join("criterion")
-}
-
-/// The point estimate (ns) criterion reports as the time per iteration
-/// (the regression slope, or the mean where there is none), from an
-/// `estimates.json` written after `since`; `None` if absent or stale (a
-/// filtered or `--test` run).
-fn estimate_ns(dir: &Path, group: &str, name: &str, since: SystemTime) -> Option<f64> {
-    let path = dir.join(group).join(name).join("new/estimates.json");
-    let meta = std::fs::metadata(&path).ok()?;
-    if meta.modified().ok()? < since {
-        return None;
-    }
-    let text = std::fs::read_to_string(&path).ok()?;
-    let point = |key: &str| -> Option<f64> {
-        let at = &text[text.find(&format!("\"{key}\":{{"))?..];
-        let v = &at[at.find("\"point_estimate\":")? + "\"point_estimate\":".len()..];
-        let end = v.find([',', '}'])?;
-        v[..end].trim().parse().ok()
-    };
-    point("slope").or_else(|| point("mean"))
-}
-
 /// Prints each of `names` against the group's memcpy and crc32c baselines.
-fn ratios(dir: &Path, group: &str, what: &str, bytes: usize, names: &[&str], since: SystemTime) {
+fn ratios(est: &Estimates, group: &str, what: &str, bytes: usize, names: &[&str]) {
     let base = |prefix: &str| {
         let suffix = if group == "mpa_rx" { "stream" } else { "1448" };
-        estimate_ns(dir, group, &format!("{prefix}_{suffix}"), since)
+        est.ns(group, &format!("{prefix}_{suffix}"))
     };
     let (Some(copy), Some(crc)) = (base("memcpy"), base("crc32c")) else {
         return;
@@ -440,7 +410,7 @@ fn ratios(dir: &Path, group: &str, what: &str, bytes: usize, names: &[&str], sin
         "", "ns", "GB/s", "x memcpy", "x crc32c"
     );
     for name in names {
-        if let Some(t) = estimate_ns(dir, group, name, since) {
+        if let Some(t) = est.ns(group, name) {
             println!(
                 "  {name:<20} {t:>10.1} {:>8.2} {:>9.2}x {:>9.2}x",
                 bytes as f64 / t,
@@ -452,16 +422,15 @@ fn ratios(dir: &Path, group: &str, what: &str, bytes: usize, names: &[&str], sin
 }
 
 fn main() {
-    let start = SystemTime::now();
-    let dir = criterion_dir();
+    let est = Estimates::new(env!("CARGO_TARGET_TMPDIR"));
     let mut c = Criterion::default()
-        .output_directory(&dir)
+        .output_directory(est.dir())
         .configure_from_args();
     bench(&mut c);
     c.final_summary();
 
     ratios(
-        &dir,
+        &est,
         "mpa_rx",
         &format!("receive, {FPDUS} FPDUs of {FPDU} octets per iteration"),
         FPDU * FPDUS,
@@ -471,14 +440,12 @@ fn main() {
             "deframe_crc_place",
             "engine_rx",
         ],
-        start,
     );
     ratios(
-        &dir,
+        &est,
         "mpa_tx",
         &format!("send, one {FPDU}-octet FPDU per iteration"),
         FPDU,
         &["crc32c_1448", "frame"],
-        start,
     );
 }

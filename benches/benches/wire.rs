@@ -12,9 +12,8 @@
 
 use std::hint::black_box;
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
+use benches::Estimates;
 use criterion::{Criterion, Throughput};
 use tcp_offload::wire::{
     checksum, Checksum, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, IpProtocol,
@@ -147,46 +146,15 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-/// Where criterion writes its estimates: the same place it chooses by
-/// default, fixed here so that the ratios below can be read back.
-fn criterion_dir() -> PathBuf {
-    if let Some(home) = std::env::var_os("CRITERION_HOME") {
-        return PathBuf::from(home);
-    }
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent().unwrap_or(tmp).join("criterion")
-}
-
-/// The point estimate (ns) criterion reports as the time per iteration
-/// (the regression slope, or the mean where there is none), from an
-/// `estimates.json` written after `since`; `None` if absent or stale (a
-/// filtered or `--test` run).
-fn estimate_ns(dir: &Path, name: &str, since: SystemTime) -> Option<f64> {
-    let path = dir.join("wire").join(name).join("new/estimates.json");
-    let meta = std::fs::metadata(&path).ok()?;
-    if meta.modified().ok()? < since {
-        return None;
-    }
-    let text = std::fs::read_to_string(&path).ok()?;
-    let point = |key: &str| -> Option<f64> {
-        let at = &text[text.find(&format!("\"{key}\":{{"))?..];
-        let v = &at[at.find("\"point_estimate\":")? + "\"point_estimate\":".len()..];
-        let end = v.find([',', '}'])?;
-        v[..end].trim().parse().ok()
-    };
-    point("slope").or_else(|| point("mean"))
-}
-
 fn main() {
-    let start = SystemTime::now();
-    let dir = criterion_dir();
+    let est = Estimates::new(env!("CARGO_TARGET_TMPDIR"));
     let mut c = Criterion::default()
-        .output_directory(&dir)
+        .output_directory(est.dir())
         .configure_from_args();
     bench(&mut c);
     c.final_summary();
 
-    let Some(base) = estimate_ns(&dir, "memcpy_1448", start) else {
+    let Some(base) = est.ns("wire", "memcpy_1448") else {
         return;
     };
     println!("\nratio to memcpy of the {PAYLOAD}-byte payload ({base:.1} ns):");
@@ -197,7 +165,7 @@ fn main() {
         "emit_with_payload_checksum",
         "emit_payload_sum_given",
     ] {
-        if let Some(t) = estimate_ns(&dir, name, start) {
+        if let Some(t) = est.ns("wire", name) {
             println!("  {name:<28} {t:>8.1} ns  {:>6.2}x", t / base);
         }
     }

@@ -1,1 +1,68 @@
 //! Shared helpers for the benchmarks in `benches/benches/`.
+//!
+//! Every figure is reported against a baseline measured in the same run.
+//! Criterion prints each benchmark alone; the benches that rely on its
+//! timing read its estimates back here after the run to print the ratios.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// The estimates criterion writes during one run of a bench binary.
+///
+/// The directory is fixed (rather than left to criterion) so that it can be
+/// read back; only estimates written after [`Estimates::new`] count, so a
+/// filtered or `--test` run prints no stale figures from an earlier one.
+#[derive(Debug, Clone)]
+pub struct Estimates {
+    dir: PathBuf,
+    since: SystemTime,
+}
+
+impl Estimates {
+    /// Starts the run now. `target_tmpdir` is the bench's
+    /// `env!("CARGO_TARGET_TMPDIR")`, which cargo sets for bench targets
+    /// only, not for this library.
+    pub fn new(target_tmpdir: &str) -> Estimates {
+        Estimates {
+            dir: criterion_dir(Path::new(target_tmpdir)),
+            since: SystemTime::now(),
+        }
+    }
+
+    /// Where criterion is to write its estimates; pass it to
+    /// `Criterion::output_directory`.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The point estimate (ns) criterion reports as the time per iteration
+    /// of `group/name` (the regression slope, or the mean where there is
+    /// none); `None` if absent or written before this run.
+    pub fn ns(&self, group: &str, name: &str) -> Option<f64> {
+        let path = self.dir.join(group).join(name).join("new/estimates.json");
+        let meta = std::fs::metadata(&path).ok()?;
+        if meta.modified().ok()? < self.since {
+            return None;
+        }
+        let text = std::fs::read_to_string(&path).ok()?;
+        let point = |key: &str| -> Option<f64> {
+            let at = &text[text.find(&format!("\"{key}\":{{"))?..];
+            let v = &at[at.find("\"point_estimate\":")? + "\"point_estimate\":".len()..];
+            let end = v.find([',', '}'])?;
+            v[..end].trim().parse().ok()
+        };
+        point("slope").or_else(|| point("mean"))
+    }
+}
+
+/// The place criterion chooses by default: `$CRITERION_HOME`, else
+/// `criterion/` in the target directory (the parent of its `tmp/`).
+fn criterion_dir(target_tmpdir: &Path) -> PathBuf {
+    if let Some(home) = std::env::var_os("CRITERION_HOME") {
+        return PathBuf::from(home);
+    }
+    target_tmpdir
+        .parent()
+        .unwrap_or(target_tmpdir)
+        .join("criterion")
+}
