@@ -42,7 +42,7 @@ use core::ops::Range;
 use core::time::Duration;
 use std::collections::VecDeque;
 
-use crate::tcp::{Config, Payload, Record, Stack};
+use crate::tcp::{Config, FourTuple, Payload, Record, Segment, Stack};
 use crate::time::Instant;
 use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, Checksum, EtherType, EthernetAddress, EthernetFrame,
@@ -771,49 +771,17 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
             }
             let ident = self.ident.wrapping_add(1);
             let (tuple, seg) = self.stack.poll_transmit(now)?;
-            let dst_ip = *tuple.remote.ip();
-            let dst_mac = self
-                .arp_cache
-                .iter()
-                .find(|e| e.ip == dst_ip)
-                .map(|e| e.mac);
-            let eth = EthernetRepr {
-                src_addr: self.config.mac,
-                // Filled in when the frame is released, if unknown now.
-                dst_addr: dst_mac.unwrap_or(EthernetAddress([0; 6])),
-                ethertype: EtherType::Ipv4,
-                vlan: None,
-            };
-            let tcp_hl = seg.repr.header_len();
-            let payload_len = seg.payload_len();
-            let ip = Ipv4Repr {
-                src_addr: *tuple.local.ip(),
-                dst_addr: dst_ip,
-                next_header: IpProtocol::Tcp,
-                payload_len: tcp_hl + payload_len,
-                hop_limit: TTL,
-                tos: 0,
-                ident,
-                dont_frag: true,
-            };
-            let eth_hl = eth.header_len();
-            let len = eth_hl + ip.buffer_len();
-            if ip.buffer_len() > self.config.mtu || len.max(MIN_FRAME) > buf.len() {
+            let frame = TcpFrame::new(self.config.mac, &self.arp_cache, &tuple, &seg, ident);
+            let len = frame.len();
+            if frame.ip.buffer_len() > self.config.mtu || len.max(MIN_FRAME) > buf.len() {
                 self.stats.tx_too_large += 1;
                 continue;
             }
-            eth.emit(buf);
-            ip.emit(&mut buf[eth_hl..]);
-            let tcp_at = eth_hl + ip.header_len();
-            let (head, rest) = buf[tcp_at..len].split_at_mut(tcp_hl);
-            if let Some((record, range)) = &seg.payload {
-                record.copy_to(range.start, rest);
-            }
-            seg.repr.emit(head, ip.src_addr, ip.dst_addr, rest);
+            frame.emit_whole(&seg, buf);
             buf[len..len.max(MIN_FRAME)].fill(0);
             self.ident = ident;
-            if dst_mac.is_none() {
-                self.hold(now, dst_ip, &buf[..len.max(MIN_FRAME)]);
+            if frame.dst_mac.is_none() {
+                self.hold(now, frame.ip.dst_addr, &buf[..len.max(MIN_FRAME)]);
                 continue;
             }
             self.stats.tcp_out += 1;
@@ -862,54 +830,27 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
         self.flush_pending_hold(now);
         let ident = self.ident.wrapping_add(1);
         let (tuple, seg) = self.stack.poll_transmit(now)?;
-        let dst_ip = *tuple.remote.ip();
-        let dst_mac = self
-            .arp_cache
-            .iter()
-            .find(|e| e.ip == dst_ip)
-            .map(|e| e.mac);
-        let eth = EthernetRepr {
-            src_addr: self.config.mac,
-            dst_addr: dst_mac.unwrap_or(EthernetAddress([0; 6])),
-            ethertype: EtherType::Ipv4,
-            vlan: None,
-        };
+        let frame = TcpFrame::new(self.config.mac, &self.arp_cache, &tuple, &seg, ident);
+        let ip = frame.ip;
         let tcp_hl = seg.repr.header_len();
         let payload_len = seg.payload_len();
-        let ip = Ipv4Repr {
-            src_addr: *tuple.local.ip(),
-            dst_addr: dst_ip,
-            next_header: IpProtocol::Tcp,
-            payload_len: tcp_hl + payload_len,
-            hop_limit: TTL,
-            tos: 0,
-            ident,
-            dont_frag: true,
-        };
-        let eth_hl = eth.header_len();
-        let tcp_at = eth_hl + ip.header_len();
+        let tcp_at = frame.tcp_at();
         let header_len = tcp_at + tcp_hl;
-        let frame_len = eth_hl + ip.buffer_len();
+        let frame_len = frame.len();
         if ip.buffer_len() > self.config.mtu || header_len > hdr.len() {
             self.stats.tx_too_large += 1;
             return Some(FrameParts::Consumed);
         }
         self.ident = ident;
-        eth.emit(hdr);
-        ip.emit(&mut hdr[eth_hl..]);
-        if dst_mac.is_none() {
+        frame.emit_headers(hdr);
+        if frame.dst_mac.is_none() {
             // The slow path: the whole frame, record copied, waits for the
             // address in the hold queue (on the next call).
             let buf = &mut self.hold_scratch;
             buf.clear();
             buf.resize(frame_len.max(MIN_FRAME), 0);
-            buf[..tcp_at].copy_from_slice(&hdr[..tcp_at]);
-            let (head, rest) = buf[tcp_at..frame_len].split_at_mut(tcp_hl);
-            if let Some((record, range)) = &seg.payload {
-                record.copy_to(range.start, rest);
-            }
-            seg.repr.emit(head, ip.src_addr, ip.dst_addr, rest);
-            self.pending_hold = Some(dst_ip);
+            frame.emit_whole(&seg, buf);
+            self.pending_hold = Some(ip.dst_addr);
             return Some(FrameParts::Consumed);
         }
         let sum = match &seg.payload {
@@ -1011,6 +952,78 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
         }
         buf[len..len.max(MIN_FRAME)].fill(0);
         Some(len.max(MIN_FRAME))
+    }
+}
+
+/// The Ethernet and IPv4 headers of an outgoing TCP segment, built alike
+/// by [`Interface::poll_frame`] and [`Interface::poll_frame_parts`].
+#[derive(Debug)]
+struct TcpFrame {
+    /// `None` while the next hop is unresolved: the frame is then held,
+    /// and its destination filled in when it is released.
+    dst_mac: Option<EthernetAddress>,
+    eth: EthernetRepr,
+    ip: Ipv4Repr,
+}
+
+impl TcpFrame {
+    fn new<R: Record>(
+        src_mac: EthernetAddress,
+        arp_cache: &[ArpEntry],
+        tuple: &FourTuple,
+        seg: &Segment<'_, R>,
+        ident: u16,
+    ) -> TcpFrame {
+        let dst_ip = *tuple.remote.ip();
+        let dst_mac = arp_cache.iter().find(|e| e.ip == dst_ip).map(|e| e.mac);
+        TcpFrame {
+            dst_mac,
+            eth: EthernetRepr {
+                src_addr: src_mac,
+                dst_addr: dst_mac.unwrap_or(EthernetAddress([0; 6])),
+                ethertype: EtherType::Ipv4,
+                vlan: None,
+            },
+            ip: Ipv4Repr {
+                src_addr: *tuple.local.ip(),
+                dst_addr: dst_ip,
+                next_header: IpProtocol::Tcp,
+                payload_len: seg.repr.header_len() + seg.payload_len(),
+                hop_limit: TTL,
+                tos: 0,
+                ident,
+                dont_frag: true,
+            },
+        }
+    }
+
+    /// Where the TCP header starts.
+    fn tcp_at(&self) -> usize {
+        self.eth.header_len() + self.ip.header_len()
+    }
+
+    /// The frame's length before any padding to the Ethernet minimum.
+    fn len(&self) -> usize {
+        self.eth.header_len() + self.ip.buffer_len()
+    }
+
+    /// Writes the Ethernet and IPv4 headers at the start of `buf`, which
+    /// holds at least [`TcpFrame::tcp_at`] bytes.
+    fn emit_headers(&self, buf: &mut [u8]) {
+        self.eth.emit(buf);
+        self.ip.emit(&mut buf[self.eth.header_len()..]);
+    }
+
+    /// Writes the whole frame, record copied, into the first
+    /// [`TcpFrame::len`] bytes of `buf`.
+    fn emit_whole<R: Record>(&self, seg: &Segment<'_, R>, buf: &mut [u8]) {
+        self.emit_headers(buf);
+        let (head, rest) = buf[self.tcp_at()..self.len()].split_at_mut(seg.repr.header_len());
+        if let Some((record, range)) = &seg.payload {
+            record.copy_to(range.start, rest);
+        }
+        seg.repr
+            .emit(head, self.ip.src_addr, self.ip.dst_addr, rest);
     }
 }
 
