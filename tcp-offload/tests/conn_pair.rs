@@ -1937,6 +1937,59 @@ fn syn_in_established_draws_a_challenge_ack() {
     assert_eq!(p.b.conn.state(), State::Established);
 }
 
+/// The peer's retransmission that fills a hole carries an older sequence
+/// number than segments it sent after it (so RFC 9293's SND.WL1 test
+/// fails) but its current ACK and window. Taking the ACK without the
+/// window would move the right edge past what the peer offers; the window
+/// is taken with any ACK that acknowledges new data.
+#[test]
+fn a_hole_filling_retransmission_updates_the_send_window() {
+    let mut p = Pair::established(quiet(), quiet());
+    let now = p.now;
+    p.b.conn.send_record(now, vec![7; 500]).expect("fits");
+    assert_eq!(drain_b(&mut p).len(), 1);
+    let shift = p.b.conn.window_shifts().0;
+    let nxt = p.b.conn.rcv_nxt();
+    // A's later segment first, then the one filling the hole before it,
+    // which also acknowledges b's record and offers a smaller window.
+    let later = from_a(&p, nxt + 100, TcpFlags::ACK);
+    p.inject_b(later, &[1; 100]);
+    let mut fill = from_a(&p, nxt, TcpFlags::ACK);
+    fill.ack_number = p.b.conn.snd_una() + 500;
+    fill.window = 300;
+    p.inject_b(fill, &[2; 100]);
+    assert_eq!(p.b.conn.rcv_nxt(), nxt + 200);
+    assert_eq!(p.b.conn.records_queued(), 0, "b's record acknowledged");
+    assert_eq!(p.b.conn.peer_window(), 300 << shift);
+}
+
+/// A peer that filled our window sends its pure ACKs with the sequence
+/// number at the window's right edge; they are accepted (RFC 9293 asks
+/// for special allowance for valid ACKs; Linux accepts them), not dropped
+/// as outside the window with what they acknowledge.
+#[test]
+fn an_ack_from_the_right_edge_of_the_window_is_accepted() {
+    let mut p = Pair::established(quiet(), quiet());
+    let now = p.now;
+    p.b.conn.send_record(now, vec![7; 500]).expect("fits");
+    let sent = drain_b(&mut p);
+    assert_eq!(sent.len(), 1);
+    let shift = p.b.conn.window_shifts().1;
+    let edge = sent[0].repr.ack_number + (usize::from(sent[0].repr.window) << shift);
+    let mut ack = from_a(&p, edge, TcpFlags::ACK);
+    ack.ack_number = p.b.conn.snd_una() + 500;
+    let answer = p.inject_b(ack, &[]);
+    assert!(answer.is_empty(), "not answered as out of window");
+    assert_eq!(p.b.conn.records_queued(), 0, "b's record acknowledged");
+    // One past the edge is outside the window: answered, not processed.
+    p.b.conn.send_record(now, vec![8; 500]).expect("fits");
+    drain_b(&mut p);
+    let mut ack = from_a(&p, edge + 1, TcpFlags::ACK);
+    ack.ack_number = p.b.conn.snd_una() + 500;
+    assert_eq!(p.inject_b(ack, &[]).len(), 1);
+    assert_eq!(p.b.conn.records_queued(), 1);
+}
+
 #[test]
 fn ack_of_unsent_data_is_answered_and_dropped() {
     let mut p = Pair::established(quiet(), quiet());

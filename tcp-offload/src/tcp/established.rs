@@ -180,7 +180,11 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     /// The acceptability test of RFC 9293 §3.10.7.4. With a zero window, a
     /// segment starting exactly at RCV.NXT is accepted for its ACK (and a
     /// bare FIN) while its payload is trimmed away, which RFC 9293 asks for
-    /// ("special allowance should be made to accept valid ACKs").
+    /// ("special allowance should be made to accept valid ACKs"). In the
+    /// same spirit an empty segment at the right edge itself is accepted,
+    /// as Linux accepts it: that is where a peer that filled our window
+    /// sends its ACKs from, and refusing them would lose what they
+    /// acknowledge until the window opens.
     fn acceptable(&self, seq: SeqNumber, len: usize) -> bool {
         let wnd = self.rcv_adv - self.rcv_nxt;
         let nxt = self.rcv_nxt;
@@ -189,7 +193,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         }
         let end = nxt + wnd;
         if len == 0 {
-            return seq.in_range(nxt, end);
+            return seq.in_range(nxt, end) || seq == end;
         }
         seq.in_range(nxt, end) || (seq + (len - 1)).in_range(nxt, end)
     }
@@ -216,7 +220,16 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
 
         let wnd = usize::from(repr.window) << self.opts.snd_shift;
         let window_changed = wnd != self.snd_wnd;
-        if self.snd_wl1 < repr.seq || (self.snd_wl1 == repr.seq && self.snd_wl2 <= ack) {
+        // RFC 9293's SND.WL1/WL2 rule, and also any ACK that acknowledges
+        // new data, as Linux does: a retransmission from the peer carries
+        // an old sequence number but its current ACK and window, and
+        // moving SND.UNA without taking that window would move the right
+        // edge past what the peer offered (then the peer finds our
+        // segments, pure ACKs included, outside its window and drops them).
+        if self.snd_una < ack
+            || self.snd_wl1 < repr.seq
+            || (self.snd_wl1 == repr.seq && self.snd_wl2 <= ack)
+        {
             self.snd_wnd = wnd;
             self.snd_wl1 = repr.seq;
             self.snd_wl2 = ack;
