@@ -1111,6 +1111,80 @@ fn a_lost_ack_ending_recovery_is_probed_for() {
     }
 }
 
+/// Without SACK or timestamps, every ACK of a recovery covers a repair, so
+/// Karn's rule leaves no RTT sample. The last three records are lost: the
+/// probe's answer starts NewReno recovery, the repairs go out one per
+/// partial ACK, and the ACK that would end it is lost. A second probe
+/// still goes out, since the partial ACKs showed progress since the first,
+/// and the RTO is avoided.
+#[test]
+fn a_second_probe_follows_progress_without_rtt_samples() {
+    let cfg = Config::iwarp_hardware();
+    let mut p = Pair::established(cfg.clone(), cfg);
+    let rec = p.a.conn.max_record_len();
+    p.a.record_size = rec;
+    p.a.out = pattern(40 * rec, 68);
+    let end = ISS_A + 1 + 40 * rec;
+    let mut drop_data = drop_record_tx(rec, &[(37, 0), (38, 0), (39, 0)]);
+    let mut dropped_ack = false;
+    p.filter = Some(Box::new(move |w| {
+        if w.dir == Dir::BtoA && w.repr.ack_number == end && !dropped_ack {
+            dropped_ack = true;
+            return Verdict::Drop;
+        }
+        drop_data(w)
+    }));
+    let n = p.a.out.len();
+    assert!(p.run_until(Duration::from_secs(10), |p| p.b.got.len() == n
+        && p.a.conn.records_queued() == 0));
+    assert_eq!(p.b.got, p.a.out);
+    let s = p.a.conn.stats();
+    assert_eq!(s.rto_expirations, 0, "{s:?}");
+    assert_eq!(s.fast_retransmits, 1, "{s:?}");
+    assert_eq!(s.tail_loss_probes, 2, "{s:?}");
+}
+
+/// Without SACK, a lost repair cannot be told from the duplicate ACKs
+/// that follow it. Record 30 of 40 and its first repair are lost, and
+/// nothing new is left to send: once the ACK clock stops, the probe
+/// resends the oldest record, which ends the recovery without an RTO.
+#[test]
+fn newreno_probe_resends_a_lost_repair() {
+    let p = tail_scenario(Config::iwarp_hardware(), 40, &[(30, 0), (30, 1)]);
+    let rec = p.a.conn.max_record_len();
+    let s = p.a.conn.stats();
+    assert_eq!(s.rto_expirations, 0, "{s:?}");
+    assert_eq!(s.fast_retransmits, 1, "{s:?}");
+    assert_eq!(s.tail_loss_probes, 1, "{s:?}");
+    assert_eq!(record_sends(&p, rec, 30).len(), 3);
+}
+
+/// After an RTO, once the go-back-N makes progress, a stall no longer
+/// waits for the backed-off RTO (which, without timestamps, Karn's rule
+/// keeps backed off while every ACK covers a retransmission): the whole
+/// first flight and its probe are lost, the RTO resends record 0, then the
+/// repairs of records 1 and 2 are lost too. Probes of the oldest record
+/// bring the transfer through without a second RTO.
+#[test]
+fn after_an_rto_progress_lets_probes_replace_the_backed_off_rto() {
+    let cfg = Config::iwarp_hardware();
+    let mut p = Pair::established(cfg.clone(), cfg);
+    let rec = p.a.conn.max_record_len();
+    p.a.record_size = rec;
+    p.a.out = pattern(30 * rec, 69);
+    let mut plan: Vec<_> = (0..10).map(|k| (k, 0)).collect();
+    plan.extend([(9, 1), (1, 1), (2, 1)]);
+    p.filter = Some(drop_record_tx(rec, &plan));
+    let n = p.a.out.len();
+    assert!(p.run_until(Duration::from_secs(30), |p| p.b.got.len() == n
+        && p.a.conn.records_queued() == 0));
+    assert_eq!(p.b.got, p.a.out);
+    assert_acked_in_order(&p.a, &p.a.out);
+    let s = p.a.conn.stats();
+    assert_eq!(s.rto_expirations, 1, "{s:?}");
+    assert!(s.tail_loss_probes >= 2, "{s:?}");
+}
+
 /// A retransmission lost in recovery, with more data behind it: RACK
 /// deems it lost as soon as a record sent after it is SACKed, and it is
 /// resent again without waiting for the RTO.

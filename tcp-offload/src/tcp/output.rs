@@ -66,7 +66,7 @@ enum Send {
     ProbeNew,
     /// A tail loss probe resending the last record sent.
     Probe,
-    /// A tail loss probe in fast recovery: a repair the window held back.
+    /// A tail loss probe in recovery: a repair the window held back.
     ProbeRepair,
 }
 
@@ -300,27 +300,44 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         None
     }
 
-    /// The tail loss probe (RFC 8985 §7.3): in fast recovery a repair the
-    /// window held back, if any; the next new record if the peer's window
-    /// takes it; else the FIN when it was the last thing sent, or the
-    /// highest record not SACKed (the last one sent, outside recovery),
-    /// whole.
+    /// The tail loss probe (RFC 8985 §7.3): in NewReno recovery and after
+    /// an RTO the oldest record; in SACK recovery a repair the window held
+    /// back, if any; the next new record if the peer's window takes it;
+    /// else the FIN when it was the last thing sent, or the highest record
+    /// not SACKed (the last one sent, outside recovery), whole.
     fn pick_probe(&mut self, sent: usize) -> Option<Tx> {
         let mss = self.eff_mss;
-        if self.cc.in_recovery {
-            if let Some(idx) = self.sendq.next_pending(sent) {
-                let r = self.sendq.get(idx);
-                let sent_len = r.len.min(self.snd_nxt - r.seq);
-                let off = r.rtx_off.min(sent_len);
-                let len = (sent_len - off).min(mss);
-                if len > 0 {
-                    return Some(Tx::Data {
-                        idx,
-                        off,
-                        len,
-                        why: Send::ProbeRepair,
-                    });
-                }
+        let after_rto = !self.cc.in_recovery && self.snd_una < self.cc.recover;
+        if (self.cc.in_recovery && !self.opts.sack) || after_rto {
+            // All NewReno, or the go-back-N after an RTO, knows is that the
+            // oldest record is missing: its repair, or the ACK of it, was
+            // lost. Either way, resend it.
+            let r = self.sendq.front()?;
+            let whole = r.end() <= self.snd_nxt && r.len <= mss;
+            let why = if r.lost && !r.rexmit && !r.sacked {
+                Send::ProbeRepair
+            } else {
+                Send::Probe
+            };
+            return whole.then_some(Tx::Data {
+                idx: 0,
+                off: 0,
+                len: r.len,
+                why,
+            });
+        }
+        if let Some(idx) = self.sendq.next_pending(sent) {
+            let r = self.sendq.get(idx);
+            let sent_len = r.len.min(self.snd_nxt - r.seq);
+            let off = r.rtx_off.min(sent_len);
+            let len = (sent_len - off).min(mss);
+            if len > 0 {
+                return Some(Tx::Data {
+                    idx,
+                    off,
+                    len,
+                    why: Send::ProbeRepair,
+                });
             }
         }
         let idx = self.sendq.next_new();

@@ -27,10 +27,18 @@
 //! fires only once the ACK clock has stopped: typically when the ACK that
 //! would have ended the episode (or the one answering its last repair) was
 //! lost, which would otherwise cost an RTO and the collapse of the window.
-//! The probe then is a repair still waiting for the window if there is
-//! one, else new data, else the highest record not SACKed. It opens no
-//! §7.4 episode (the window is already reduced). After an RTO, the RTO's
-//! own go-back-N rules as before.
+//! The probe then is, with SACK, a repair still waiting for the window if
+//! there is one, else new data, else the highest record not SACKed; without
+//! SACK, the oldest record, since all NewReno knows is that it is missing
+//! (its repair, or the ACK of it, was lost). It opens no §7.4 episode (the
+//! window is already reduced). The same holds during the go-back-N that
+//! follows an RTO, once an ACK has acknowledged something since the RTO
+//! (the probe is then the oldest record): without timestamps, Karn's
+//! rule keeps the RTO backed off until a record sent only once is
+//! acknowledged, which under heavy loss can be minutes, each step of the
+//! go-back-N otherwise waiting that long whenever its last ACK is lost.
+//! Without such an ACK, as against a black hole, the RTO and its backoff
+//! rule alone.
 //!
 //! RACK needs SACK. TLP runs without it too: a lone lost last record is
 //! repaired by the probe itself, and an ACK answering the probe that stops
@@ -115,6 +123,8 @@ pub(super) struct Tlp {
     /// Without SACK: the probe's answer stopped short of it, so something
     /// below it is missing.
     pub(super) hole_below: bool,
+    /// `snd.una` when the last probe went out, if one did.
+    probe_una: Option<SeqNumber>,
 }
 
 impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
@@ -207,9 +217,9 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     }
 
     /// Whether a probe timeout may run (RFC 8985 §7.2): data outstanding,
-    /// no retransmission after an RTO under way and, outside fast recovery
-    /// and with SACK, nothing SACKed (RACK's reordering timer covers that
-    /// case).
+    /// not right after an RTO (only once an ACK acknowledged something
+    /// since) and, outside recovery and with SACK, nothing SACKed (RACK's
+    /// reordering timer covers that case).
     fn pto_allowed(&self) -> bool {
         let after_rto = !self.cc.in_recovery && self.snd_una < self.cc.recover;
         matches!(
@@ -220,8 +230,8 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 | State::Closing
                 | State::LastAck
         ) && self.snd_una != self.snd_nxt
-            && !after_rto
-            && (self.cc.in_recovery || !(self.opts.sack && self.sendq.sacked_bytes() > 0))
+            && !(after_rto && self.snd_una == self.cc.rto_una)
+            && (self.in_loss_recovery() || !(self.opts.sack && self.sendq.sacked_bytes() > 0))
     }
 
     /// (Re)starts the probe timeout after data went out (other than a
@@ -252,9 +262,14 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     }
 
     /// The probe timeout fired (RFC 8985 §7.3): a probe is due unless one
-    /// is in flight already, or no RTT sample came since the last one.
+    /// is in flight already, or nothing came back since the last one. The
+    /// RFC asks for an RTT sample since; a cumulative ACK is taken as well,
+    /// since without timestamps Karn's rule leaves no sample from an ACK
+    /// that covers a repair, as every ACK of a recovery does, and the
+    /// probe that stands in for a lost last ACK of one would be refused.
     pub(super) fn on_pto(&mut self, now: Instant) {
-        if self.pto_allowed() && self.tlp.end.is_none() && self.rtt.fresh() {
+        let progressed = self.tlp.probe_una.is_some_and(|u| u != self.snd_una);
+        if self.pto_allowed() && self.tlp.end.is_none() && (self.rtt.fresh() || progressed) {
             self.tlp.pending = true;
             self.rearm_rto_after_probe(now);
         }
@@ -272,18 +287,19 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     }
 
     /// Bookkeeping of a probe just sent: `probe` is the range it resent,
-    /// `None` if it was new data. A probe in fast recovery opens no §7.4
-    /// episode.
+    /// `None` if it was new data. A probe in recovery (fast, or after an
+    /// RTO) opens no §7.4 episode.
     pub(super) fn note_probe(&mut self, now: Instant, probe: Option<(SeqNumber, SeqNumber)>) {
         self.stats.tail_loss_probes += 1;
         self.tlp.pending = false;
-        if !self.cc.in_recovery {
+        if !self.in_loss_recovery() {
             self.tlp.end = Some(self.snd_nxt);
             self.tlp.is_retrans = probe.is_some();
             self.tlp.probe = probe;
             self.tlp.sent_at = now;
             self.tlp.hole_below = false;
         }
+        self.tlp.probe_una = Some(self.snd_una);
         self.rtt.clear_fresh();
         self.timers.pto = None;
         self.rearm_rto_after_probe(now);
@@ -291,7 +307,10 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
 
     /// Forgets the probe episode: recovery (fast or after an RTO) started.
     pub(super) fn reset_tlp(&mut self) {
-        self.tlp = Tlp::default();
+        self.tlp = Tlp {
+            probe_una: self.tlp.probe_una,
+            ..Tlp::default()
+        };
         self.timers.pto = None;
     }
 

@@ -76,6 +76,8 @@ pub(super) struct Congestion {
     /// Rank of the first transmission of the current recovery episode
     /// (see `SendQueue::next_xmit`).
     pub(super) recovery_start: u64,
+    /// `snd.una` when the last RTO fired.
+    pub(super) rto_una: SeqNumber,
     /// PRR (RFC 6937): bytes the receiver reported delivered since the
     /// episode began (`prr_delivered`), bytes sent since (`prr_out`), and
     /// the flight when it began (`RecoverFS`).
@@ -98,6 +100,7 @@ impl Congestion {
             force_rtx: false,
             rescue_sent: false,
             recovery_start: 0,
+            rto_una: iss,
             prr_delivered: 0,
             prr_out: 0,
             recover_fs: 0,
@@ -295,6 +298,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         self.cc.dupacks = 0;
         self.cc.abc_acked = 0;
         self.cc.recover = self.snd_nxt;
+        self.cc.rto_una = self.snd_una;
         self.cc.force_rtx = true;
         self.reset_tlp();
         self.timers.reo = None;
