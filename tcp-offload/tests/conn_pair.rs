@@ -896,6 +896,41 @@ fn rescue_retransmission_resends_the_tail_in_the_same_round_trip() {
         .any(|w| w.at + p.latency <= r39[1] && w.repr.ack_number > ISS_A + 1 + 34 * rec));
 }
 
+/// No rescue of a record just sent: one loss while the peer's window, not
+/// the data, holds the sender back, so that rule 2 finds nothing to send
+/// when the recovery begins. The highest unSACKed record went out moments
+/// before (at the same instant as the ACKs that started the recovery): it
+/// is not resent then, only once a round trip has passed without its SACK.
+#[test]
+fn no_rescue_of_a_record_just_sent() {
+    let cb = Config {
+        max_ooo_segments: 4096,
+        ..quiet()
+    };
+    let mut p = Pair::established(quiet(), cb);
+    let rec = p.a.conn.max_record_len();
+    p.a.record_size = rec;
+    p.a.out = pattern(600 * rec, 70);
+    p.filter = Some(drop_record_tx(rec, &[(300, 0)]));
+    let n = p.a.out.len();
+    assert!(p.run_until(Duration::from_secs(30), |p| p.b.got.len() == n
+        && p.a.conn.records_queued() == 0));
+    assert_eq!(p.b.got, p.a.out);
+    let s = p.a.conn.stats();
+    assert_eq!((s.fast_retransmits, s.rto_expirations), (1, 0), "{s:?}");
+    assert!(
+        s.retransmits <= 2,
+        "the repair and at most one rescue: {s:?}"
+    );
+    let rtt = 2 * p.latency;
+    for k in 0..600 {
+        let sends = record_sends(&p, rec, k);
+        for w in sends.windows(2) {
+            assert!(w[1] - w[0] >= rtt, "record {k} resent too soon: {sends:?}");
+        }
+    }
+}
+
 /// RFC 6675 `NextSeg` rule 3: records 34 and 38 of 40 are lost. Only one
 /// SACKed record (39) lies above 38, too few for `IsLost`, but once 34 is
 /// repaired and nothing else is left, 38 lies below the highest SACKed

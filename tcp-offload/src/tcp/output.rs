@@ -130,7 +130,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 payload: None,
             });
         }
-        let tx = self.pick()?;
+        let tx = self.pick(now)?;
         match tx {
             Tx::Data { idx, off, len, why } => {
                 let repr = self.data_repr(now, idx, off, len, why);
@@ -189,7 +189,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         }
     }
 
-    fn pick(&mut self) -> Option<Tx> {
+    fn pick(&mut self, now: Instant) -> Option<Tx> {
         let mss = self.eff_mss;
         let mut cwnd_blocked = false;
         let sent = self.sendq.sent_count(self.snd_nxt);
@@ -239,7 +239,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             }
         }
         if !cwnd_blocked && self.cc.in_recovery && self.opts.sack {
-            if let Some(tx) = self.pick_rule_3_4(sent) {
+            if let Some(tx) = self.pick_rule_3_4(now, sent) {
                 return Some(tx);
             }
         }
@@ -262,9 +262,15 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     }
 
     /// RFC 6675 `NextSeg` rules 3 and 4, when rules 1 and 2 found nothing
-    /// to send. Only a record that fits one segment is resent this way.
-    fn pick_rule_3_4(&mut self, sent: usize) -> Option<Tx> {
+    /// to send. Only a record that fits one segment is resent this way, and
+    /// only when the window has room for a full segment: with less, new
+    /// records are held back by sender silly-window avoidance (see
+    /// `send_capacity`), which is not rule 2 failing for want of data.
+    fn pick_rule_3_4(&mut self, now: Instant, sent: usize) -> Option<Tx> {
         let mss = self.eff_mss;
+        if self.send_window().saturating_sub(self.pipe()) < mss {
+            return None;
+        }
         if let Some(idx) = self.sendq.next_unlost_hole(sent) {
             let len = self.sendq.get(idx).len;
             if len <= mss && self.cwnd_allows(len) {
@@ -284,9 +290,12 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         let r = self.sendq.get(idx);
         let len = r.len;
         // A repair still waiting to go out is rule 1's, and a record that
-        // went out during this episode is in flight already (see the
-        // `recovery` module).
-        if (r.lost && !r.rexmit) || r.xmit_id >= self.cc.recovery_start {
+        // went out during this episode, or less than a round trip ago, is
+        // in flight still (see the `recovery` module).
+        if (r.lost && !r.rexmit)
+            || r.xmit_id >= self.cc.recovery_start
+            || now < r.sent_at + self.rack_rtt()
+        {
             return None;
         }
         if len <= mss && self.cwnd_allows(len) {

@@ -165,6 +165,11 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         }
     }
 
+    /// `RACK.rtt`: the round trip of the latest transmission delivered.
+    pub(super) fn rack_rtt(&self) -> Duration {
+        self.rack.rtt
+    }
+
     /// A fast recovery ended: a widened reordering window lasts
     /// `REO_WND_PERSIST` of them.
     pub(super) fn rack_recovery_ended(&mut self) {

@@ -35,9 +35,12 @@
 //! that reveal them instead of waiting for a partial ACK or the RTO. One
 //! departure from the letter of rule 4: the rescue is skipped when the
 //! highest unSACKed record already went out during this episode (as a
-//! repair, a rule-3 copy or new data), since a copy sent moments before
-//! would be a duplicate on the wire in the common case (a lone hole whose
-//! repair just left) rather than a rescue.
+//! repair, a rule-3 copy or new data), or less than RACK's round trip ago,
+//! since it is then most likely still in flight: a copy would be a
+//! duplicate on the wire in the common case (a lone hole whose repair just
+//! left, or a driver that polls for output before its application has
+//! queued more, so that rule 2 finds nothing for a moment) rather than a
+//! rescue.
 
 use super::connection::Connection;
 use super::Record;
