@@ -73,8 +73,10 @@ pub struct ConnStats {
     /// [`MAX_PENDING_ACKS`] piled up between two drains of
     /// `poll_transmit`.
     pub acks_coalesced: u64,
-    /// Tail loss probes sent (RFC 8985 §7): a new record, or the last one
-    /// again, after about two round trips without an ACK.
+    /// Probes sent because no ACK came for about two round trips while
+    /// data was outstanding: RFC 8985 §7 tail loss probes (a new record,
+    /// or the last one again), and the same timeout in recovery, where the
+    /// probe is a repair or the oldest record.
     pub tail_loss_probes: u64,
 }
 
