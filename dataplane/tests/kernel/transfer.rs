@@ -446,7 +446,18 @@ pub fn run(t: &Transfer) -> Option<Outcome> {
         0,
         "the kernel saw a reset"
     );
-    assert_eq!(counter(&counters, "TcpOutRsts"), 0, "the kernel sent a RST");
+    // Without loss the kernel never has a reason to send a RST. With loss
+    // injected, a FIN it retransmitted may reach us twice, and the second
+    // ACK from our TIME-WAIT arrives after its socket is gone: it answers
+    // that stray ACK with a RST, as RFC 9293 §3.10.7.1 says, after every
+    // byte was delivered (checked above). Established connections were
+    // never reset either way (TcpEstabResets above).
+    let rsts = counter(&counters, "TcpOutRsts");
+    if t.loss.is_none() {
+        assert_eq!(rsts, 0, "the kernel sent a RST");
+    } else if rsts > 0 {
+        println!("note: the kernel answered {rsts} late segment(s) after its close with a RST");
+    }
     assert_eq!(counter(&counters, "TcpInCsumErrors"), 0, "our checksums");
     Some(Outcome {
         received,
