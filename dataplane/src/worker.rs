@@ -261,6 +261,12 @@ pub(crate) enum CtlReply {
     Failed(Error),
 }
 
+impl From<Result<(), Error>> for CtlReply {
+    fn from(r: Result<(), Error>) -> CtlReply {
+        r.map_or_else(CtlReply::Failed, |()| CtlReply::Done)
+    }
+}
+
 /// Per-connection MPA parameters chosen by the application.
 #[derive(Debug, Clone)]
 pub(crate) struct ConnParams {
@@ -1325,11 +1331,7 @@ impl<Q: LinkQueue> Worker<Q> {
                 params,
                 reply,
             } => {
-                let r = match self.connect(now, qp, remote, params) {
-                    Ok(()) => CtlReply::Done,
-                    Err(e) => CtlReply::Failed(e),
-                };
-                let _ = reply.send(r);
+                let _ = reply.send(CtlReply::from(self.connect(now, qp, remote, params)));
             }
             Ctl::Accept {
                 conn,
@@ -1337,22 +1339,14 @@ impl<Q: LinkQueue> Worker<Q> {
                 params,
                 reply,
             } => {
-                let r = match self.accept(now, conn, qp, params) {
-                    Ok(()) => CtlReply::Done,
-                    Err(e) => CtlReply::Failed(e),
-                };
-                let _ = reply.send(r);
+                let _ = reply.send(CtlReply::from(self.accept(now, conn, qp, params)));
             }
             Ctl::Reject {
                 conn,
                 private_data,
                 reply,
             } => {
-                let r = match self.reject(now, conn, private_data) {
-                    Ok(()) => CtlReply::Done,
-                    Err(e) => CtlReply::Failed(e),
-                };
-                let _ = reply.send(r);
+                let _ = reply.send(CtlReply::from(self.reject(now, conn, private_data)));
             }
             Ctl::RegMr {
                 stag,
