@@ -25,6 +25,7 @@ pub mod dpdk_link;
 pub mod link;
 pub mod memory;
 pub mod steer;
+pub mod tool;
 pub mod worker;
 
 pub use api::{Dataplane, DriveMode};

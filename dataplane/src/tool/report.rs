@@ -1,0 +1,1 @@
+//! Results of perf runs and the demo: perftest-like tables and JSON.
