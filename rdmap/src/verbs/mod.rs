@@ -42,7 +42,7 @@ pub use qp::{
     InboundRead, QpError, QpEvent, QpInitAttr, QpModify, QpNum, QpState, QueuePair, RecvDone,
     SendWork, WireOp, WrSeq, IRD_EXCEEDED,
 };
-pub use srq::{SharedReceiveQueue, SrqEvent, SrqId, SrqInitAttr};
+pub use srq::{RecvSupply, SharedReceiveQueue, SrqEvent, SrqId, SrqInitAttr};
 pub use wr::{PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, SgeList, MAX_SGE};
 
 use crate::placement::MemSpan;

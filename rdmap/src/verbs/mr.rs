@@ -545,6 +545,49 @@ impl MrTable {
             return Err(VerbsError::InvalidAccess);
         }
         validate_binding(mem, iova)?;
+        self.insert_at(
+            stag,
+            Mr {
+                pd,
+                kind: MrKind::Registered,
+                state: MrState::Valid,
+                access,
+                iova,
+                mem,
+                max_len: mem.len,
+                invalidatable: options.invalidatable,
+                pins: 0,
+            },
+        )
+    }
+
+    /// [`MrTable::alloc_mr`] under the caller's `stag`: a table that mirrors
+    /// another one (a dataplane's per-worker copies of the control path's
+    /// table) allocates the same fast-register region under the same STag.
+    /// Errors as for [`MrTable::reg_mr_at`], and
+    /// [`VerbsError::InvalidLength`] for a zero `max_len`.
+    pub fn alloc_mr_at(&mut self, stag: Stag, pd: PdId, max_len: u64) -> Result<Stag, VerbsError> {
+        if max_len == 0 {
+            return Err(VerbsError::InvalidLength);
+        }
+        self.insert_at(
+            stag,
+            Mr {
+                pd,
+                kind: MrKind::FastRegister,
+                state: MrState::Invalid,
+                access: Access::NONE,
+                iova: 0,
+                mem: MemSpan::new(RegionHandle(0), 0, 0),
+                max_len,
+                invalidatable: true,
+                pins: 0,
+            },
+        )
+    }
+
+    /// Puts `mr` at `stag`'s index with its key (see [`MrTable::reg_mr_at`]).
+    fn insert_at(&mut self, stag: Stag, mr: Mr) -> Result<Stag, VerbsError> {
         let index = stag.index();
         if index == 0 {
             return Err(VerbsError::InvalidStag);
@@ -555,17 +598,6 @@ impl MrTable {
         if self.live >= self.capacity() {
             return Err(VerbsError::TableFull);
         }
-        let mr = Mr {
-            pd,
-            kind: MrKind::Registered,
-            state: MrState::Valid,
-            access,
-            iova,
-            mem,
-            max_len: mem.len,
-            invalidatable: options.invalidatable,
-            pins: 0,
-        };
         if (index as usize) < self.entries.len() {
             self.free.retain(|&i| i != index);
             let entry = &mut self.entries[index as usize];
@@ -1076,5 +1108,46 @@ mod tests {
         let fresh = t.pin_local(stag, 0, 8, PD, Access::NONE).unwrap().unwrap();
         assert_ne!(fresh.epoch, epoch);
         t.unpin(fresh);
+    }
+
+    #[test]
+    fn mirrored_fast_register_region_behaves_like_the_original() {
+        // The control path allocates; a mirror allocates under the same
+        // STag; the same fast registration and invalidation give the same
+        // states on both.
+        let mut origin = MrTable::new(4);
+        let stag = origin.alloc_mr(PD, 64).unwrap();
+        let mut mirror = MrTable::new(4);
+        assert_eq!(mirror.alloc_mr_at(stag, PD, 64), Ok(stag));
+        assert_eq!(mirror.alloc_mr_at(stag, PD, 64), Err(VerbsError::Busy));
+        assert_eq!(
+            mirror.alloc_mr_at(Stag::new(0, 1), PD, 64),
+            Err(VerbsError::InvalidStag)
+        );
+        assert_eq!(
+            mirror.alloc_mr_at(Stag::new(2, 0), PD, 0),
+            Err(VerbsError::InvalidLength)
+        );
+        let fr = FastReg {
+            stag: stag.with_key(0x42),
+            mem: span(32),
+            iova: 0x1000,
+            access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        };
+        for t in [&mut origin, &mut mirror] {
+            assert!(t.check_remote_write(stag, 0, 1, PD).is_err());
+            t.fast_register(&fr, PD).unwrap();
+            assert!(t.check_remote_write(fr.stag, 0x1000, 32, PD).is_ok());
+            t.invalidate_local(fr.stag, PD).unwrap();
+            assert_eq!(
+                t.check_remote_write(fr.stag, 0x1000, 1, PD).err(),
+                Some(AccessError::InvalidStag)
+            );
+            let info = t.query_mr(stag).unwrap();
+            assert_eq!(
+                (info.kind, info.state),
+                (MrKind::FastRegister, MrState::Invalid)
+            );
+        }
     }
 }

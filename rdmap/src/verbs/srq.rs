@@ -10,6 +10,14 @@
 //! [`SrqEvent::LimitReached`] once and disarms. Buffers of a shared queue
 //! are not flushed when one of its queue pairs fails; only the buffer that
 //! queue pair had already taken is.
+//!
+//! **Buffers posted elsewhere.** A shared receive queue may also draw its
+//! buffers from a [`RecvSupply`] ([`SharedReceiveQueue::with_supply`]):
+//! when the queue pairs that share it run on different threads, the
+//! buffers live in a structure they all reach (the dataplane's
+//! multi-consumer ring), and each thread's copy of this object takes one
+//! only when a Send actually begins, so no thread holds buffers another
+//! one needs.
 
 use std::collections::VecDeque;
 
@@ -87,6 +95,15 @@ impl RecvQueue {
     }
 }
 
+/// A source of posted receives kept outside a [`SharedReceiveQueue`]
+/// (see the module documentation). `take` is called once per incoming
+/// Send, when the queue's own buffers are used up; whoever implements it
+/// hands the buffer over for good.
+pub trait RecvSupply: Send + core::fmt::Debug {
+    /// The oldest posted receive, taken, if any.
+    fn take(&mut self) -> Option<RecvWr>;
+}
+
 /// A shared receive queue.
 #[derive(Debug)]
 pub struct SharedReceiveQueue {
@@ -95,6 +112,7 @@ pub struct SharedReceiveQueue {
     rq: RecvQueue,
     limit: u32,
     event_pending: bool,
+    supply: Option<Box<dyn RecvSupply>>,
 }
 
 impl SharedReceiveQueue {
@@ -107,6 +125,22 @@ impl SharedReceiveQueue {
             rq: RecvQueue::new(attr.max_wr, attr.max_sge),
             limit: attr.srq_limit,
             event_pending: false,
+            supply: None,
+        }
+    }
+
+    /// A queue that takes its buffers from `supply` once those posted to it
+    /// are used up (its limit event concerns only the latter). Allocates the
+    /// queue now, never per message.
+    pub fn with_supply(
+        id: SrqId,
+        pd: PdId,
+        attr: SrqInitAttr,
+        supply: Box<dyn RecvSupply>,
+    ) -> SharedReceiveQueue {
+        SharedReceiveQueue {
+            supply: Some(supply),
+            ..SharedReceiveQueue::new(id, pd, attr)
         }
     }
 
@@ -156,7 +190,9 @@ impl SharedReceiveQueue {
     /// pair's engine does this, through
     /// [`QueuePair::begin_recv`](super::qp::QueuePair::begin_recv)).
     pub fn take(&mut self) -> Option<RecvWr> {
-        let wr = self.rq.pop()?;
+        let Some(wr) = self.rq.pop() else {
+            return self.supply.as_mut()?.take();
+        };
         if self.limit > 0 && (self.rq.len() as u64) < u64::from(self.limit) {
             self.limit = 0;
             self.event_pending = true;
@@ -172,5 +208,44 @@ impl SharedReceiveQueue {
     /// The next asynchronous event, if any.
     pub fn take_event(&mut self) -> Option<SrqEvent> {
         core::mem::take(&mut self.event_pending).then_some(SrqEvent::LimitReached)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::wr::SgeList;
+
+    #[derive(Debug)]
+    struct Counter(u64);
+
+    impl RecvSupply for Counter {
+        fn take(&mut self) -> Option<RecvWr> {
+            self.0 = self.0.checked_sub(1)?;
+            Some(RecvWr {
+                wr_id: 100 + self.0,
+                sges: SgeList::empty(),
+            })
+        }
+    }
+
+    #[test]
+    fn own_buffers_first_then_the_supply_one_at_a_time() {
+        let attr = SrqInitAttr {
+            max_wr: 2,
+            max_sge: 1,
+            srq_limit: 0,
+        };
+        let mut q = SharedReceiveQueue::with_supply(SrqId(1), PdId(1), attr, Box::new(Counter(2)));
+        let own = RecvWr {
+            wr_id: 7,
+            sges: SgeList::empty(),
+        };
+        q.post_srq_recv(&own).unwrap();
+        assert_eq!(q.take().map(|w| w.wr_id), Some(7));
+        assert_eq!(q.take().map(|w| w.wr_id), Some(101));
+        assert_eq!(q.take().map(|w| w.wr_id), Some(100));
+        assert_eq!(q.take(), None);
+        assert!(q.is_empty());
     }
 }
