@@ -342,6 +342,25 @@ impl Region {
         acc
     }
 
+    /// Extends CRC32c `crc` over `[offset, offset + len)` and returns it
+    /// with the Internet checksum's partial sum of the same bytes (as
+    /// [`Region::checksum_sum`]), in one pass: each chunk is loaded once
+    /// and both run over it while it is in L1. The send path's FPDU CRC
+    /// and the TCP checksum of the segment that carries the payload, on
+    /// ports that cannot offload the checksum (ARCHITECTURE.md,
+    /// "Checksums").
+    pub fn crc32c_and_sum(&self, crc: u32, offset: usize, len: usize) -> (u32, u32) {
+        use tcp_offload::wire::checksum;
+        let (mut crc, mut acc) = (crc, 0u32);
+        // PASS_CHUNK is even: every chunk starts at an even offset of the
+        // range, so sums add without a byte swap.
+        self.for_chunks(offset, len, |b| {
+            crc = crc32c::crc32c_append(crc, b);
+            acc = checksum::combine(acc, checksum::sum(b));
+        });
+        (crc, acc)
+    }
+
     /// Copies `[offset, offset + dst.len())` into `dst` for a port that
     /// builds whole frames; nothing if out of range (the caller checked).
     pub(crate) fn copy_out(&self, offset: usize, dst: &mut [u8]) {
@@ -655,6 +674,13 @@ impl Placement for MemoryTable {
             None => crc,
         }
     }
+
+    fn crc32c_and_sum(&self, crc: u32, src: CheckedRange<'_>) -> (u32, u32) {
+        match self.range(&src) {
+            Some((region, offset)) => region.crc32c_and_sum(crc, offset, src.len() as usize),
+            None => (crc, 0),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -703,6 +729,39 @@ mod tests {
             let a = tcp_offload::wire::checksum::fold(r.checksum_sum(off, len));
             let b = tcp_offload::wire::checksum::fold(tcp_offload::wire::checksum::sum(s));
             assert_eq!(a, b, "checksum at {off}+{len}");
+        }
+    }
+
+    #[test]
+    fn folded_pass_equals_the_separate_passes() {
+        use tcp_offload::wire::checksum::{fold, sum};
+        let r = Region::new(3 * PASS_CHUNK + 77).unwrap();
+        let data: Vec<u8> = (0..r.len()).map(|i| (i * 13 + i / 97) as u8).collect();
+        r.write(0, &data).unwrap();
+        let cases = [
+            (0, 1),
+            (1, 1),
+            (0, 2),
+            (1, 2),
+            (0, PASS_CHUNK),
+            (1, PASS_CHUNK),
+            (PASS_CHUNK - 1, 3),
+            (3, 5001),
+            (2, 5000),
+            (1, r.len() - 1),
+            (0, r.len()),
+        ];
+        for (off, len) in cases {
+            let s = &data[off..off + len];
+            let (crc, folded) = r.crc32c_and_sum(7, off, len);
+            assert_eq!(crc, r.crc32c_append(7, off, len), "crc at {off}+{len}");
+            assert_eq!(crc, crc32c::crc32c_append(7, s), "crc at {off}+{len}");
+            assert_eq!(
+                fold(folded),
+                fold(r.checksum_sum(off, len)),
+                "sum at {off}+{len}"
+            );
+            assert_eq!(fold(folded), fold(sum(s)), "sum at {off}+{len}");
         }
     }
 

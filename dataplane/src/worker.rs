@@ -191,6 +191,20 @@ pub struct WorkerCounters {
     pub loops: AtomicU64,
     /// Times the idle back-off slept.
     pub idle_sleeps: AtomicU64,
+    /// Payload bytes the TX path read from registered memory to sum a TCP
+    /// checksum (ports without checksum offload) because no sum from the
+    /// record's CRC pass covered them: with the MPA CRC on this stays at
+    /// zero unless the CRC is off, markers cut the payload, or a record
+    /// no longer fits one segment (after an MSS shrink).
+    pub tx_summed_bytes: AtomicU64,
+    /// Received TCP frames handed to the worker that owns their connection
+    /// (on a port that cannot steer flows to queues, the software
+    /// dispatcher).
+    pub dispatched_out: AtomicU64,
+    /// Frames other workers handed to this one.
+    pub dispatched_in: AtomicU64,
+    /// Frames dropped because the owner's dispatch ring was full.
+    pub dispatch_drops: AtomicU64,
 }
 
 /// A copy of [`WorkerCounters`].
@@ -220,6 +234,14 @@ pub struct WorkerStats {
     pub loops: u64,
     /// See [`WorkerCounters::idle_sleeps`].
     pub idle_sleeps: u64,
+    /// See [`WorkerCounters::tx_summed_bytes`].
+    pub tx_summed_bytes: u64,
+    /// See [`WorkerCounters::dispatched_out`].
+    pub dispatched_out: u64,
+    /// See [`WorkerCounters::dispatched_in`].
+    pub dispatched_in: u64,
+    /// See [`WorkerCounters::dispatch_drops`].
+    pub dispatch_drops: u64,
 }
 
 impl WorkerCounters {
@@ -239,6 +261,10 @@ impl WorkerCounters {
             connections: g(&self.connections),
             loops: g(&self.loops),
             idle_sleeps: g(&self.idle_sleeps),
+            tx_summed_bytes: g(&self.tx_summed_bytes),
+            dispatched_out: g(&self.dispatched_out),
+            dispatched_in: g(&self.dispatched_in),
+            dispatch_drops: g(&self.dispatch_drops),
         }
     }
 }
@@ -433,21 +459,40 @@ impl FpduRecord {
 
     /// The Internet checksum's partial sum of the record bytes in `range`
     /// (the payload of a TCP segment sent in parts), read from the pieces:
-    /// header bytes in place, payload from the region.
+    /// header bytes in place, payload from the sum the CRC pass stored
+    /// when the segment carries all of it, from the region otherwise.
     pub fn checksum_sum(&self, range: Range<usize>) -> u32 {
+        self.segment_sum(range).0
+    }
+
+    /// [`FpduRecord::checksum_sum`], and how many payload bytes it had to
+    /// read from the region (zero when the stored sum covered them).
+    fn segment_sum(&self, range: Range<usize>) -> (u32, usize) {
+        // The payload as one range of its region, and the sum of it the
+        // CRC pass computed (`OutRecord::payload_sum`).
+        let stored = self.rec.as_ref().and_then(|rec| {
+            let p = rec.payload()?.range();
+            Some((p.offset() as usize, p.len() as usize, rec.payload_sum()?))
+        });
         let mut acc = 0u32;
+        let mut read = 0usize;
         let _ = self.walk::<()>(range, |rel, c| {
             let s = match c {
                 Chunk::Bytes(b) => checksum::sum(b),
-                Chunk::Payload { offset, len } => self
-                    .region
-                    .as_ref()
-                    .map_or(0, |r| r.checksum_sum(offset, len)),
+                Chunk::Payload { offset, len } => match stored {
+                    Some((o, l, sum)) if (o, l) == (offset, len) => sum,
+                    _ => {
+                        read += len;
+                        self.region
+                            .as_ref()
+                            .map_or(0, |r| r.checksum_sum(offset, len))
+                    }
+                },
             };
             acc = checksum::combine_at(acc, s, rel);
             Ok(())
         });
-        acc
+        (acc, read)
     }
 
     /// Appends the record bytes in `range` to `frame`: bytes copied,
@@ -1710,9 +1755,17 @@ impl<Q: LinkQueue> Worker<Q> {
                 continue;
             }
             let mut hdr = [0u8; HDR_BUF];
+            let mut summed = 0usize;
             let parts = self.iface.poll_frame_parts(now, &mut hdr, |r, range| {
-                (!offload).then(|| r.checksum_sum(range))
+                (!offload).then(|| {
+                    let (sum, read) = r.segment_sum(range);
+                    summed += read;
+                    sum
+                })
             });
+            if summed > 0 {
+                bump(&self.counters.tx_summed_bytes, summed as u64);
+            }
             match parts {
                 None => {
                     self.spare_frame = Some(frame);

@@ -58,6 +58,18 @@ fn run_all(p: &Pair, label: &str) {
 fn inline_one_worker_each() {
     let p = Pair::new(&PairOptions::default());
     run_all(&p, "inline");
+    // The in-memory port offloads no checksum and the MPA CRC is on: every
+    // segment's TCP checksum took its payload's sum from the CRC pass, so
+    // the transmit path read no payload byte a second time.
+    for (side, dp) in [("a", &p.a), ("b", &p.b)] {
+        let s = dp.stats()[0];
+        println!(
+            "inline: {side}: {} bytes sent, {} payload bytes summed apart from the CRC pass",
+            s.tx_bytes, s.tx_summed_bytes
+        );
+        assert!(s.tx_bytes > 4 << 20);
+        assert_eq!(s.tx_summed_bytes, 0, "{side}: payload summed twice");
+    }
 }
 
 #[test]

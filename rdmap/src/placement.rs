@@ -244,6 +244,87 @@ pub trait Placement {
         }
         crc
     }
+
+    /// Extends the CRC32c `crc` over the bytes of `src` and returns it with
+    /// the Internet checksum's partial sum of the same bytes (RFC 1071,
+    /// see [`internet_sum`]), taken as if they started at an even offset.
+    ///
+    /// The send path needs both for an FPDU whose payload stays in the
+    /// region: the MPA CRC (RFC 5044 §4) and, on ports that cannot offload
+    /// it, the TCP checksum of the segment carrying it. Without checksum
+    /// offload the TCP checksum touches every payload byte, so an
+    /// implementation that sees its memory should override this and make
+    /// one pass, feeding each chunk to both while it is in L1. The default
+    /// makes the two passes one after the other, so every implementation
+    /// stays correct.
+    fn crc32c_and_sum(&self, crc: u32, src: CheckedRange<'_>) -> (u32, u32) {
+        const CHUNK: usize = 512;
+        let crc = self.crc32c_append(crc, src);
+        let mut buf = [0u8; CHUNK];
+        let mut rest = src;
+        let mut sum = 0u32;
+        while !rest.is_empty() {
+            let n = (rest.len() as usize).min(CHUNK);
+            let Some(front) = rest.take_front(n) else {
+                break;
+            };
+            self.read(front, &mut buf[..n]);
+            // CHUNK is even, so every chunk starts at an even offset.
+            sum = sum_combine(sum, internet_sum(&buf[..n]));
+        }
+        (crc, sum)
+    }
+}
+
+/// The Internet checksum's partial sum of `data` (RFC 1071 §4.1): the
+/// one's-complement sum of its big-endian 16-bit words, a final odd byte
+/// padded with zero, folded to 16 bits and not complemented.
+///
+/// Its own small copy here because rdmap does not depend on the TCP crate;
+/// the value is the one `tcp_offload::wire::checksum::sum` computes, so
+/// the dataplane combines them freely.
+pub fn internet_sum(data: &[u8]) -> u32 {
+    // 2^16 ≡ 1 (mod 2^16 − 1): 32-bit words added into a 64-bit
+    // accumulator and folded at the end give the same sum, with no
+    // overflow for any buffer under 16 GiB.
+    let mut acc = 0u64;
+    let mut words = data.chunks_exact(4);
+    for w in &mut words {
+        acc += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
+    }
+    let rest = words.remainder();
+    let mut tail = [0u8; 4];
+    tail[..rest.len()].copy_from_slice(rest);
+    acc += u64::from(u32::from_be_bytes(tail));
+    u32::from(fold64(acc))
+}
+
+/// Adds two partial sums of blocks that both start at even offsets of the
+/// checksummed whole (RFC 1071 §2(B), associativity).
+pub fn sum_combine(a: u32, b: u32) -> u32 {
+    u32::from(fold64(u64::from(a) + u64::from(b)))
+}
+
+/// Adds the partial sum `b` of a block that starts `offset` bytes into the
+/// checksummed whole to `a`: at an odd offset the block's bytes sit in the
+/// other half of every word, so its folded sum is byte-swapped first (RFC
+/// 1071 §2(B)).
+pub fn sum_combine_at(a: u32, b: u32, offset: usize) -> u32 {
+    let b = if offset % 2 == 1 {
+        u32::from(fold64(u64::from(b)).swap_bytes())
+    } else {
+        b
+    };
+    sum_combine(a, b)
+}
+
+/// Folds a one's-complement accumulator to 16 bits with end-around carry.
+fn fold64(mut s: u64) -> u16 {
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    // The loop leaves `s <= 0xffff`.
+    s as u16
 }
 
 /// Registered memory as plain vectors: the test and simulation
@@ -326,5 +407,101 @@ impl Placement for VecMemory {
     fn crc32c_append(&self, crc: u32, src: CheckedRange<'_>) -> u32 {
         let slot = self.slot(&src);
         crc32c::crc32c_append(crc, &self.regions[src.region.0 as usize][slot])
+    }
+
+    fn crc32c_and_sum(&self, crc: u32, src: CheckedRange<'_>) -> (u32, u32) {
+        // Chunks small enough to stay in L1 between the two uses, and
+        // even, so every chunk starts at an even offset.
+        const CHUNK: usize = 2048;
+        let slot = self.slot(&src);
+        let bytes = &self.regions[src.region.0 as usize][slot];
+        let (mut crc, mut sum) = (crc, 0u32);
+        for c in bytes.chunks(CHUNK) {
+            crc = crc32c::crc32c_append(crc, c);
+            sum = sum_combine(sum, internet_sum(c));
+        }
+        (crc, sum)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::mr::MrTable;
+    use crate::verbs::{Access, PdId};
+
+    /// The textbook definition: 16-bit words, end-around carry after every
+    /// addition.
+    fn naive(data: &[u8]) -> u16 {
+        let mut s: u32 = 0;
+        for w in data.chunks(2) {
+            s += u32::from(w[0]) << 8 | u32::from(w.get(1).copied().unwrap_or(0));
+            if s > 0xffff {
+                s = (s & 0xffff) + 1;
+            }
+        }
+        s as u16
+    }
+
+    /// Memory that offers only `read` and `write`: the trait's defaults.
+    struct Plain(VecMemory);
+
+    impl Placement for Plain {
+        fn write(&mut self, dst: CheckedRange<'_>, data: &[u8]) {
+            self.0.write(dst, data);
+        }
+        fn read(&self, src: CheckedRange<'_>, dst: &mut [u8]) {
+            self.0.read(src, dst);
+        }
+    }
+
+    #[test]
+    fn internet_sum_matches_rfc1071() {
+        // RFC 1071 §3: 00 01 f2 03 f4 f5 f6 f7 sums to ddf2.
+        let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(internet_sum(&data), 0xddf2);
+        let bytes: Vec<u8> = (0..1001u32).map(|i| (i * 151 + 7) as u8).collect();
+        for len in [0, 1, 2, 3, 5, 8, 33, 1000, 1001] {
+            let s = &bytes[..len];
+            assert_eq!(u32::from(naive(s)), internet_sum(s), "len {len}");
+            for cut in [0, 1, len / 2, len.saturating_sub(1)]
+                .into_iter()
+                .filter(|&c| c <= len)
+            {
+                let joined = sum_combine_at(internet_sum(&s[..cut]), internet_sum(&s[cut..]), cut);
+                assert_eq!(fold64(u64::from(joined)), naive(s), "len {len} cut {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn folded_crc_and_sum_equal_the_separate_passes() {
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i * 37 + i / 251) as u8).collect();
+        let mut vm = VecMemory::new();
+        let region = vm.add_region_with(bytes.clone());
+        let plain = Plain(vm.clone());
+        let mut mrs = MrTable::new(4);
+        let stag = mrs
+            .reg_mr(PdId(0), vm.whole(region).unwrap(), 0, Access::NONE)
+            .unwrap();
+        for (off, len) in [
+            (0, 1),
+            (1, 1),
+            (0, 4096),
+            (1, 4095),
+            (3, 5000),
+            (2, 9998),
+            (7, 513),
+        ] {
+            let r = mrs
+                .check_local(stag, off, len, PdId(0), Access::NONE)
+                .unwrap()
+                .unwrap();
+            let s = &bytes[off as usize..(off + u64::from(len)) as usize];
+            let want = (crc32c::crc32c_append(5, s), naive(s));
+            for (crc, sum) in [vm.crc32c_and_sum(5, r), plain.crc32c_and_sum(5, r)] {
+                assert_eq!((crc, fold64(u64::from(sum))), want, "{off}+{len}");
+            }
+        }
     }
 }

@@ -116,6 +116,9 @@ pub(super) struct Fpdu {
     pub(super) head_len: u8,
     pub(super) payload: Option<RegionRef>,
     pub(super) trailer: Trailer,
+    /// The payload's Internet checksum partial sum, when the CRC pass
+    /// computed it (see [`OutRecord::payload_sum`]).
+    pub(super) payload_sum: Option<u32>,
 }
 
 impl OutRecord {
@@ -156,6 +159,23 @@ impl OutRecord {
         match &self.body {
             Body::Setup(_) => None,
             Body::Fpdu(f) => f.payload.as_ref(),
+        }
+    }
+
+    /// The Internet checksum's partial sum (RFC 1071, as
+    /// [`crate::placement::internet_sum`]) of the payload bytes, taken as if
+    /// they started at an even offset, if the CRC pass computed it.
+    ///
+    /// It is computed in the same pass over the payload as the MPA CRC
+    /// ([`Placement::crc32c_and_sum`]), so a driver whose port cannot
+    /// offload the TCP checksum sums the payload never again: not when the
+    /// segment is first sent, not when it is retransmitted. `None` with the
+    /// CRC off, without payload, or when markers cut the payload into
+    /// pieces (the driver then sums the pieces itself).
+    pub fn payload_sum(&self) -> Option<u32> {
+        match &self.body {
+            Body::Setup(_) => None,
+            Body::Fpdu(f) => f.payload_sum,
         }
     }
 
@@ -334,15 +354,25 @@ impl<'r> Iterator for Pieces<'r> {
 }
 
 /// CRC32c of an FPDU record over its covered octets (length field, ULPDU,
-/// pad, and markers before the CRC field), payload read through `mem`.
-pub(super) fn fpdu_crc<M: Placement + ?Sized>(record: &OutRecord, mem: &M) -> u32 {
+/// pad, and markers before the CRC field), payload read through `mem`;
+/// and, from the same pass over the payload, the payload's Internet
+/// checksum partial sum when the payload is one piece (no marker inside
+/// it), for [`OutRecord::payload_sum`].
+pub(super) fn fpdu_crc<M: Placement + ?Sized>(record: &OutRecord, mem: &M) -> (u32, Option<u32>) {
     let mut crc = 0u32;
+    let mut sum = None;
+    let mut payload_pieces = 0u32;
     for piece in Pieces::new(record, true) {
         crc = match piece {
             Piece::Bytes(b) => crc32c::crc32c_append(crc, b),
             Piece::Marker(m) => crc32c::crc32c_append(crc, &m),
-            Piece::Payload(r) => mem.crc32c_append(crc, r),
+            Piece::Payload(r) => {
+                payload_pieces += 1;
+                let (c, s) = mem.crc32c_and_sum(crc, r);
+                sum = Some(s);
+                c
+            }
         };
     }
-    crc
+    (crc, sum.filter(|_| payload_pieces == 1))
 }

@@ -454,12 +454,14 @@ impl Endpoint {
                 head_len: (LENGTH_LEN + ulpdu.head_len) as u8,
                 payload,
                 trailer: layout.trailer(0),
+                payload_sum: None,
             }),
         };
         if self.framer.crc_enabled() {
-            let crc = fpdu_crc(&record, &*env.mem);
+            let (crc, sum) = fpdu_crc(&record, &*env.mem);
             if let Body::Fpdu(f) = &mut record.body {
                 f.trailer = layout.trailer(crc);
+                f.payload_sum = sum;
             }
         }
         self.framer.advance(&layout);
