@@ -144,8 +144,62 @@ impl EndpointArgs {
     /// Opens the dataplane these options describe.
     pub fn open(&self) -> Result<Dataplane, ToolError> {
         let config = self.config()?;
-        Ok(Dataplane::open(&config)?)
+        open_dataplane(&config)
     }
+}
+
+/// Opens a dataplane on `config`; when that fails, removes the runtime
+/// directory a failed EAL start leaves behind (`rte_eal_init` creates it
+/// before it looks at the devices and does not remove it on failure), if
+/// it was not there before, so that bad input leaves nothing in
+/// `/var/run/dpdk`. A device error names the device.
+pub fn open_dataplane(config: &Config) -> Result<Dataplane, ToolError> {
+    let device = &config.ports[0].device;
+    let runtime = eal_runtime_dir(config).filter(|d| !d.exists());
+    Dataplane::open(config).map_err(|e| {
+        if let Some(dir) = &runtime {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        match e {
+            Error::Device(m) => ToolError::Usage(format!("cannot open device {device:?}: {m}")),
+            other => ToolError::Dataplane(other),
+        }
+    })
+}
+
+/// Where EAL keeps the runtime files of `config`'s file prefix (as DPDK
+/// places them: `/var/run/dpdk` for root, `$XDG_RUNTIME_DIR/dpdk` or
+/// `/tmp/dpdk` otherwise); `None` for a device that starts no EAL.
+pub fn eal_runtime_dir(config: &Config) -> Option<PathBuf> {
+    let device = &config.ports[0].device;
+    if device.starts_with("mem:") {
+        return None;
+    }
+    let args = crate::dpdk_link::eal_args_for(&config.eal.args, device);
+    let prefix = args.iter().enumerate().find_map(|(i, a)| {
+        if a == "--file-prefix" {
+            args.get(i + 1).cloned()
+        } else {
+            a.strip_prefix("--file-prefix=").map(String::from)
+        }
+    })?;
+    // The effective user id is the second on the `Uid:` line.
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false);
+    let base = if root {
+        PathBuf::from("/var/run")
+    } else {
+        std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/tmp"))
+    };
+    Some(base.join("dpdk").join(prefix))
 }
 
 /// A minimal TOML rendering of a one-port configuration, so that

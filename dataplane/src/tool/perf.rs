@@ -11,14 +11,18 @@
 //! resources ([`super::runner`]), does the exchange ([`super::perftest`]),
 //! runs, and prints perftest's table ([`super::report`]) or JSON.
 
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use clap::Args;
 
-use super::common::EndpointArgs;
-use super::runner::TestKind;
+use super::common::{open_dataplane, EndpointArgs};
+use super::perftest::{BwFigures, Session, SessionParams};
+use super::runner::{Progress, RemoteBuf, Resources, Role, RunResult, RunSpec, TestKind};
 use super::ToolError;
+use crate::api::Dataplane;
 
 /// perftest's default port (`DEF_PORT`).
 pub const DEFAULT_PORT: u16 = 18515;
@@ -346,12 +350,392 @@ impl PerfArgs {
     }
 }
 
+/// Whether this side's [`Resources::run`] has anything to do: the server
+/// of perftest's write and read tests (bandwidth, and read latency) only
+/// lends its buffer and waits for the client to say it has finished.
+fn runs_here(test: TestKind, role: Role) -> bool {
+    role == Role::Client
+        || matches!(
+            test,
+            TestKind::SendBw | TestKind::WriteLat | TestKind::SendLat
+        )
+}
+
+impl Plan {
+    fn role(&self) -> Role {
+        if self.peer.is_some() {
+            Role::Client
+        } else {
+            Role::Server
+        }
+    }
+
+    /// The runner's description of one size.
+    fn spec(&self, size: usize) -> RunSpec {
+        RunSpec {
+            test: self.test,
+            role: self.role(),
+            size,
+            iterations: self.iterations,
+            duration: self.duration,
+            qps: self.qps,
+            tx_depth: self.tx_depth,
+            rx_depth: self.rx_depth,
+            outstanding_reads: self.outstanding_reads,
+            verify: self.verify,
+            all_sizes: self.all_sizes,
+        }
+    }
+
+    fn session(&self, link_mtu: usize) -> SessionParams {
+        SessionParams {
+            test: self.test,
+            size: self.size,
+            iterations: self.iterations,
+            qps: self.qps,
+            duration: self.duration,
+            all_sizes: self.all_sizes,
+            outstanding_reads: self.outstanding_reads,
+            link_mtu,
+        }
+    }
+
+    /// perftest's unit of the exchanged bandwidths, per MB/s (10^6 B/s):
+    /// MiB/s, or Gbit/s with `--report_gbits`.
+    fn unit_per_mbps(&self) -> f64 {
+        if self.report_gbits {
+            8e6 / 1e9
+        } else {
+            1e6 / 1_048_576.0
+        }
+    }
+}
+
+/// What this side reports to a perftest server (its `bw_report_data`).
+fn figures_of(r: &RunResult, plan: &Plan) -> BwFigures {
+    let k = plan.unit_per_mbps();
+    BwFigures {
+        size: r.size as u64,
+        iters: r.iterations,
+        bw_peak: r.bw_peak_mbps * k,
+        bw_avg: r.bw_avg_mbps * k,
+        msg_rate: r.msg_rate_mpps,
+    }
+}
+
+/// The client's figures as the server got them, in the units of a run.
+fn result_of(f: &BwFigures, plan: &Plan) -> RunResult {
+    let k = plan.unit_per_mbps();
+    let bytes = f.size.saturating_mul(f.iters);
+    let avg = f.bw_avg / k;
+    let secs = if avg > 0.0 {
+        bytes as f64 / (avg * 1e6)
+    } else {
+        0.0
+    };
+    RunResult {
+        size: usize::try_from(f.size).unwrap_or(usize::MAX),
+        bytes,
+        iterations: f.iters,
+        elapsed: Duration::try_from_secs_f64(secs).unwrap_or_default(),
+        bw_peak_mbps: f.bw_peak / k,
+        bw_avg_mbps: avg,
+        msg_rate_mpps: f.msg_rate,
+        latency: None,
+        verified_bytes: 0,
+    }
+}
+
+/// Progress on stderr once a run has lasted a while: one line a second,
+/// rewritten in place on a terminal.
+struct ProgressLine {
+    label: String,
+    next: Duration,
+    tty: bool,
+    shown: bool,
+}
+
+/// How long a run goes before progress is shown, and how often then.
+const PROGRESS_AFTER: Duration = Duration::from_secs(2);
+
+impl ProgressLine {
+    fn new(label: String) -> ProgressLine {
+        ProgressLine {
+            label,
+            next: PROGRESS_AFTER,
+            tty: std::io::stderr().is_terminal(),
+            shown: false,
+        }
+    }
+
+    fn update(&mut self, p: &Progress) {
+        if p.elapsed < self.next {
+            return;
+        }
+        self.next = p.elapsed + Duration::from_secs(1);
+        let done = if p.total > 0 {
+            format!(
+                "{}/{} ({:.0}%)",
+                p.done,
+                p.total,
+                100.0 * p.done as f64 / p.total as f64
+            )
+        } else {
+            format!("{}", p.done)
+        };
+        let end = if self.tty { "\r" } else { "\n" };
+        eprint!(
+            "{}: {done} messages, {:.1} s{end}",
+            self.label,
+            p.elapsed.as_secs_f64()
+        );
+        self.shown = true;
+    }
+
+    fn finish(&self) {
+        if self.shown && self.tty {
+            eprintln!();
+        }
+    }
+}
+
 /// Runs one perf test.
+///
+/// Options are checked before EAL starts; the dataplane is dropped (and
+/// with it EAL, which removes its runtime directory) before this returns,
+/// on every path.
 pub fn run(test: TestKind, args: &PerfArgs) -> Result<(), ToolError> {
-    let _plan = args.plan(test)?;
-    Err(ToolError::Usage(
-        "iwarp perf: not available in this build yet".into(),
-    ))
+    let plan = args.plan(test)?;
+    let config = args.endpoint.config()?;
+    let link_mtu = config.ports[0].mtu;
+    let ip = config.ports[0].ip;
+    let dp = open_dataplane(&config)?;
+    let outcome = run_on(&dp, &plan, link_mtu, ip);
+    drop(dp);
+    let outcome = outcome?;
+    let mut out = std::io::stdout().lock();
+    if plan.json {
+        let text = serde_json::to_string_pretty(&outcome)
+            .map_err(|e| ToolError::Io(std::io::Error::other(e)))?;
+        writeln!(out, "{text}")?;
+    } else {
+        write!(out, "{}", table(&plan, &outcome))?;
+    }
+    out.flush()?;
+    if let Some(m) = outcome.mismatch {
+        return Err(ToolError::DataMismatch(m));
+    }
+    Ok(())
+}
+
+/// What `--json` prints.
+#[derive(Debug, serde::Serialize)]
+pub struct PerfOutcome {
+    /// perftest's name of the test.
+    pub test: &'static str,
+    /// `client` or `server`.
+    pub role: &'static str,
+    /// Our address and port.
+    pub local: String,
+    /// The peer's address and port (known to the client).
+    pub peer: Option<String>,
+    /// The peer's perftest version string.
+    pub peer_version: String,
+    /// Queue pairs (`-q`).
+    pub qps: usize,
+    /// Iterations per size (`-n`), or none with `-D`.
+    pub iterations: Option<u64>,
+    /// `-D` in seconds.
+    pub duration_s: Option<u64>,
+    /// Bandwidths in `results` are in MB/s (10^6 B/s); `report_gbits`
+    /// only changes the table.
+    pub report_gbits: bool,
+    /// Whether received data was checked.
+    pub verify: bool,
+    /// One per size; on a write or read bandwidth server, the client's
+    /// figures; empty on a read latency server (which measures nothing).
+    pub results: Vec<RunResult>,
+    /// Where the results come from: `local` or `peer`.
+    pub measured_by: &'static str,
+    /// Why the data check failed, if it did.
+    pub mismatch: Option<String>,
+}
+
+fn run_on(
+    dp: &Dataplane,
+    plan: &Plan,
+    link_mtu: usize,
+    ip: std::net::Ipv4Addr,
+) -> Result<PerfOutcome, ToolError> {
+    let role = plan.role();
+    let name = perftest_name(plan.test);
+    let resources = Resources::new(dp, &plan.spec(plan.size))?;
+    let local: Vec<RemoteBuf> = (0..plan.qps).map(|i| resources.local_buf(i)).collect();
+    let params = plan.session(link_mtu);
+    let mut session = match plan.peer {
+        Some(peer) => {
+            eprintln!("{name}: connecting to {peer}");
+            Session::client(dp, peer, &params, &resources.qps, &local, plan.timeout)
+                .map_err(|e| client_error(peer, e))?
+        }
+        None => {
+            eprintln!(
+                "{name}: server on {ip}:{}, waiting for a client ({} s)",
+                plan.port,
+                plan.timeout.as_secs()
+            );
+            Session::server(dp, plan.port, &params, &resources.qps, &local, plan.timeout)
+                .map_err(|e| server_error(plan.port, e))?
+        }
+    };
+    let remote = session.remote();
+    let peer_version = session.peer_version().to_string();
+    let mut results = Vec::new();
+    let mut mismatch = None;
+    if runs_here(plan.test, role) {
+        for (k, &size) in plan.sizes.iter().enumerate() {
+            if k > 0 {
+                session.next_size()?;
+            }
+            let spec = plan.spec(size);
+            let mut line = ProgressLine::new(format!("{name} {size} B"));
+            let r = resources.run(dp, &spec, &remote, &mut |p| line.update(p));
+            line.finish();
+            match r {
+                Ok(r) => results.push(r),
+                Err(ToolError::DataMismatch(m)) => {
+                    mismatch = Some(format!("{size} B: {m}"));
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    let mine = match (role, plan.test) {
+        (Role::Client, TestKind::WriteBw | TestKind::ReadBw) => {
+            results.last().map(|r| figures_of(r, plan))
+        }
+        _ => None,
+    };
+    let theirs = session.finish(mine.as_ref())?;
+    let measured_by = match (role, theirs) {
+        (Role::Server, Some(f)) if results.is_empty() => {
+            results.push(result_of(&f, plan));
+            "peer"
+        }
+        _ => "local",
+    };
+    Ok(PerfOutcome {
+        test: name,
+        role: match role {
+            Role::Client => "client",
+            Role::Server => "server",
+        },
+        local: format!("{ip}:{}", plan.port),
+        peer: plan.peer.map(|p| p.to_string()),
+        peer_version,
+        qps: plan.qps,
+        iterations: plan.duration.is_none().then_some(plan.iterations),
+        duration_s: plan.duration.map(|d| d.as_secs()),
+        report_gbits: plan.report_gbits,
+        verify: plan.verify,
+        results,
+        measured_by,
+        mismatch,
+    })
+}
+
+/// A client that could not set the session up: most often, nobody
+/// answered at that address and port.
+fn client_error(peer: SocketAddrV4, e: ToolError) -> ToolError {
+    match e {
+        ToolError::Peer(m) => ToolError::Peer(format!("peer {peer} unreachable: {m}")),
+        ToolError::Dataplane(d) => ToolError::Peer(format!("peer {peer} unreachable: {d}")),
+        other => other,
+    }
+}
+
+/// A server that could not set the session up.
+fn server_error(port: u16, e: ToolError) -> ToolError {
+    match e {
+        ToolError::Dataplane(d) => ToolError::Peer(format!("port {port}: {d}")),
+        other => other,
+    }
+}
+
+/// perftest's table for what this side has to show.
+fn table(plan: &Plan, o: &PerfOutcome) -> String {
+    let mut s = String::new();
+    let line = "-".repeat(87);
+    let _ = writeln!(s, "{line}");
+    let _ = writeln!(
+        s,
+        "                    {} (iwarp, peer perftest version {})",
+        o.test, o.peer_version
+    );
+    let _ = writeln!(
+        s,
+        " {} side, {} QP(s), {}",
+        o.role,
+        o.qps,
+        match plan.duration {
+            Some(d) => format!("{} s", d.as_secs()),
+            None => format!("{} iterations", plan.iterations),
+        }
+    );
+    let _ = writeln!(s, "{line}");
+    if o.results.is_empty() {
+        let _ = writeln!(s, " (the client measures this test)");
+        let _ = writeln!(s, "{line}");
+        return s;
+    }
+    if is_latency(plan.test) {
+        let _ = writeln!(
+            s,
+            " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    \
+             t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]"
+        );
+        for r in &o.results {
+            if let Some(l) = &r.latency {
+                let _ = writeln!(
+                    s,
+                    " {:<7}{:<13}{:<15.2}{:<15.2}{:<17.2}{:<15.2}{:<16.2}{:<23.2}{:.2}",
+                    r.size,
+                    r.iterations,
+                    l.min_us,
+                    l.max_us,
+                    l.p50_us,
+                    l.avg_us,
+                    l.stdev_us,
+                    l.p99_us,
+                    l.p999_us
+                );
+            }
+        }
+    } else {
+        let (unit, k) = if plan.report_gbits {
+            ("Gb/sec", 8e6 / 1e9)
+        } else {
+            ("MB/sec", 1e6 / 1_048_576.0)
+        };
+        let _ = writeln!(
+            s,
+            " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]"
+        );
+        for r in &o.results {
+            let _ = writeln!(
+                s,
+                " {:<10} {:<10}       {:<10.2}          {:<10.2}            {:.6}",
+                r.size,
+                r.iterations,
+                r.bw_peak_mbps * k,
+                r.bw_avg_mbps * k,
+                r.msg_rate_mpps
+            );
+        }
+    }
+    let _ = writeln!(s, "{line}");
+    s
 }
 
 #[cfg(test)]
@@ -468,7 +852,8 @@ mod tests {
 
     #[test]
     fn bad_numbers_are_one_line_each() {
-        let cases: [(fn(&mut PerfArgs), &str); 9] = [
+        type Case = (fn(&mut PerfArgs), &'static str);
+        let cases: [Case; 9] = [
             (|a| a.qps = Some("0".into()), "-q/--qp"),
             (|a| a.iters = Some("2".into()), "-n/--iters"),
             (|a| a.iters = Some("many".into()), "-n/--iters"),

@@ -1,0 +1,381 @@
+//! `iwarp perf` as operators run it: the built binary, as server in one
+//! network namespace and as client in another, over `net_af_packet` on a
+//! veth pair between them, every test type, both sides' `--json` read
+//! back; and its errors, which need no root: a bad size, an unknown device
+//! (with nothing left under `/var/run/dpdk`), `--help` naming every option,
+//! an unreachable peer.
+//!
+//! Each run is limited in time and killed by PID when over; namespaces and
+//! EAL runtime directories are removed on every exit and checked gone.
+//! The namespace tests need root: without it they print a skip notice, or
+//! fail with `IWARP_REQUIRE_ROOT_TESTS=1`.
+
+mod tool_common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tool_common::{
+    eal_args, iwarp, require_root, runtime_dir, unique_prefix, Proc, RuntimeDir, TwoNs, IWARP,
+};
+
+/// Limit of each `iwarp` process in the namespace tests: generous, the
+/// machine may be loaded.
+const LIMIT: Duration = Duration::from_secs(90);
+
+// ---------------------------------------------------------------------
+// Errors and help (no root).
+// ---------------------------------------------------------------------
+
+/// One line on stderr, starting with the tool's name.
+fn assert_one_line(what: &str, stderr: &[String]) -> String {
+    assert_eq!(
+        stderr.len(),
+        1,
+        "{what}: one line on stderr, got {stderr:?}"
+    );
+    let line = stderr[0].clone();
+    assert!(line.starts_with("iwarp: "), "{what}: {line}");
+    line
+}
+
+#[test]
+fn bad_numbers_fail_in_one_line() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["perf", "write-bw", "-s", "0"], "bad size"),
+        (&["perf", "send-bw", "--size", "3G"], "bad size"),
+        (&["perf", "read-lat", "-s", "lots"], "bad size"),
+        (&["perf", "write-bw", "-q", "0"], "-q/--qp"),
+        (&["perf", "send-lat", "10.0.0.2", "-n", "1"], "-n/--iters"),
+        (&["perf", "read-bw", "not-an-address"], "bad peer address"),
+    ];
+    for (args, want) in cases {
+        let end = iwarp("iwarp", args, Duration::from_secs(20));
+        assert!(!end.status.success(), "{args:?} succeeded");
+        let line = assert_one_line(&format!("{args:?}"), &end.stderr);
+        assert!(line.contains(want), "{args:?}: {line}");
+        assert!(end.stdout.is_empty(), "{args:?}: stdout {:?}", end.stdout);
+        println!("{args:?} -> {} {line:?}", end.status);
+    }
+}
+
+#[test]
+fn help_explains_every_option() {
+    let end = iwarp(
+        "iwarp",
+        &["perf", "write-bw", "--help"],
+        Duration::from_secs(20),
+    );
+    assert!(end.status.success(), "--help: {}", end.status);
+    let help = end.stdout;
+    for option in [
+        "-s, --size",
+        "-n, --iters",
+        "-D, --duration",
+        "-q, --qp",
+        "-p, --port",
+        "-a, --all",
+        "-F, --CPU-freq",
+        "-R, --rdma_cm",
+        "-t, --tx-depth",
+        "-r, --rx-depth",
+        "-o, --outs",
+        "--report_gbits",
+        "--data_validation",
+        "--json",
+        "--timeout",
+        "--config",
+        "--device",
+        "--ip",
+        "--mac",
+        "--mtu",
+        "--cores",
+        "--eal",
+        "--set",
+        "[PEER]",
+    ] {
+        assert!(
+            help.contains(option),
+            "--help does not mention {option}:\n{help}"
+        );
+    }
+    for test in [
+        "write-bw",
+        "read-bw",
+        "send-bw",
+        "write-lat",
+        "read-lat",
+        "send-lat",
+    ] {
+        let end = iwarp("iwarp", &["perf", test, "-h"], Duration::from_secs(20));
+        assert!(
+            end.status.success() && end.stdout.contains("--size"),
+            "{test} -h"
+        );
+    }
+    println!(
+        "--help: {} lines, every option explained",
+        help.lines().count()
+    );
+}
+
+#[test]
+fn unknown_device_fails_and_leaves_nothing() {
+    let prefix = unique_prefix("perf-nodev");
+    let dir = RuntimeDir(runtime_dir(&prefix));
+    let eal = eal_args(&prefix);
+    let end = iwarp(
+        "iwarp",
+        &[
+            "perf",
+            "write-bw",
+            "--device",
+            "net_nosuchdriver0",
+            "--ip",
+            "10.77.0.1",
+            "--eal",
+            &eal,
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!end.status.success(), "an unknown device was accepted");
+    // EAL logs its own complaint first (its log level is the user's to
+    // choose); ours is the one line of the tool.
+    let (ours, eal): (Vec<String>, Vec<String>) = end
+        .stderr
+        .iter()
+        .cloned()
+        .partition(|l| l.starts_with("iwarp: "));
+    assert!(eal.iter().all(|l| l.starts_with("EAL: ")), "{eal:?}");
+    let line = assert_one_line("unknown device", &ours);
+    assert!(
+        line.contains("net_nosuchdriver0"),
+        "names the device: {line}"
+    );
+    assert!(!dir.0.exists(), "{} left behind", dir.0.display());
+    println!(
+        "unknown device -> {} {line:?}; {} absent",
+        end.status,
+        dir.0.display()
+    );
+}
+
+#[test]
+fn no_device_fails_in_one_line() {
+    let end = iwarp("iwarp", &["perf", "write-bw"], Duration::from_secs(20));
+    assert!(!end.status.success());
+    let line = assert_one_line("no device", &end.stderr);
+    assert!(line.contains("--device"), "{line}");
+    println!("no device -> {} {line:?}", end.status);
+}
+
+/// A client on a memory port that nothing answers: the connection times
+/// out and says which peer.
+#[test]
+fn unreachable_peer_fails_in_one_line() {
+    let t0 = Instant::now();
+    let end = iwarp(
+        "iwarp",
+        &[
+            "perf",
+            "write-bw",
+            "10.77.0.2",
+            "--device",
+            "mem:nobody",
+            "--ip",
+            "10.77.0.1",
+            "--mac",
+            "02:00:00:00:77:01",
+            "--timeout",
+            "2",
+            "-n",
+            "10",
+        ],
+        Duration::from_secs(40),
+    );
+    assert!(!end.status.success(), "connected to nobody");
+    let line = assert_one_line("unreachable", &end.stderr);
+    assert!(
+        line.contains("10.77.0.2:18515") && line.contains("unreachable"),
+        "{line}"
+    );
+    println!(
+        "unreachable peer -> {} after {:.1} s: {line:?}",
+        end.status,
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+// ---------------------------------------------------------------------
+// Server and client over a veth pair.
+// ---------------------------------------------------------------------
+
+/// Objects in a JSON document that carry run figures (`iterations` and
+/// `bytes`), wherever the report puts them.
+fn runs(v: &Value) -> Vec<&serde_json::Map<String, Value>> {
+    let mut out = Vec::new();
+    match v {
+        Value::Object(m) => {
+            if m.contains_key("iterations") && m.contains_key("bytes") {
+                out.push(m);
+            }
+            for x in m.values() {
+                out.extend(runs(x));
+            }
+        }
+        Value::Array(a) => {
+            for x in a {
+                out.extend(runs(x));
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+fn num(m: &serde_json::Map<String, Value>, key: &str) -> f64 {
+    m.get(key)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("no number {key:?} in {m:?}"))
+}
+
+/// Server in one namespace, client in the other, `test` with `extra`
+/// options on both; both must exit 0 with figures for `iters` messages.
+fn pair(test: &str, extra: &[&str], iters: u64) {
+    if !require_root() {
+        return;
+    }
+    let net = TwoNs::create().expect("two namespaces and a veth pair");
+    let names = net.ns.to_vec();
+    let ips = ["10.79.0.1", "10.79.0.2"];
+    let macs = ["02:1a:fb:00:00:01", "02:1a:fb:00:00:02"];
+    let prefixes = [
+        unique_prefix(&format!("perf-{test}-s")),
+        unique_prefix(&format!("perf-{test}-c")),
+    ];
+    let dirs = prefixes.clone().map(|p| RuntimeDir(runtime_dir(&p)));
+    let command = |side: usize| {
+        let device = format!("net_af_packet0,iface={}", net.ifs[side]);
+        let eal = eal_args(&prefixes[side]);
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &net.ns[side], IWARP, "perf", test]);
+        if side == 1 {
+            c.arg(ips[0]);
+        }
+        c.args(["--device", &device, "--ip", ips[side], "--mac", macs[side]])
+            .args(["--eal", &eal])
+            // Both processes and the kernel share the cores: back off when
+            // idle.
+            .args(["--set", "idle.spin=200", "--set", "idle.sleep_us=20"])
+            .args(["--json", "--timeout", "60"])
+            .args(extra);
+        c
+    };
+    let deadline = Instant::now() + LIMIT;
+    let mut server = Proc::spawn("server", command(0));
+    server
+        .wait_stderr("waiting for a client", deadline)
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The listen follows the line at once; give a loaded machine a moment.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut client = Proc::spawn("client", command(1));
+    let c = client.wait(deadline).unwrap_or_else(|e| panic!("{e}"));
+    let s = server.wait(deadline).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        c.status.success(),
+        "client failed: {} {:?}",
+        c.status,
+        c.stderr
+    );
+    assert!(
+        s.status.success(),
+        "server failed: {} {:?}",
+        s.status,
+        s.stderr
+    );
+    drop((client, server));
+    for d in &dirs {
+        assert!(!d.0.exists(), "{} left behind", d.0.display());
+    }
+    drop(net);
+    assert_eq!(
+        TwoNs::names_left(&names),
+        Vec::<String>::new(),
+        "namespaces left"
+    );
+
+    let lat = test.ends_with("-lat");
+    let mut report = Vec::new();
+    for (side, out) in [("client", &c), ("server", &s)] {
+        let doc: Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("{side}'s --json is not JSON ({e}): {}", out.stdout));
+        let found = runs(&doc);
+        if side == "client" {
+            assert!(!found.is_empty(), "no figures in the client's JSON: {doc}");
+        }
+        for r in found {
+            let n = num(r, "iterations");
+            assert_eq!(n as u64, iters, "{side}: iterations in {r:?}");
+            let bytes = num(r, "bytes");
+            assert!(bytes > 0.0, "{side}: bytes in {r:?}");
+            let bw = num(r, "bw_avg_mbps");
+            assert!(bw > 0.0, "{side}: bandwidth in {r:?}");
+            let mut line = format!("{side}: {n} x {} B, {bw:.1} MB/s", num(r, "size"));
+            if lat {
+                let l = r
+                    .get("latency")
+                    .and_then(Value::as_object)
+                    .unwrap_or_else(|| panic!("{side}: no latency in {r:?}"));
+                let (min, p50, p99, max) = (
+                    num(l, "min_us"),
+                    num(l, "p50_us"),
+                    num(l, "p99_us"),
+                    num(l, "max_us"),
+                );
+                assert!(
+                    0.0 < min && min <= p50 && p50 <= p99 && p99 <= max,
+                    "{side}: latency figures out of order: {l:?}"
+                );
+                line +=
+                    &format!(", latency min {min:.1} p50 {p50:.1} p99 {p99:.1} max {max:.1} us");
+            }
+            report.push(line);
+        }
+    }
+    println!(
+        "{test} {extra:?}: both sides exited 0; {}",
+        report.join("; ")
+    );
+    println!("namespaces and EAL runtime directories removed");
+}
+
+#[test]
+fn write_bw_over_veth() {
+    pair("write-bw", &["-s", "65536", "-n", "200"], 200);
+}
+
+#[test]
+fn read_bw_over_veth() {
+    pair("read-bw", &["-s", "65536", "-n", "200"], 200);
+}
+
+#[test]
+fn send_bw_over_veth() {
+    pair("send-bw", &["-s", "65536", "-n", "200"], 200);
+}
+
+#[test]
+fn write_lat_over_veth() {
+    pair("write-lat", &["-s", "64", "-n", "200"], 200);
+}
+
+#[test]
+fn read_lat_over_veth() {
+    pair("read-lat", &["-s", "64", "-n", "200"], 200);
+}
+
+#[test]
+fn send_lat_over_veth() {
+    pair("send-lat", &["-s", "64", "-n", "200"], 200);
+}
