@@ -47,12 +47,28 @@ const MAX_DURATION_S: u64 = 86_400;
 /// Largest size of `-a` (perftest: 2 B to 2^23 B).
 pub const ALL_SIZES_MAX: usize = 1 << 23;
 
-/// Options of `iwarp perf TEST`.
-///
-/// Numbers are taken as text and checked by [`PerfArgs::plan`], so that a
-/// bad value is reported in one line like every other error.
+/// Options of `iwarp perf TEST`, boxed: the command line's enum of
+/// subcommands stays small.
 #[derive(Debug, Clone, Default, Args)]
 pub struct PerfArgs {
+    /// The options themselves.
+    #[command(flatten)]
+    pub options: Box<PerfOptions>,
+}
+
+impl PerfArgs {
+    /// See [`PerfOptions::plan`].
+    pub fn plan(&self, test: TestKind) -> Result<Plan, ToolError> {
+        self.options.plan(test)
+    }
+}
+
+/// The options of `iwarp perf TEST`.
+///
+/// Numbers are taken as text and checked by [`PerfOptions::plan`], so that
+/// a bad value is reported in one line like every other error.
+#[derive(Debug, Clone, Default, Args)]
+pub struct PerfOptions {
     /// The server's IPv4 address: run as client. Without it, run as server
     /// and wait for a client (perftest's convention).
     #[arg(value_name = "PEER")]
@@ -249,7 +265,7 @@ fn parse_peer(text: &str, port: u16) -> Result<SocketAddrV4, ToolError> {
     })
 }
 
-impl PerfArgs {
+impl PerfOptions {
     /// Checks the options of `test` and fills in perftest's defaults; no
     /// device is touched.
     pub fn plan(&self, test: TestKind) -> Result<Plan, ToolError> {
@@ -506,7 +522,7 @@ impl ProgressLine {
 /// on every path.
 pub fn run(test: TestKind, args: &PerfArgs) -> Result<(), ToolError> {
     let plan = args.plan(test)?;
-    let config = args.endpoint.config()?;
+    let config = args.options.endpoint.config()?;
     let link_mtu = config.ports[0].mtu;
     let ip = config.ports[0].ip;
     let dp = open_dataplane(&config)?;
@@ -742,8 +758,8 @@ fn table(plan: &Plan, o: &PerfOutcome) -> String {
 mod tests {
     use super::*;
 
-    fn args(f: impl FnOnce(&mut PerfArgs)) -> PerfArgs {
-        let mut a = PerfArgs::default();
+    fn args(f: impl FnOnce(&mut PerfOptions)) -> PerfOptions {
+        let mut a = PerfOptions::default();
         f(&mut a);
         a
     }
@@ -782,7 +798,9 @@ mod tests {
 
     #[test]
     fn defaults_follow_perftest() {
-        let p = PerfArgs::default().plan(TestKind::WriteBw).expect("plan");
+        let p = PerfOptions::default()
+            .plan(TestKind::WriteBw)
+            .expect("plan");
         assert_eq!(
             (
                 p.peer,
@@ -796,9 +814,11 @@ mod tests {
             (None, 18515, 65_536, 5000, 1, 128, 1)
         );
         assert_eq!(p.outstanding_reads, 0);
-        let p = PerfArgs::default().plan(TestKind::SendBw).expect("plan");
+        let p = PerfOptions::default().plan(TestKind::SendBw).expect("plan");
         assert_eq!((p.iterations, p.tx_depth, p.rx_depth), (1000, 128, 512));
-        let p = PerfArgs::default().plan(TestKind::ReadLat).expect("plan");
+        let p = PerfOptions::default()
+            .plan(TestKind::ReadLat)
+            .expect("plan");
         assert_eq!(
             (p.size, p.iterations, p.tx_depth, p.outstanding_reads),
             (2, 1000, 1, 16)
@@ -852,7 +872,7 @@ mod tests {
 
     #[test]
     fn bad_numbers_are_one_line_each() {
-        type Case = (fn(&mut PerfArgs), &'static str);
+        type Case = (fn(&mut PerfOptions), &'static str);
         let cases: [Case; 9] = [
             (|a| a.qps = Some("0".into()), "-q/--qp"),
             (|a| a.iters = Some("2".into()), "-n/--iters"),
