@@ -1,15 +1,1069 @@
 //! `iwarp rping`: the ping-pong of rdmacm-utils' `rping` (Send, RDMA Read,
-//! RDMA Write, data checked), as client or server, interoperable with it.
+//! RDMA Write, data checked), as client or server, interoperable with it on
+//! the wire.
+//!
+//! It sits on the application API ([`crate::api`]) like any RDMA program:
+//! [`server`] and [`client`] take an open [`Dataplane`] and run one
+//! connection, so tests drive them in-process; [`run`] is the command line
+//! around them. The protocol follows rdma-core's
+//! `librdmacm/examples/rping.c` and was checked against a siw↔siw capture
+//! (`rping -C 10 -S 100`):
+//!
+//! - Connection: the client connects with IRD = ORD = 1 and no private data
+//!   (MPA revision 2 carries just the IRD/ORD words); rping's server accepts
+//!   with what the client asked for, which is 1/1 again.
+//! - Control messages: a 16-byte `rping_rdma_info` in network byte order
+//!   (buffer address u64, rkey u32, size u32), sent by Send ([`RpingInfo`]).
+//! - One ping: the client fills its start buffer ([`ping_data`]) and
+//!   advertises it; the server RDMA Reads it and answers with a go-ahead
+//!   Send (16 zero bytes: rping's server never fills its send buffer); the
+//!   client advertises its sink buffer; the server RDMA Writes the string it
+//!   read (up to and including its NUL) into it and sends a second
+//!   go-ahead; the client compares the sink with what it sent (`-V`).
+//! - End: the client disconnects after `-C` pings; the server ends when the
+//!   connection does, between pings.
+
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddrV4, ToSocketAddrs};
+use std::time::{Duration, Instant};
 
 use clap::Args;
 
+use super::common::EndpointArgs;
 use super::ToolError;
+use crate::api::{
+    Access, CmEvent, ConnectFailure, ConnectParams, ConnectRequest, Cq, Dataplane,
+    DisconnectReason, MemoryRegistration, ProtectionDomain, Qp, QpOptions, QpStatus, RecvWr,
+    Region, SendWr, SgeList, Stag, WcOpcode, WcStatus, WorkCompletion,
+};
 
-/// Options of `iwarp rping`.
-#[derive(Debug, Clone, Default, Args)]
-pub struct RpingArgs {}
+/// rping's default port.
+pub const DEFAULT_PORT: u16 = 7174;
+/// Length of an `rping_rdma_info` message.
+pub const INFO_LEN: usize = 16;
+/// rping's smallest ping: room for `"rdma-ping-%d: "` and the digits of
+/// `INT_MAX`, both with their NULs (as rping computes it).
+pub const MIN_SIZE: usize = 26;
+/// rping's largest ping (its 64 KiB buffer less one).
+pub const MAX_SIZE: usize = 65_535;
+/// rping's default ping size.
+pub const DEFAULT_SIZE: usize = 64;
+/// How long a step waits for the peer unless told otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Runs rping.
-pub fn run(_args: &RpingArgs) -> Result<(), ToolError> {
-    Err(ToolError::Usage("iwarp rping: not available in this build yet".into()))
+/// rping's IRD and ORD (`responder_resources`, `initiator_depth` of its
+/// `rdma_conn_param`), on both sides of the connection.
+pub const CONN_DEPTH: u16 = 1;
+/// Send queue depth, as rping's.
+const SQ_DEPTH: u32 = 16;
+/// Receive queue depth, as rping's.
+const RQ_DEPTH: u32 = 2;
+
+/// The buffer one side advertises to the other: rping's
+/// `struct rping_rdma_info`, 16 bytes in network byte order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RpingInfo {
+    /// Tagged offset of the buffer (its virtual address, as rping sends).
+    pub addr: u64,
+    /// Its STag.
+    pub rkey: u32,
+    /// Its length in bytes (the sender's `-S`).
+    pub size: u32,
+}
+
+impl RpingInfo {
+    /// The message as rping sends it.
+    pub fn encode(&self) -> [u8; INFO_LEN] {
+        let mut b = [0u8; INFO_LEN];
+        b[..8].copy_from_slice(&self.addr.to_be_bytes());
+        b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
+        b[12..].copy_from_slice(&self.size.to_be_bytes());
+        b
+    }
+
+    /// Reads a received message; rping accepts exactly 16 bytes.
+    pub fn decode(b: &[u8]) -> Result<RpingInfo, ToolError> {
+        let b: &[u8; INFO_LEN] = b.try_into().map_err(|_| {
+            ToolError::Peer(format!(
+                "received a {}-byte message where rping sends {INFO_LEN} bytes",
+                b.len()
+            ))
+        })?;
+        let mut addr = [0u8; 8];
+        addr.copy_from_slice(&b[..8]);
+        let mut rkey = [0u8; 4];
+        rkey.copy_from_slice(&b[8..12]);
+        let mut size = [0u8; 4];
+        size.copy_from_slice(&b[12..]);
+        Ok(RpingInfo {
+            addr: u64::from_be_bytes(addr),
+            rkey: u32::from_be_bytes(rkey),
+            size: u32::from_be_bytes(size),
+        })
+    }
+}
+
+/// What rping's client puts in its start buffer for ping number `ping`:
+/// `"rdma-ping-<ping>: "`, then printable characters from `'A'` to `'z'`
+/// in turn (starting one further along at each ping), the last byte NUL.
+/// A prefix longer than the buffer is cut as `snprintf` cuts it.
+pub fn ping_data(ping: u64, size: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; size];
+    let prefix = format!("rdma-ping-{ping}: ");
+    let written = prefix.len().min(size.saturating_sub(1));
+    buf[..written].copy_from_slice(&prefix.as_bytes()[..written]);
+    // 58 characters from 'A' to 'z'; each ping starts one further on.
+    let mut c = b'A' + (ping % 58) as u8;
+    for b in buf.iter_mut().skip(prefix.len()) {
+        *b = c;
+        c = if c >= b'z' { b'A' } else { c + 1 };
+    }
+    if let Some(last) = buf.last_mut() {
+        *last = 0;
+    }
+    buf
+}
+
+/// The bytes up to the first NUL, as rping prints them with `%s`.
+fn as_c_string(b: &[u8]) -> String {
+    let end = b.iter().position(|&x| x == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// Which end of the ping-pong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RpingRole {
+    /// `-c`: advertises buffers and checks the echo.
+    Client,
+    /// `-s`: RDMA Reads the ping and RDMA Writes it back.
+    Server,
+}
+
+/// How a run goes: rping's options, already checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RpingOptions {
+    /// TCP port the server listens on and the client connects to.
+    pub port: u16,
+    /// Pings the client sends (`None`: until stopped, rping's `-C 0`).
+    /// The server, like rping's, runs until the client disconnects.
+    pub count: Option<u64>,
+    /// Bytes per ping (the client's buffers; the server takes any size up
+    /// to [`MAX_SIZE`] the client advertises).
+    pub size: usize,
+    /// Print each ping's data (`-v`).
+    pub verbose: bool,
+    /// Check each ping's data (`-V`): the client compares the echo with
+    /// what it sent; the server compares what it read with rping's pattern.
+    pub validate: bool,
+    /// Print each step on stderr (`-d`).
+    pub debug: bool,
+    /// How long any one step may wait for the peer.
+    pub timeout: Duration,
+    /// How long the server waits for a client (`None`: for ever, as rping).
+    pub accept_timeout: Option<Duration>,
+    /// Fault injection for tests: the server flips a byte of the echo in
+    /// this ping, so that a validating client must report a mismatch.
+    pub corrupt_ping: Option<u64>,
+}
+
+impl Default for RpingOptions {
+    fn default() -> RpingOptions {
+        RpingOptions {
+            port: DEFAULT_PORT,
+            count: None,
+            size: DEFAULT_SIZE,
+            verbose: false,
+            validate: false,
+            debug: false,
+            timeout: DEFAULT_TIMEOUT,
+            accept_timeout: None,
+            corrupt_ping: None,
+        }
+    }
+}
+
+impl RpingOptions {
+    fn check(&self) -> Result<(), ToolError> {
+        if !(MIN_SIZE..=MAX_SIZE).contains(&self.size) {
+            return Err(ToolError::Usage(format!(
+                "invalid size {} (valid range is {MIN_SIZE} to {MAX_SIZE})",
+                self.size
+            )));
+        }
+        if self.timeout.is_zero() {
+            return Err(ToolError::Usage("the timeout must be positive".into()));
+        }
+        Ok(())
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RpingSummary {
+    /// Which end this was.
+    pub role: RpingRole,
+    /// The other end.
+    pub peer: SocketAddrV4,
+    /// Pings completed (both RDMA operations done, both go-aheads sent or
+    /// received).
+    pub iterations: u64,
+    /// Bytes per ping (the client's size; on the server, the last size the
+    /// client advertised).
+    pub size: usize,
+    /// Bytes carried by RDMA Read and RDMA Write together.
+    pub bytes_moved: u64,
+    /// Bytes compared and found right (with `-V`).
+    pub bytes_verified: u64,
+    /// From the connection's establishment to its end.
+    pub elapsed: Duration,
+}
+
+impl core::fmt::Display for RpingSummary {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let (role, dir) = match self.role {
+            RpingRole::Client => ("client", "with"),
+            RpingRole::Server => ("server", "from"),
+        };
+        let per = if self.iterations > 0 {
+            self.elapsed.as_secs_f64() * 1e6 / self.iterations as f64
+        } else {
+            0.0
+        };
+        write!(
+            f,
+            "rping {role}: {} pings of {} bytes {dir} {} in {:.3} ms ({per:.1} us per ping), \
+             {} bytes moved, {} bytes verified",
+            self.iterations,
+            self.size,
+            self.peer,
+            self.elapsed.as_secs_f64() * 1e3,
+            self.bytes_moved,
+            self.bytes_verified
+        )
+    }
+}
+
+// ---------------------------------------------------------------------
+// Resources and waiting.
+// ---------------------------------------------------------------------
+
+/// A registered buffer of its own region.
+struct Buf {
+    region: Region,
+    mr: MemoryRegistration,
+}
+
+impl Buf {
+    fn new(
+        dp: &Dataplane,
+        pd: ProtectionDomain,
+        len: usize,
+        access: Access,
+    ) -> Result<Buf, ToolError> {
+        let region = Region::new(len).map_err(|e| ToolError::Dataplane(e.into()))?;
+        let mr = dp.reg_mr(pd, &region, 0, len, access)?;
+        Ok(Buf { region, mr })
+    }
+
+    fn info(&self, size: usize) -> RpingInfo {
+        RpingInfo {
+            addr: self.mr.addr(),
+            rkey: self.mr.rkey().0,
+            size: size as u32,
+        }
+    }
+
+    fn read(&self, len: usize) -> Vec<u8> {
+        // In range by construction: callers pass at most the registered length.
+        self.region.to_vec(0, len).unwrap_or_default()
+    }
+}
+
+/// Why a wait ended without what it waited for.
+enum Stop {
+    /// The connection ended.
+    Gone(DisconnectReason),
+    /// Anything else: the run fails with this.
+    Fail(ToolError),
+}
+
+impl From<ToolError> for Stop {
+    fn from(e: ToolError) -> Stop {
+        Stop::Fail(e)
+    }
+}
+
+/// One side's connection: the queue pair, its completion queue and the
+/// receive it keeps posted.
+struct Conn<'a> {
+    dp: &'a Dataplane,
+    pd: ProtectionDomain,
+    cq: Cq,
+    qp: Qp,
+    recv: Buf,
+    peer: SocketAddrV4,
+    timeout: Duration,
+    debug: bool,
+    next_id: u64,
+    /// RDMA Writes completed so far.
+    writes_done: u64,
+}
+
+impl<'a> Conn<'a> {
+    fn new(dp: &'a Dataplane, peer: SocketAddrV4, o: &RpingOptions) -> Result<Conn<'a>, ToolError> {
+        let pd = dp.alloc_pd()?;
+        let cq = dp.create_cq(2 * SQ_DEPTH)?;
+        let qp = dp.create_qp(
+            pd,
+            &cq,
+            &cq,
+            QpOptions {
+                max_send_wr: SQ_DEPTH,
+                max_recv_wr: RQ_DEPTH,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_ord: u32::from(CONN_DEPTH),
+                max_ird: u32::from(CONN_DEPTH),
+                sq_sig_all: false,
+            },
+        )?;
+        let recv = Buf::new(dp, pd, INFO_LEN, Access::LOCAL_WRITE)?;
+        Ok(Conn {
+            dp,
+            pd,
+            cq,
+            qp,
+            recv,
+            peer,
+            timeout: o.timeout,
+            debug: o.debug,
+            next_id: 1,
+            writes_done: 0,
+        })
+    }
+
+    /// A registered buffer in the connection's protection domain.
+    fn buf(&self, len: usize, access: Access) -> Result<Buf, ToolError> {
+        Buf::new(self.dp, self.pd, len, access)
+    }
+
+    fn debug(&self, what: impl FnOnce() -> String) {
+        if self.debug {
+            eprintln!("rping: {}", what());
+        }
+    }
+
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn post_recv(&mut self) -> Result<(), ToolError> {
+        let wr = RecvWr {
+            wr_id: 0,
+            sges: SgeList::single(self.recv.mr.sge(0, INFO_LEN as u32)),
+        };
+        self.qp
+            .post_recv(&wr)
+            .map_err(|e| ToolError::Peer(format!("cannot post a receive: {e:?}")))
+    }
+
+    fn post(&mut self, wr: &SendWr, what: &str) -> Result<(), Stop> {
+        match self.qp.post_send(wr) {
+            Ok(()) => Ok(()),
+            Err(e) if self.qp.status() == QpStatus::Disconnected => {
+                // The connection went; its event says why.
+                self.debug(|| format!("posting {what}: {e:?}"));
+                Err(self.wait_gone())
+            }
+            Err(e) => Err(Stop::Fail(ToolError::Peer(format!(
+                "cannot post {what}: {e:?}"
+            )))),
+        }
+    }
+
+    fn send(&mut self, buf: &Buf, what: &str) -> Result<(), Stop> {
+        let wr = SendWr::send(self.id(), SgeList::single(buf.mr.sge(0, INFO_LEN as u32)));
+        self.debug(|| format!("send {what}"));
+        self.post(&wr, what)
+    }
+
+    /// After a failed post on a dead queue pair: the reason, from the
+    /// event that must follow.
+    fn wait_gone(&mut self) -> Stop {
+        let deadline = Instant::now() + self.timeout;
+        while Instant::now() < deadline {
+            if let Some(reason) = self.take_events() {
+                return Stop::Gone(reason);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Stop::Gone(DisconnectReason::TimedOut)
+    }
+
+    /// Handles waiting CM events; the reason if our connection ended.
+    fn take_events(&mut self) -> Option<DisconnectReason> {
+        while let Some(ev) = self.dp.poll_event() {
+            match ev {
+                CmEvent::Disconnected { qp, reason } if qp == self.qp.num() => {
+                    self.debug(|| format!("disconnected: {reason:?}"));
+                    return Some(reason);
+                }
+                CmEvent::ConnectRequest(req) => {
+                    // Like rping's server: one client at a time.
+                    self.debug(|| format!("refusing a second client, {}", req.remote));
+                    let _ = self.dp.reject(&req, &[]);
+                }
+                other => self.debug(|| format!("event {other:?}")),
+            }
+        }
+        None
+    }
+
+    /// Looks at one completion: `Some` if it is the awaited one.
+    fn take_wc(
+        &mut self,
+        wc: WorkCompletion,
+        want: WcOpcode,
+        what: &str,
+    ) -> Result<Option<WorkCompletion>, Stop> {
+        match wc.status {
+            WcStatus::Success => {}
+            // Flushed work follows a disconnect, whose event says why.
+            WcStatus::WrFlushError => return Ok(None),
+            s => {
+                let hint = match (wc.opcode, s) {
+                    (WcOpcode::Recv, WcStatus::LocalLengthError) => {
+                        " (a message longer than rping's 16 bytes: is the peer rping?)"
+                    }
+                    (_, WcStatus::RemoteAccessError) => " (the peer refused access to its buffer)",
+                    _ => "",
+                };
+                return Err(Stop::Fail(ToolError::Peer(format!(
+                    "{:?} failed while waiting for {what}: {s:?}{hint}",
+                    wc.opcode
+                ))));
+            }
+        }
+        if wc.opcode == WcOpcode::RdmaWrite {
+            self.writes_done += 1;
+        }
+        if wc.opcode == want {
+            return Ok(Some(wc));
+        }
+        match wc.opcode {
+            WcOpcode::Send | WcOpcode::RdmaWrite => Ok(None),
+            op => Err(Stop::Fail(ToolError::Peer(format!(
+                "unexpected {op:?} completion while waiting for {what}"
+            )))),
+        }
+    }
+
+    /// Waits for the completion `want`, taking send completions and CM
+    /// events on the way; fails after the timeout.
+    fn wait(&mut self, want: WcOpcode, what: &str) -> Result<WorkCompletion, Stop> {
+        let deadline = Instant::now() + self.timeout;
+        let mut idle = 0u32;
+        loop {
+            let mut any = false;
+            while let Some(wc) = self.cq.poll_one() {
+                any = true;
+                if let Some(wc) = self.take_wc(wc, want, what)? {
+                    self.debug(|| format!("{what}: {:?} of {} bytes", wc.opcode, wc.byte_len));
+                    return Ok(wc);
+                }
+            }
+            if let Some(reason) = self.take_events() {
+                // What completed before the end still counts.
+                while let Some(wc) = self.cq.poll_one() {
+                    if let Ok(Some(wc)) = self.take_wc(wc, want, what) {
+                        return Ok(wc);
+                    }
+                }
+                return Err(Stop::Gone(reason));
+            }
+            if any {
+                idle = 0;
+                continue;
+            }
+            if Instant::now() >= deadline {
+                return Err(Stop::Fail(ToolError::Peer(format!(
+                    "no {what} from {} within {:?}: the peer stopped answering",
+                    self.peer, self.timeout
+                ))));
+            }
+            idle += 1;
+            if idle < 200 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+    }
+
+    /// Waits until `n` RDMA Writes have completed.
+    fn wait_writes(&mut self, n: u64) -> Result<(), Stop> {
+        while self.writes_done < n {
+            self.wait(WcOpcode::RdmaWrite, "an RDMA Write's completion")?;
+        }
+        Ok(())
+    }
+
+    /// Waits for a 16-byte message and re-posts the receive for the next.
+    fn recv_info(&mut self, what: &str) -> Result<RpingInfo, Stop> {
+        let wc = self.wait(WcOpcode::Recv, what)?;
+        let bytes = self.recv.read(wc.byte_len.min(INFO_LEN as u32) as usize);
+        if wc.byte_len as usize != INFO_LEN {
+            return Err(Stop::Fail(ToolError::Peer(format!(
+                "{what}: received {} bytes where rping sends {INFO_LEN} (is the peer rping?)",
+                wc.byte_len
+            ))));
+        }
+        self.post_recv()?;
+        Ok(RpingInfo::decode(&bytes)?)
+    }
+
+    /// Waits for the connection to come up (or not).
+    fn wait_established(&mut self, deadline: Instant) -> Result<(), ToolError> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ToolError::Peer(format!(
+                    "no answer from {} within {:?}: peer unreachable?",
+                    self.peer, self.timeout
+                )));
+            }
+            let Some(ev) = self.dp.wait_event(left.min(Duration::from_millis(50))) else {
+                continue;
+            };
+            let me = self.qp.num();
+            match ev {
+                CmEvent::Established { qp, info } if qp == me => {
+                    self.debug(|| {
+                        format!(
+                            "connected to {}: IRD {} ORD {}, CRC {}",
+                            info.remote, info.ird, info.ord, info.crc
+                        )
+                    });
+                    return Ok(());
+                }
+                CmEvent::Rejected { qp, private_data } if qp == me => {
+                    return Err(ToolError::Peer(format!(
+                        "connection to {} rejected{}",
+                        self.peer,
+                        if private_data.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", as_c_string(&private_data))
+                        }
+                    )))
+                }
+                CmEvent::ConnectFailed { qp, reason } if qp == me => {
+                    return Err(ToolError::Peer(match reason {
+                        ConnectFailure::Refused => format!(
+                            "connection to {} refused: is an rping server listening there?",
+                            self.peer
+                        ),
+                        ConnectFailure::TimedOut => {
+                            format!("{} unreachable: TCP connection timed out", self.peer)
+                        }
+                        ConnectFailure::Setup(f) => {
+                            format!("MPA connection setup with {} failed: {f:?}", self.peer)
+                        }
+                    }))
+                }
+                CmEvent::Disconnected { qp, reason } if qp == me => {
+                    return Err(ToolError::Peer(format!(
+                        "connection with {} ended during setup: {reason:?}",
+                        self.peer
+                    )))
+                }
+                other => self.debug(|| format!("event {other:?}")),
+            }
+        }
+    }
+
+    /// Ends the connection (if still up) and waits for the end, briefly.
+    fn close(&mut self) {
+        if self.qp.worker().is_none() || self.qp.status() == QpStatus::Disconnected {
+            let _ = self.take_events();
+            return;
+        }
+        self.debug(|| "disconnecting".into());
+        if self.dp.disconnect(&self.qp, false).is_err() {
+            return;
+        }
+        let deadline = Instant::now() + self.timeout;
+        while Instant::now() < deadline {
+            if self.take_events().is_some() {
+                return;
+            }
+            while self.cq.poll_one().is_some() {}
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        // The peer did not finish the close: reset.
+        let _ = self.dp.disconnect(&self.qp, true);
+    }
+}
+
+fn gone(peer: SocketAddrV4, ping: u64, what: &str, reason: DisconnectReason) -> ToolError {
+    ToolError::Peer(format!(
+        "{peer} went away in ping {ping} while we waited for {what}: {}",
+        describe(reason)
+    ))
+}
+
+fn describe(reason: DisconnectReason) -> String {
+    match reason {
+        DisconnectReason::Closed => "connection closed".into(),
+        DisconnectReason::Reset => "connection reset".into(),
+        DisconnectReason::TimedOut => "connection timed out".into(),
+        DisconnectReason::LocalAbort => "connection aborted".into(),
+        DisconnectReason::Terminated { cause, origin } => match cause {
+            Some(c) => format!("terminated ({origin:?}): {c:?}"),
+            None => format!("terminated ({origin:?})"),
+        },
+    }
+}
+
+fn write_line(out: &mut dyn Write, line: &str) -> Result<(), ToolError> {
+    writeln!(out, "{line}")?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------
+// The server.
+// ---------------------------------------------------------------------
+
+/// Runs rping's server on `dp`: listens on `opts.port`, takes one client,
+/// answers its pings until it disconnects. `-v` lines go to `out`.
+pub fn server(
+    dp: &Dataplane,
+    opts: &RpingOptions,
+    out: &mut dyn Write,
+) -> Result<RpingSummary, ToolError> {
+    opts.check()?;
+    let me = SocketAddrV4::new(dp.ip(), opts.port);
+    dp.listen(opts.port, 3)
+        .map_err(|e| ToolError::Peer(format!("cannot listen on {me}: {e}")))?;
+    if opts.debug {
+        eprintln!("rping: listening on {me}");
+    }
+    let start = Instant::now();
+    let req = loop {
+        let left = match opts.accept_timeout {
+            Some(t) => t.saturating_sub(start.elapsed()),
+            None => Duration::from_millis(500),
+        };
+        if left.is_zero() {
+            return Err(ToolError::Peer(format!(
+                "no client connected to {me} within {:?}",
+                opts.accept_timeout.unwrap_or_default()
+            )));
+        }
+        match dp.wait_event(left.min(Duration::from_millis(500))) {
+            Some(CmEvent::ConnectRequest(r)) if r.local_port == opts.port => break r,
+            Some(other) if opts.debug => eprintln!("rping: event {other:?}"),
+            _ => {}
+        }
+    };
+    let mut c = Conn::new(dp, req.remote, opts)?;
+    c.debug(|| {
+        format!(
+            "connection request from {}: IRD {:?} ORD {:?}, {} bytes of private data",
+            req.remote,
+            req.ird,
+            req.ord,
+            req.private_data.len()
+        )
+    });
+    let result = serve(&mut c, &req, opts, out);
+    c.close();
+    result
+}
+
+/// A wait's end as the run's error: the peer leaving mid-ping is a failure.
+fn lift<T>(peer: SocketAddrV4, ping: u64, what: &str, r: Result<T, Stop>) -> Result<T, ToolError> {
+    match r {
+        Ok(t) => Ok(t),
+        Err(Stop::Gone(reason)) => Err(gone(peer, ping, what, reason)),
+        Err(Stop::Fail(e)) => Err(e),
+    }
+}
+
+fn serve(
+    c: &mut Conn<'_>,
+    req: &ConnectRequest,
+    opts: &RpingOptions,
+    out: &mut dyn Write,
+) -> Result<RpingSummary, ToolError> {
+    let dp = c.dp;
+    // rping's server registers its own -S; taking any size a client may
+    // advertise costs 64 KiB and spares a failed Read.
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let rdma = c.buf(MAX_SIZE, rw)?;
+    // rping's server sends its go-ahead from a buffer it never fills.
+    let go = c.buf(INFO_LEN, Access::NONE)?;
+    c.post_recv()?;
+    let params = ConnectParams {
+        ird: CONN_DEPTH,
+        ord: CONN_DEPTH,
+        private_data: Vec::new(),
+    };
+    dp.accept(req, &c.qp, &params)
+        .map_err(|e| ToolError::Peer(format!("cannot accept {}: {e}", req.remote)))?;
+    c.wait_established(Instant::now() + c.timeout)?;
+    let started = Instant::now();
+    let mut s = RpingSummary {
+        role: RpingRole::Server,
+        peer: req.remote,
+        iterations: 0,
+        size: 0,
+        bytes_moved: 0,
+        bytes_verified: 0,
+        elapsed: Duration::ZERO,
+    };
+    let peer = c.peer;
+    let mut writes = 0u64;
+    loop {
+        let ping = s.iterations;
+        let src = match c.recv_info("the client's start buffer advertisement") {
+            Ok(i) => i,
+            // Between pings, the end of the connection is the end of the run.
+            Err(Stop::Gone(DisconnectReason::Closed | DisconnectReason::Reset)) => break,
+            r => lift(peer, ping, "the next ping", r)?,
+        };
+        let len = src.size as usize;
+        if len == 0 || len > MAX_SIZE {
+            return Err(ToolError::Peer(format!(
+                "ping {ping}: the client advertised {len} bytes \
+                 (rping sends {MIN_SIZE} to {MAX_SIZE})"
+            )));
+        }
+        s.size = len;
+        // The next Read lands where the last Write was sent from.
+        let r = c.wait_writes(writes);
+        lift(peer, ping, "the previous RDMA Write's completion", r)?;
+        let wr = SendWr::read(c.id(), rdma.mr.sge(0, len as u32), src.addr, Stag(src.rkey));
+        c.debug(|| {
+            format!(
+                "RDMA Read of {len} bytes from {:#x} rkey {:#x}",
+                src.addr, src.rkey
+            )
+        });
+        let r = c
+            .post(&wr, "the RDMA Read")
+            .and_then(|()| c.wait(WcOpcode::RdmaRead, "the RDMA Read"));
+        lift(peer, ping, "the RDMA Read", r)?;
+        s.bytes_moved += len as u64;
+        let data = rdma.read(len);
+        if opts.verbose {
+            write_line(out, &format!("server ping data: {}", as_c_string(&data)))?;
+        }
+        if opts.validate {
+            let want = ping_data(ping, len);
+            if let Some(at) = data.iter().zip(&want).position(|(a, b)| a != b) {
+                return Err(ToolError::DataMismatch(format!(
+                    "ping {ping}: byte {at} of the {len} read from the client is {:#04x}, \
+                     rping's pattern has {:#04x}",
+                    data[at], want[at]
+                )));
+            }
+            s.bytes_verified += len as u64;
+        }
+        let r = c.send(&go, "the go-ahead after the RDMA Read");
+        lift(peer, ping, "the go-ahead", r)?;
+        let r = c.recv_info("the client's sink buffer advertisement");
+        let sink = lift(peer, ping, "the sink buffer advertisement", r)?;
+        // rping echoes the string it read, its NUL included.
+        let strlen = data.iter().position(|&b| b == 0).map_or(len, |n| n + 1);
+        let wlen = strlen.min(sink.size as usize);
+        if opts.corrupt_ping == Some(ping) && wlen > 0 {
+            let at = wlen / 2;
+            rdma.region
+                .write(at, &[data[at] ^ 0x20])
+                .map_err(|e| ToolError::Dataplane(e.into()))?;
+        }
+        let wr = SendWr::write(
+            c.id(),
+            SgeList::single(rdma.mr.sge(0, wlen as u32)),
+            sink.addr,
+            Stag(sink.rkey),
+        );
+        c.debug(|| {
+            format!(
+                "RDMA Write of {wlen} bytes to {:#x} rkey {:#x}",
+                sink.addr, sink.rkey
+            )
+        });
+        // The go-ahead follows the Write at once: the peer sees the Send only
+        // after the Write is placed (RDMAP orders them), which is all
+        // rping's wait for the Write's completion buys. Waiting here
+        // instead would hold the go-ahead until TCP acknowledges the Write
+        // (our completions wait for that, the Write being sent from the
+        // buffer itself): a delayed ACK per ping.
+        let r = c.post(&wr, "the RDMA Write");
+        lift(peer, ping, "the RDMA Write", r)?;
+        writes += 1;
+        s.bytes_moved += wlen as u64;
+        let r = c.send(&go, "the go-ahead after the RDMA Write");
+        lift(peer, ping, "the go-ahead", r)?;
+        s.iterations += 1;
+    }
+    s.elapsed = started.elapsed();
+    let _ = dp.dereg_mr(&rdma.mr);
+    let _ = dp.dereg_mr(&go.mr);
+    Ok(s)
+}
+
+// ---------------------------------------------------------------------
+// The client.
+// ---------------------------------------------------------------------
+
+/// Runs rping's client on `dp`: connects to `server`, sends
+/// `opts.count` pings (checking each with `opts.validate`), disconnects.
+/// `-v` lines go to `out`.
+pub fn client(
+    dp: &Dataplane,
+    server: SocketAddrV4,
+    opts: &RpingOptions,
+    out: &mut dyn Write,
+) -> Result<RpingSummary, ToolError> {
+    opts.check()?;
+    let mut c = Conn::new(dp, server, opts)?;
+    let result = ping(&mut c, opts, out);
+    c.close();
+    result
+}
+
+fn ping(
+    c: &mut Conn<'_>,
+    opts: &RpingOptions,
+    out: &mut dyn Write,
+) -> Result<RpingSummary, ToolError> {
+    let dp = c.dp;
+    let size = opts.size;
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let start = c.buf(size, rw)?;
+    let sink = c.buf(size, rw)?;
+    // The two advertisements never change: each has a buffer of its own,
+    // so that neither is rewritten while TCP may still resend it.
+    let adv_start = c.buf(INFO_LEN, Access::NONE)?;
+    adv_start
+        .region
+        .write(0, &start.info(size).encode())
+        .map_err(|e| ToolError::Dataplane(e.into()))?;
+    let adv_sink = c.buf(INFO_LEN, Access::NONE)?;
+    adv_sink
+        .region
+        .write(0, &sink.info(size).encode())
+        .map_err(|e| ToolError::Dataplane(e.into()))?;
+    c.post_recv()?;
+    let params = ConnectParams {
+        ird: CONN_DEPTH,
+        ord: CONN_DEPTH,
+        private_data: Vec::new(),
+    };
+    c.debug(|| format!("connecting to {}", c.peer));
+    dp.connect(&c.qp, c.peer, &params)
+        .map_err(|e| ToolError::Peer(format!("cannot connect to {}: {e}", c.peer)))?;
+    c.wait_established(Instant::now() + c.timeout)?;
+    let started = Instant::now();
+    let mut s = RpingSummary {
+        role: RpingRole::Client,
+        peer: c.peer,
+        iterations: 0,
+        size,
+        bytes_moved: 0,
+        bytes_verified: 0,
+        elapsed: Duration::ZERO,
+    };
+    let peer = c.peer;
+    let mut ping = 0u64;
+    while opts.count.map_or(true, |n| ping < n) {
+        let data = ping_data(ping, size);
+        start
+            .region
+            .write(0, &data)
+            .map_err(|e| ToolError::Dataplane(e.into()))?;
+        let r = c.send(&adv_start, "the start buffer advertisement");
+        lift(peer, ping, "the start buffer advertisement", r)?;
+        let r = c.recv_info("the go-ahead after the RDMA Read");
+        lift(peer, ping, "the go-ahead after the RDMA Read", r)?;
+        // A sink holding last ping's echo would hide a missing Write.
+        sink.region
+            .fill(0, size, 0)
+            .map_err(|e| ToolError::Dataplane(e.into()))?;
+        let r = c.send(&adv_sink, "the sink buffer advertisement");
+        lift(peer, ping, "the sink buffer advertisement", r)?;
+        let r = c.recv_info("the go-ahead after the RDMA Write");
+        lift(peer, ping, "the go-ahead after the RDMA Write", r)?;
+        s.bytes_moved += 2 * size as u64;
+        let echo = sink.read(size);
+        if opts.validate {
+            if let Some(at) = echo.iter().zip(&data).position(|(a, b)| a != b) {
+                return Err(ToolError::DataMismatch(format!(
+                    "ping {ping}: byte {at} of {size} came back as {:#04x}, {:#04x} was sent",
+                    echo[at], data[at]
+                )));
+            }
+            s.bytes_verified += size as u64;
+        }
+        if opts.verbose {
+            write_line(out, &format!("ping data: {}", as_c_string(&echo)))?;
+        }
+        ping += 1;
+        s.iterations = ping;
+    }
+    s.elapsed = started.elapsed();
+    Ok(s)
+}
+
+// ---------------------------------------------------------------------
+// The command line.
+// ---------------------------------------------------------------------
+
+/// Options of `iwarp rping`: rping's own letters, then the endpoint's.
+#[derive(Debug, Clone, Args)]
+pub struct RpingArgs {
+    /// Server side: wait for one client, answer its pings until it
+    /// disconnects.
+    #[arg(short = 's', conflicts_with = "client")]
+    pub server: bool,
+    /// Client side: connect to the server given by -a and ping it.
+    #[arg(short = 'c')]
+    pub client: bool,
+    /// Server: the address to listen on (this endpoint's --ip, which it
+    /// gives when --ip is absent). Client: the server's address.
+    #[arg(short = 'a', value_name = "ADDR")]
+    pub addr: Option<String>,
+    /// TCP port.
+    #[arg(short = 'p', value_name = "PORT", default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Pings to send (client), 0 for no limit (the default). The server
+    /// runs until the client disconnects.
+    #[arg(short = 'C', value_name = "COUNT", default_value_t = 0)]
+    pub count: u64,
+    /// Bytes per ping, 26 to 65535.
+    #[arg(short = 'S', value_name = "SIZE", default_value_t = DEFAULT_SIZE)]
+    pub size: usize,
+    /// Print each ping's data.
+    #[arg(short = 'v')]
+    pub verbose: bool,
+    /// Check each ping's data: the client compares the echo with what it
+    /// sent, the server what it read with rping's pattern. A difference
+    /// fails the run.
+    #[arg(short = 'V')]
+    pub validate: bool,
+    /// Print each step on stderr.
+    #[arg(short = 'd')]
+    pub debug: bool,
+    /// No summary at the end (errors are still printed).
+    #[arg(short = 'q')]
+    pub quiet: bool,
+    /// Seconds any one step waits for the peer (connection setup, each
+    /// message) before the run fails.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_TIMEOUT.as_secs_f64())]
+    pub timeout: f64,
+    /// Server: seconds to wait for a client before giving up (default:
+    /// wait for ever, as rping).
+    #[arg(long, value_name = "SECS")]
+    pub wait: Option<f64>,
+    #[command(flatten)]
+    pub endpoint: EndpointArgs,
+}
+
+fn seconds(what: &str, v: f64) -> Result<Duration, ToolError> {
+    Duration::try_from_secs_f64(v)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| ToolError::Usage(format!("{what}: {v} is not a positive number of seconds")))
+}
+
+/// An IPv4 address, or a host name that resolves to one.
+fn resolve(addr: &str) -> Result<Ipv4Addr, ToolError> {
+    if let Ok(ip) = addr.parse::<Ipv4Addr>() {
+        return Ok(ip);
+    }
+    let bad = || {
+        ToolError::Usage(format!(
+            "-a {addr}: not an IPv4 address or a host name with one"
+        ))
+    };
+    (addr, 0)
+        .to_socket_addrs()
+        .map_err(|_| bad())?
+        .find_map(|a| match a {
+            std::net::SocketAddr::V4(v4) => Some(*v4.ip()),
+            std::net::SocketAddr::V6(_) => None,
+        })
+        .ok_or_else(bad)
+}
+
+impl RpingArgs {
+    /// The run's options.
+    pub fn options(&self) -> Result<RpingOptions, ToolError> {
+        let o = RpingOptions {
+            port: self.port,
+            count: (self.count > 0).then_some(self.count),
+            size: self.size,
+            verbose: self.verbose,
+            validate: self.validate,
+            debug: self.debug,
+            timeout: seconds("--timeout", self.timeout)?,
+            accept_timeout: self.wait.map(|w| seconds("--wait", w)).transpose()?,
+            corrupt_ping: None,
+        };
+        o.check()?;
+        Ok(o)
+    }
+}
+
+/// Runs `iwarp rping`.
+pub fn run(args: &RpingArgs) -> Result<(), ToolError> {
+    let opts = args.options()?;
+    let addr = args.addr.as_deref().map(resolve).transpose()?;
+    let mut endpoint = args.endpoint.clone();
+    let role = match (args.server, args.client) {
+        (true, _) => RpingRole::Server,
+        (false, true) => RpingRole::Client,
+        (false, false) => {
+            return Err(ToolError::Usage(
+                "give -s (server) or -c (client); see iwarp rping --help".into(),
+            ))
+        }
+    };
+    let peer = match role {
+        RpingRole::Server => {
+            if let Some(ip) = addr.filter(|ip| !ip.is_unspecified()) {
+                if endpoint.ip.is_none() && endpoint.config.is_none() {
+                    endpoint.ip = Some(ip);
+                }
+            }
+            None
+        }
+        RpingRole::Client => Some(SocketAddrV4::new(
+            addr.ok_or_else(|| ToolError::Usage("the client needs -a SERVER_ADDRESS".into()))?,
+            opts.port,
+        )),
+    };
+    let dp = endpoint.open()?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let summary = match peer {
+        None => {
+            if let Some(ip) = addr.filter(|ip| !ip.is_unspecified() && *ip != dp.ip()) {
+                return Err(ToolError::Usage(format!(
+                    "-a {ip} is not this endpoint's address ({})",
+                    dp.ip()
+                )));
+            }
+            server(&dp, &opts, &mut out)?
+        }
+        Some(peer) => client(&dp, peer, &opts, &mut out)?,
+    };
+    if !args.quiet {
+        write_line(&mut out, &summary.to_string())?;
+    }
+    Ok(())
 }

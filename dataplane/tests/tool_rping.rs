@@ -1,0 +1,666 @@
+//! `iwarp rping` against itself and against what rping put on the wire.
+//!
+//! - In one process: two dataplanes over an in-memory link, the rping
+//!   server and client on two threads, 20 validated pings at the default
+//!   size and at rping's largest; a server that corrupts one echo, which
+//!   the client must report as a data mismatch naming the ping; a client
+//!   refused by a port nobody listens on; a server nobody connects to.
+//! - On the wire: rping's connection from `rping.pcap` (`rping -C 10 -S
+//!   100`, siw on both sides; embedded in rdmap's replay tests, and read
+//!   from the capture too when `../shared/interop/captures` is there) is
+//!   taken apart, and every message in it is checked against this
+//!   module's encoding: the MPA IRD/ORD words, each 16-byte advertisement
+//!   (decoded and re-encoded byte for byte), the server's zero go-aheads,
+//!   the Read Request and Write lengths, and each ping's data against
+//!   [`ping_data`].
+//! - As two processes (root only): the built `iwarp` binary as
+//!   `rping -s` and `rping -c -C 10 -V` in two network namespaces joined by
+//!   a veth pair, on `net_af_packet`; both must exit 0, and the
+//!   namespaces and EAL runtime directories must be gone afterwards.
+
+mod runtime_common;
+
+#[path = "../../rdmap/tests/replay_golden/mod.rs"]
+#[allow(
+    dead_code,
+    reason = "the segment lengths serve rdmap's replay, not this test"
+)]
+mod rping_golden;
+
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use dataplane::api::{Dataplane, DriveMode};
+use dataplane::tool::rping::{
+    client, ping_data, server, RpingInfo, RpingOptions, RpingRole, RpingSummary, CONN_DEPTH,
+    INFO_LEN, MAX_SIZE,
+};
+use dataplane::tool::ToolError;
+use rdmap::mpa::deframe::{DeframeEvent, Deframer};
+use rdmap::mpa::frame::{FrameKind, FrameRepr};
+use rdmap::wire::{DdpRepr, RdmapOpcode, ReadRequest};
+use runtime_common::{Pair, PairOptions, IP_A, IP_B};
+
+// ---------------------------------------------------------------------
+// In one process.
+// ---------------------------------------------------------------------
+
+fn threads_pair() -> Pair {
+    Pair::new(&PairOptions {
+        mode: DriveMode::Threads,
+        ..PairOptions::default()
+    })
+}
+
+/// Runs a server on `p.b` and a client on `p.a`; both results and the
+/// client's `-v` output.
+fn run_pair(
+    p: &Pair,
+    server_opts: &RpingOptions,
+    client_opts: &RpingOptions,
+) -> (
+    Result<RpingSummary, ToolError>,
+    Result<RpingSummary, ToolError>,
+    String,
+) {
+    let (a, b): (&Dataplane, &Dataplane) = (&p.a, &p.b);
+    std::thread::scope(|s| {
+        let srv = s.spawn(move || server(b, server_opts, &mut std::io::sink()));
+        // The server listens before the client's SYN can reach it: the
+        // listen call returns once every worker has the listener.
+        std::thread::sleep(Duration::from_millis(100));
+        let mut out = Vec::new();
+        let cli = client(
+            a,
+            SocketAddrV4::new(IP_B, client_opts.port),
+            client_opts,
+            &mut out,
+        );
+        let srv = srv.join().expect("server thread");
+        (srv, cli, String::from_utf8(out).expect("text output"))
+    })
+}
+
+fn opts(size: usize) -> RpingOptions {
+    RpingOptions {
+        count: Some(20),
+        size,
+        validate: true,
+        timeout: Duration::from_secs(15),
+        accept_timeout: Some(Duration::from_secs(15)),
+        ..RpingOptions::default()
+    }
+}
+
+fn ping_pong(size: usize) {
+    let p = threads_pair();
+    let client_opts = RpingOptions {
+        verbose: true,
+        ..opts(size)
+    };
+    let (srv, cli, out) = run_pair(&p, &opts(size), &client_opts);
+    let srv = srv.expect("server");
+    let cli = cli.expect("client");
+    println!("{cli}");
+    println!("{srv}");
+    assert_eq!(cli.role, RpingRole::Client);
+    assert_eq!(srv.role, RpingRole::Server);
+    assert_eq!((cli.iterations, srv.iterations), (20, 20));
+    assert_eq!((cli.size, srv.size), (size, size));
+    let n = 20 * size as u64;
+    assert_eq!(cli.bytes_verified, n, "client: every echo compared");
+    assert_eq!(srv.bytes_verified, n, "server: every ping read compared");
+    assert_eq!(cli.bytes_moved, 2 * n);
+    assert_eq!(
+        srv.bytes_moved,
+        2 * n,
+        "a Read and a Write of the whole ping"
+    );
+    assert_eq!(cli.peer, SocketAddrV4::new(IP_B, 7174));
+    assert_eq!(*srv.peer.ip(), IP_A);
+    // `-v`: one line per ping, the string rping prints.
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 20);
+    for (i, line) in lines.iter().enumerate() {
+        let want = ping_data(i as u64, size);
+        let want = std::str::from_utf8(&want[..size - 1]).unwrap();
+        assert_eq!(*line, format!("ping data: {want}"));
+    }
+    println!("first line of -v: {}", &lines[0][..60.min(lines[0].len())]);
+}
+
+#[test]
+fn twenty_validated_pings_default_size() {
+    ping_pong(64);
+}
+
+#[test]
+fn twenty_validated_pings_largest_size() {
+    ping_pong(MAX_SIZE);
+}
+
+#[test]
+fn corrupted_echo_is_a_data_mismatch_naming_the_ping() {
+    let p = threads_pair();
+    let server_opts = RpingOptions {
+        corrupt_ping: Some(7),
+        ..opts(100)
+    };
+    let (srv, cli, _) = run_pair(&p, &server_opts, &opts(100));
+    match cli {
+        Err(ToolError::DataMismatch(m)) => {
+            println!("client: data check failed: {m}");
+            assert!(m.contains("ping 7:"), "{m}");
+        }
+        other => panic!("the client should report a mismatch, got {other:?}"),
+    }
+    // The server finished ping 7 (it sent the corrupt echo and its
+    // go-ahead), then saw the client leave between pings: rping's end.
+    let srv = srv.expect("server ends with the connection");
+    assert_eq!(srv.iterations, 8);
+}
+
+#[test]
+fn client_refused_when_nobody_listens() {
+    let p = threads_pair();
+    let o = RpingOptions {
+        port: 7999,
+        ..opts(64)
+    };
+    let e = client(
+        &p.a,
+        SocketAddrV4::new(IP_B, 7999),
+        &o,
+        &mut std::io::sink(),
+    )
+    .expect_err("nobody listens on 7999");
+    let msg = e.to_string();
+    println!("client: {msg}");
+    assert!(matches!(e, ToolError::Peer(_)), "{e:?}");
+    assert!(
+        msg.contains("refused") && msg.contains("10.77.0.2:7999"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn client_gives_up_on_an_unreachable_peer() {
+    let p = threads_pair();
+    let o = RpingOptions {
+        timeout: Duration::from_secs(1),
+        ..opts(64)
+    };
+    let nobody = SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 99), 7174);
+    let started = Instant::now();
+    let e = client(&p.a, nobody, &o, &mut std::io::sink()).expect_err("nobody is at .99");
+    let msg = e.to_string();
+    println!("client: {msg} (after {:?})", started.elapsed());
+    assert!(msg.contains("10.77.0.99:7174"), "{msg}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn server_gives_up_when_no_client_comes() {
+    let p = threads_pair();
+    let o = RpingOptions {
+        accept_timeout: Some(Duration::from_millis(300)),
+        ..opts(64)
+    };
+    let e = server(&p.b, &o, &mut std::io::sink()).expect_err("no client");
+    println!("server: {e}");
+    assert!(e.to_string().contains("no client connected"), "{e}");
+}
+
+#[test]
+fn sizes_outside_rpings_range_are_refused() {
+    let p = threads_pair();
+    for size in [0, 25, MAX_SIZE + 1] {
+        let e = client(
+            &p.a,
+            SocketAddrV4::new(IP_B, 7174),
+            &opts(size),
+            &mut std::io::sink(),
+        )
+        .expect_err("bad size");
+        assert!(matches!(e, ToolError::Usage(_)), "{size}: {e:?}");
+        assert!(e.to_string().contains("26 to 65535"), "{e}");
+    }
+}
+
+// ---------------------------------------------------------------------
+// On the wire: rping's own connection.
+// ---------------------------------------------------------------------
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// One FPDU's DDP/RDMAP header and payload.
+struct Pdu {
+    header: DdpRepr,
+    payload: Vec<u8>,
+}
+
+/// The MPA frame at the start of `stream` and the FPDUs after it (no CRC:
+/// siw negotiated none, and the deframer is told so).
+fn split(stream: &[u8], kind: FrameKind) -> (Option<(u16, u16)>, Vec<Pdu>) {
+    let (frame, len) = FrameRepr::parse_prefix(stream).expect("the MPA frame");
+    assert_eq!(frame.kind, kind);
+    assert!(frame.private_data.is_empty(), "rping sends no private data");
+    let ird_ord = frame.ird_ord.map(|w| (w.ird, w.ord));
+    let mut d = Deframer::new(frame.crc, frame.markers, u16::MAX);
+    let mut input = &stream[len..];
+    let mut ulpdus: Vec<Vec<u8>> = Vec::new();
+    while let Some(ev) = d.next_event(&mut input).expect("FPDUs deframe") {
+        match ev {
+            DeframeEvent::UlpduStart { len } => ulpdus.push(Vec::with_capacity(len.into())),
+            DeframeEvent::Bytes(b) => ulpdus.last_mut().unwrap().extend_from_slice(b),
+            DeframeEvent::UlpduEnd { .. } => {}
+        }
+    }
+    let pdus = ulpdus
+        .iter()
+        .map(|u| {
+            let (header, hl) = DdpRepr::parse_ulpdu(u).expect("DDP/RDMAP header");
+            Pdu {
+                header,
+                payload: u[hl..].to_vec(),
+            }
+        })
+        .collect();
+    (ird_ord, pdus)
+}
+
+fn opcode(h: &DdpRepr) -> RdmapOpcode {
+    match *h {
+        DdpRepr::Tagged { opcode, .. } | DdpRepr::Untagged { opcode, .. } => opcode,
+    }
+}
+
+/// Checks rping's connection, both directions, against this module;
+/// returns the number of messages checked.
+fn check_rping_connection(client_stream: &[u8], server_stream: &[u8], what: &str) -> usize {
+    const PINGS: usize = 10;
+    const SIZE: usize = 100;
+    let (req, up) = split(client_stream, FrameKind::Request);
+    let (rep, down) = split(server_stream, FrameKind::Reply);
+    // rping's conn_param (1, 1), and the server's answer mirroring it.
+    let depth = Some((CONN_DEPTH, CONN_DEPTH));
+    assert_eq!((req, rep), (depth, depth), "{what}: IRD/ORD words");
+
+    // The client: a start advertisement, a Read Response, a sink
+    // advertisement per ping.
+    let sends: Vec<&Pdu> = up
+        .iter()
+        .filter(|p| opcode(&p.header) == RdmapOpcode::Send)
+        .collect();
+    let responses: Vec<&Pdu> = up
+        .iter()
+        .filter(|p| opcode(&p.header) == RdmapOpcode::ReadResponse)
+        .collect();
+    assert_eq!((sends.len(), responses.len()), (2 * PINGS, PINGS), "{what}");
+    let mut advertised = Vec::new();
+    for s in &sends {
+        assert_eq!(s.payload.len(), INFO_LEN);
+        let info = RpingInfo::decode(&s.payload).expect("an rping_rdma_info");
+        assert_eq!(
+            info.encode().as_slice(),
+            s.payload.as_slice(),
+            "{what}: re-encoding"
+        );
+        assert_eq!(info.size as usize, SIZE, "{what}: the client's -S");
+        advertised.push(info);
+    }
+    let (start, sink) = (advertised[0], advertised[1]);
+    assert_ne!(start.rkey, sink.rkey, "two buffers");
+    for pair in advertised.chunks(2) {
+        assert_eq!(
+            (pair[0], pair[1]),
+            (start, sink),
+            "{what}: the same buffers every ping"
+        );
+    }
+    // Golden bytes, as tshark shows them.
+    assert_eq!(
+        start.encode().to_vec(),
+        unhex("0000564378b75460f52e240000000064")
+    );
+    assert_eq!(
+        sink.encode().to_vec(),
+        unhex("0000564378b72dc00f28aa0000000064")
+    );
+
+    // The server: Read Request, go-ahead, Write, go-ahead per ping.
+    let ops: Vec<RdmapOpcode> = down.iter().map(|p| opcode(&p.header)).collect();
+    let one = [
+        RdmapOpcode::ReadRequest,
+        RdmapOpcode::Send,
+        RdmapOpcode::RdmaWrite,
+        RdmapOpcode::Send,
+    ];
+    assert_eq!(ops, one.repeat(PINGS), "{what}: the server's message order");
+    let mut checked = sends.len();
+    for (ping, msgs) in down.chunks(4).enumerate() {
+        let want = ping_data(ping as u64, SIZE);
+        let rr = ReadRequest::parse_bytes(&msgs[0].payload).expect("a Read Request");
+        assert_eq!(
+            (rr.source_stag, rr.source_to, rr.size as usize),
+            (start.rkey, start.addr, SIZE),
+            "{what}: ping {ping}: the Read takes the advertised start buffer"
+        );
+        assert_eq!(
+            responses[ping].payload, want,
+            "{what}: ping {ping}: start buffer"
+        );
+        for go in [&msgs[1], &msgs[3]] {
+            assert_eq!(
+                go.payload, [0u8; INFO_LEN],
+                "{what}: rping's go-ahead is zeros"
+            );
+        }
+        match msgs[2].header {
+            DdpRepr::Tagged { stag, to, .. } => {
+                assert_eq!(
+                    (stag, to),
+                    (sink.rkey, sink.addr),
+                    "{what}: ping {ping}: sink"
+                );
+            }
+            DdpRepr::Untagged { .. } => panic!("a Write is tagged"),
+        }
+        // strlen + 1: the whole ping, its final NUL included.
+        assert_eq!(msgs[2].payload, want, "{what}: ping {ping}: the echo");
+        checked += 5;
+    }
+    checked
+}
+
+#[test]
+fn rping_messages_match_the_capture() {
+    let c = unhex(rping_golden::CLIENT_STREAM_HEX);
+    let s = unhex(rping_golden::SERVER_STREAM_HEX);
+    let n = check_rping_connection(&c, &s, "embedded rping streams");
+    println!("embedded rping.pcap streams: {n} messages match the encoding and the pattern");
+
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/captures/rping.pcap");
+    let Ok(bytes) = std::fs::read(&path) else {
+        println!("{} not found: embedded streams only", path.display());
+        return;
+    };
+    let records = tcp_offload::pcap::Reader::read_all(&bytes).expect("the capture reads");
+    let conns = tcp_offload::pcap::Reassembler::from_records(records);
+    let conn = conns
+        .iter()
+        .find(|c| {
+            c.streams
+                .iter()
+                .any(|s| s.dst.port() == 7174 && !s.data.is_empty())
+        })
+        .expect("rping's connection in the capture");
+    let up = conn.streams.iter().find(|s| s.dst.port() == 7174).unwrap();
+    let down = conn.streams.iter().find(|s| s.src.port() == 7174).unwrap();
+    assert!(up.gaps.is_empty() && down.gaps.is_empty());
+    let n = check_rping_connection(&up.data, &down.data, "rping.pcap");
+    assert_eq!(up.data, c, "the embedded client stream is the capture's");
+    println!("rping.pcap: {n} messages match the encoding and the pattern");
+}
+
+// ---------------------------------------------------------------------
+// Two processes, two namespaces (root).
+// ---------------------------------------------------------------------
+
+const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 79, 0, 1);
+const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 79, 0, 2);
+const CHILD_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn sh(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", args.join(" ")))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`{}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Two namespaces joined by a veth pair, no addresses (the dataplanes own
+/// theirs); removed on drop, panics included.
+struct TwoNs {
+    ns: [String; 2],
+    ifs: [String; 2],
+}
+
+impl TwoNs {
+    fn create() -> Result<TwoNs, String> {
+        let pid = std::process::id();
+        let me = TwoNs {
+            ns: [format!("iwrs{pid}"), format!("iwrc{pid}")],
+            ifs: [format!("iwrvs{pid}"), format!("iwrvc{pid}")],
+        };
+        for ns in &me.ns {
+            sh(&["ip", "netns", "add", ns])?;
+        }
+        sh(&[
+            "ip", "link", "add", &me.ifs[0], "type", "veth", "peer", "name", &me.ifs[1],
+        ])?;
+        for (ns, ifname) in me.ns.iter().zip(&me.ifs) {
+            sh(&["ip", "link", "set", ifname, "netns", ns])?;
+            let v6 = format!("net.ipv6.conf.{ifname}.disable_ipv6=1");
+            let _ = sh(&["ip", "netns", "exec", ns, "sysctl", "-qw", &v6]);
+            sh(&[
+                "ip", "netns", "exec", ns, "ethtool", "-K", ifname, "tx", "off", "tso", "off",
+                "gso", "off", "sg", "off", "rx", "off", "gro", "off",
+            ])?;
+            sh(&["ip", "netns", "exec", ns, "ip", "link", "set", ifname, "up"])?;
+        }
+        Ok(me)
+    }
+}
+
+impl Drop for TwoNs {
+    fn drop(&mut self) {
+        for ns in &self.ns {
+            let _ = sh(&["ip", "netns", "del", ns]);
+        }
+    }
+}
+
+/// `iwarp rping` in a namespace; killed by PID if still running when
+/// dropped, its EAL runtime directory removed.
+struct Proc {
+    name: &'static str,
+    child: Child,
+    runtime: PathBuf,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            eprintln!("{} (pid {}) killed", self.name, self.child.id());
+        }
+        let _ = std::fs::remove_dir_all(&self.runtime);
+    }
+}
+
+fn spawn(
+    name: &'static str,
+    ns: &str,
+    args: &[String],
+    lines: mpsc::Sender<(&'static str, String)>,
+) -> Proc {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_iwarp"), "rping"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting iwarp under ip netns exec");
+    for stream in [
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                if lines.send((name, line)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    // `ip netns exec` execs iwarp: the PID, and so the EAL file prefix
+    // (`iwarp-<pid>`), are iwarp's.
+    let runtime = PathBuf::from(format!("/var/run/dpdk/iwarp-{}", child.id()));
+    Proc {
+        name,
+        child,
+        runtime,
+    }
+}
+
+#[test]
+fn two_processes_over_af_packet() {
+    if !is_root() {
+        assert!(
+            std::env::var("IWARP_REQUIRE_ROOT_TESTS").as_deref() != Ok("1"),
+            "this test needs root (network namespaces, veth, AF_PACKET)"
+        );
+        println!("skipped: needs root");
+        return;
+    }
+    let net = TwoNs::create().expect("two namespaces and a veth pair");
+    let endpoint = |iface: &str, ip: Ipv4Addr| -> Vec<String> {
+        vec![
+            "--device".into(),
+            format!("net_af_packet0,iface={iface}"),
+            "--ip".into(),
+            ip.to_string(),
+            "--timeout".into(),
+            "20".into(),
+        ]
+    };
+    let (tx, rx) = mpsc::channel();
+    let deadline = Instant::now() + CHILD_TIMEOUT;
+    let mut server_args: Vec<String> = ["-s", "-d", "-V", "-a", "10.79.0.1", "--wait", "60"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    server_args.extend(endpoint(&net.ifs[0], SERVER_IP));
+    let mut srv = spawn("server", &net.ns[0], &server_args, tx.clone());
+    // The server says when it listens (-d).
+    let mut seen: Vec<(&str, String)> = Vec::new();
+    loop {
+        assert!(Instant::now() < deadline, "the server never listened");
+        if let Ok(Some(st)) = srv.child.try_wait() {
+            while let Ok(l) = rx.try_recv() {
+                println!("[{}] {}", l.0, l.1);
+            }
+            panic!("the server exited early: {st}");
+        }
+        if let Ok((who, line)) = rx.recv_timeout(Duration::from_millis(100)) {
+            println!("[{who}] {line}");
+            let ready = line.contains("listening on 10.79.0.1:7174");
+            seen.push((who, line));
+            if ready {
+                break;
+            }
+        }
+    }
+    let mut client_args: Vec<String> =
+        ["-c", "-V", "-v", "-C", "10", "-S", "100", "-a", "10.79.0.1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    client_args.extend(endpoint(&net.ifs[1], CLIENT_IP));
+    let mut cli = spawn("client", &net.ns[1], &client_args, tx);
+    let mut status = [None, None];
+    while status.iter().any(Option::is_none) {
+        assert!(
+            Instant::now() < deadline,
+            "the rping processes did not finish within {CHILD_TIMEOUT:?}"
+        );
+        for (i, p) in [&mut srv, &mut cli].into_iter().enumerate() {
+            if status[i].is_none() {
+                status[i] = p.child.try_wait().expect("waiting for a child");
+            }
+        }
+        while let Ok((who, line)) = rx.recv_timeout(Duration::from_millis(50)) {
+            println!("[{who}] {line}");
+            seen.push((who, line));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    while let Ok((who, line)) = rx.try_recv() {
+        println!("[{who}] {line}");
+        seen.push((who, line));
+    }
+    let [s, c] = status.map(Option::unwrap);
+    assert!(c.success(), "the client failed: {c}");
+    assert!(s.success(), "the server failed: {s}");
+    for p in [&srv, &cli] {
+        assert!(
+            !p.runtime.exists(),
+            "the {} left {} behind",
+            p.name,
+            p.runtime.display()
+        );
+    }
+    let summary = |who: &str| {
+        seen.iter()
+            .find(|(w, l)| *w == who && l.starts_with(&format!("rping {who}:")))
+            .map(|(_, l)| l.clone())
+            .unwrap_or_else(|| panic!("no summary from the {who}"))
+    };
+    let (cs, ss) = (summary("client"), summary("server"));
+    assert!(
+        cs.contains("10 pings of 100 bytes") && cs.contains("1000 bytes verified"),
+        "{cs}"
+    );
+    assert!(
+        ss.contains("10 pings of 100 bytes") && ss.contains("1000 bytes verified"),
+        "{ss}"
+    );
+    let pings = seen
+        .iter()
+        .filter(|(w, l)| *w == "client" && l.starts_with("ping data: rdma-ping-"))
+        .count();
+    assert_eq!(pings, 10, "-v prints each ping");
+    let names = net.ns.clone();
+    drop(net);
+    let list = sh(&["ip", "netns", "list"]).unwrap_or_default();
+    for ns in names {
+        assert!(!list.contains(&ns), "namespace {ns} still there");
+    }
+    println!(
+        "two processes over net_af_packet: {cs} / {ss}; namespaces and runtime directories removed"
+    );
+}
