@@ -47,11 +47,34 @@
 //! until the driver (or, over `net_ring`, the receiving side) frees the
 //! mbuf, so a region never goes while a device may read it. Attachments
 //! are copied instead when the port lacks multi-segment TX (af_xdp in
-//! DPDK 22.11), when EAL does not run with IOVA-as-VA (regions are not
-//! registered with `ExtMem`, so no physical address is known), when the
-//! payload is small, or when no slot is free. With VFIO, regions would
-//! also need `ExtMem` registration and DMA mapping per port: not done,
-//! since no device here needs it.
+//! DPDK 22.11), when the region has no IOVA (a heap region under
+//! IOVA-as-PA, see below), when the payload is small, or when no slot is
+//! free.
+//!
+//! # Registered memory
+//!
+//! When a region is registered with the dataplane, each worker's queue
+//! ([`LinkQueue::register_region`], on the worker's control path) makes
+//! sure EAL knows it: the region's storage is registered once
+//! (`rte_extmem_register`, page size and per-page IOVAs; see
+//! [`crate::memory`]) and DMA-mapped for this port (`rte_dev_dma_map`,
+//! which VFIO needs; the vdev bus accepts it and does nothing, and a bus
+//! without the operation is counted in [`DpdkLinkStats::mem_dma_unsupported`]).
+//! An attachment takes its IOVA from the registration and is split into
+//! several external segments where the region's pages are not
+//! IOVA-contiguous (2 MiB hugepages under IOVA-as-PA). The registration is
+//! undone when the region's storage goes, after the last in-flight mbuf.
+//!
+//! - IOVA-as-VA (`--no-huge`, VFIO): every region is registered (4 KiB or
+//!   2 MiB pages, IOVA = address). Where registration fails (EAL has a
+//!   fixed number of memory segment lists) and every device is a virtual
+//!   one, the failure is counted ([`DpdkLinkStats::mem_register_failed`])
+//!   and the region attached by address as before; for a device that does
+//!   DMA the memory registration fails.
+//! - IOVA-as-PA (hugepages as root without an IOMMU): hugepage-backed
+//!   regions are registered with their physical addresses; heap regions
+//!   cannot be (their pages may move) and are copied
+//!   ([`DpdkLinkStats::mem_not_registered`]).
 //!
 //! TCP checksums: where the port grants TX TCP checksum offload, the worker
 //! leaves the pseudo-header sum in the field and the frame asks the device
@@ -87,6 +110,10 @@ const MAX_SEGMENTS: usize = 16;
 
 /// External attachments one frame holds at most (more are copied).
 const MAX_PINS: usize = 8;
+
+/// External segments one attached payload is split into at most (where
+/// its pages are not IOVA-contiguous); more and it is copied.
+const MAX_SPLIT: usize = 4;
 
 /// Payload shorter than this is copied rather than attached: an mbuf and a
 /// slot cost more than copying a few cache lines.
@@ -257,6 +284,21 @@ pub struct DpdkLinkStats {
     pub tx_copied: AtomicU64,
     /// Frames handed to the device with the TCP checksum offloaded.
     pub tx_cksum_offloaded: AtomicU64,
+    /// Attached payloads split into more than one external segment at a
+    /// page boundary (pages not IOVA-contiguous).
+    pub tx_split: AtomicU64,
+    /// Regions this port's queues registered with EAL.
+    pub mem_registered: AtomicU64,
+    /// DMA mappings of a region for this port.
+    pub mem_dma_mapped: AtomicU64,
+    /// Regions whose DMA mapping this port's bus does not support (no
+    /// IOMMU to program: the registered IOVAs are used as they are).
+    pub mem_dma_unsupported: AtomicU64,
+    /// Registrations that failed on a virtual device under IOVA-as-VA
+    /// (attached by address instead).
+    pub mem_register_failed: AtomicU64,
+    /// Heap regions left unregistered under IOVA-as-PA (copied on TX).
+    pub mem_not_registered: AtomicU64,
 }
 
 /// A DPDK port as a [`Link`]. See the module documentation.
@@ -342,7 +384,11 @@ impl DpdkLink {
             rss,
         };
         let stats = Arc::new(DpdkLinkStats::default());
-        let zero_copy = setup.multi_seg_tx() && eal.iova_is_va();
+        let zero_copy = setup.multi_seg_tx();
+        let iova_is_va = eal.iova_is_va();
+        // A device off the vdev bus reads memory by DMA: its regions must be
+        // registered (and mapped), whatever the IOVA mode.
+        let needs_dma = dpdk_bindings::port_bus_name(port.id()).is_some_and(|b| b != "vdev");
         let mut qs = Vec::with_capacity(usize::from(queues));
         for q in 0..queues {
             qs.push(Some(DpdkQueue {
@@ -358,10 +404,14 @@ impl DpdkLink {
                 frame_cap,
                 multi_seg: setup.multi_seg_tx(),
                 zero_copy,
+                iova_is_va,
+                needs_dma,
+                port_id: port.id(),
                 tx_cksum: setup.tx_tcp_cksum(),
                 stats: stats.clone(),
                 eal: eal.clone(),
                 keep: Vec::new(),
+                _reap: ReapParked,
             }));
         }
         Ok(DpdkLink {
@@ -470,13 +520,34 @@ pub struct DpdkQueue {
     frame_cap: usize,
     multi_seg: bool,
     zero_copy: bool,
+    /// EAL runs with IOVA-as-VA: an unregistered region's address is its
+    /// IOVA.
+    iova_is_va: bool,
+    /// The device does DMA (not on the vdev bus): memory must be
+    /// registered and mapped for it.
+    needs_dma: bool,
+    port_id: u16,
     tx_cksum: bool,
     stats: Arc<DpdkLinkStats>,
     eal: Arc<Eal>,
     /// Pools whose mbufs this queue's port may hold (a `net_ring` peer's):
-    /// released after the port (declared last), so that the rings are
+    /// released after the port (declared late), so that the rings are
     /// drained into them before a pool with mbufs out would be leaked.
     keep: Vec<Mempool>,
+    /// Declared last: after the port has closed (which frees the mbufs
+    /// still in its rings), frees the pins parked meanwhile, whose regions
+    /// may hold a registration, and through it EAL.
+    _reap: ReapParked,
+}
+
+/// Frees released parked pins when dropped (see [`DpdkQueue::_reap`]).
+#[derive(Debug)]
+struct ReapParked;
+
+impl Drop for ReapParked {
+    fn drop(&mut self) {
+        crate::memory::reap_parked();
+    }
 }
 
 /// A received frame: one mbuf, read as its first (only) segment, and the
@@ -640,6 +711,7 @@ impl LinkQueue for DpdkQueue {
             pins: [const { None }; MAX_PINS],
             pool: self.pool.clone(),
             ext: self.zero_copy.then(|| self.ext.clone()),
+            iova_is_va: self.iova_is_va,
             stats: self.stats.clone(),
             len: 0,
             cap: self.frame_cap,
@@ -694,6 +766,54 @@ impl LinkQueue for DpdkQueue {
         sent
     }
 
+    fn register_region(&mut self, region: &Region) -> Result<(), String> {
+        if !self.iova_is_va && !region.is_hugepage_backed() {
+            // Heap pages have no stable physical address: copied on TX.
+            self.stats
+                .mem_not_registered
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        let mem = match region.register_with_dpdk(&self.eal) {
+            Ok((mem, new)) => {
+                if new {
+                    self.stats.mem_registered.fetch_add(1, Ordering::Relaxed);
+                }
+                mem
+            }
+            Err(e) if self.iova_is_va && !self.needs_dma => {
+                // Virtual devices read by address: attach as before.
+                if self
+                    .stats
+                    .mem_register_failed
+                    .fetch_add(1, Ordering::Relaxed)
+                    == 0
+                {
+                    eprintln!(
+                        "dpdk port {}: registering memory with EAL failed ({e}); \
+                         attaching by address",
+                        self.port_id
+                    );
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(format!("registering memory with DPDK: {e}")),
+        };
+        match mem.dma_map_port(self.port_id) {
+            Ok(true) => {
+                self.stats.mem_dma_mapped.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Ok(false) => {
+                self.stats
+                    .mem_dma_unsupported
+                    .fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => Err(format!("DMA-mapping memory for port {}: {e}", self.port_id)),
+        }
+    }
+
     fn on_worker_thread(&self) -> Result<Option<Box<dyn core::any::Any>>, String> {
         if dpdk_bindings::lcore_id().is_some() {
             return Ok(None);
@@ -717,6 +837,8 @@ pub struct DpdkFrame {
     pool: Mempool,
     /// The queue's slots, when payload may be attached.
     ext: Option<ExtBufPool>,
+    /// An unregistered region may be attached by address.
+    iova_is_va: bool,
     stats: Arc<DpdkLinkStats>,
     len: usize,
     cap: usize,
@@ -763,36 +885,82 @@ impl DpdkFrame {
         Ok(())
     }
 
-    /// Attaches `slice` as one external segment; `false` if it could not
-    /// (no slot, no pin room, no mbuf), leaving the frame unchanged.
+    /// Attaches `slice` as external segments (one per IOVA-contiguous
+    /// run, [`MAX_SPLIT`] at most); `false` if it could not (no IOVA, no
+    /// slot, no pin room, no mbuf), leaving the frame unchanged.
     fn try_attach(&mut self, slice: &RegionSlice) -> bool {
         let Some(ext) = &self.ext else {
             return false;
         };
-        let Some(free) = self.pins.iter().position(Option::is_none) else {
+        // The runs, planned before anything is taken.
+        let mut runs = [(0usize, 0usize, 0u64); MAX_SPLIT];
+        let mut n = 0;
+        let mut at = 0;
+        while at < slice.len {
+            if n == MAX_SPLIT {
+                return false;
+            }
+            let Some((iova, run)) =
+                slice
+                    .region
+                    .dma_run(slice.offset + at, slice.len - at, self.iova_is_va)
+            else {
+                return false;
+            };
+            if run == 0 {
+                return false;
+            }
+            runs[n] = (slice.offset + at, run, iova);
+            n += 1;
+            at += run;
+        }
+        let free = self.pins.iter().filter(|p| p.is_none()).count();
+        let Some(head) = self.head.as_ref() else {
             return false;
         };
+        if n == 0 || free < n || usize::from(head.nb_segs()) + n + 1 > MAX_SEGMENTS {
+            return false;
+        }
+        // Every segment made before any is chained: a failure drops them
+        // (freeing the mbufs releases their slots) and the frame is as it
+        // was.
+        let mut segs: [Option<(Mbuf, ExtPin)>; MAX_SPLIT] = [const { None }; MAX_SPLIT];
+        for (seg, &(offset, len, iova)) in segs.iter_mut().zip(&runs[..n]) {
+            let Some(buf) = ext.acquire() else {
+                return false;
+            };
+            let Some(mut m) = self.pool.alloc() else {
+                return false;
+            };
+            let piece = RegionSlice {
+                region: slice.region.clone(),
+                offset,
+                len,
+            };
+            let Ok(pin) = attach_ext(&mut m, &piece, iova, buf) else {
+                return false;
+            };
+            *seg = Some((m, pin));
+        }
         let Some(head) = self.head.as_mut() else {
             return false;
         };
-        if usize::from(head.nb_segs()) + 2 > MAX_SEGMENTS {
-            return false;
+        for (m, pin) in segs.iter_mut().filter_map(Option::take) {
+            // Cannot fail: the segment count was checked above. Were it to,
+            // the mbuf is freed on the way out, releasing its slot, and the
+            // frame goes short (its length no longer matches), which the
+            // receiver's checks catch; the pin goes with nothing in flight.
+            if head.chain(m).is_err() {
+                debug_assert!(false, "chain of a checked length failed");
+                continue;
+            }
+            if let Some(p) = self.pins.iter_mut().find(|p| p.is_none()) {
+                *p = Some(pin);
+            }
         }
-        let Some(buf) = ext.acquire() else {
-            return false;
-        };
-        let Some(mut m) = self.pool.alloc() else {
-            return false;
-        };
-        let Ok(pin) = attach_ext(&mut m, slice, buf) else {
-            return false;
-        };
-        if head.chain(m).is_err() {
-            // The mbuf was freed on the way out, releasing the slot: the
-            // pin goes with nothing in flight.
-            return false;
+        if n > 1 {
+            self.stats.tx_split.fetch_add(1, Ordering::Relaxed);
         }
-        self.pins[free] = Some(pin);
         self.len += slice.len;
         true
     }

@@ -140,6 +140,15 @@ pub trait LinkQueue: Send + 'static {
     /// full): the caller retries or drops them.
     fn tx_burst(&mut self, frames: &mut Vec<Self::TxFrame>) -> usize;
 
+    /// Called on the worker (its control path) when `region` is
+    /// registered with the dataplane, before any work request can use it:
+    /// a device that reads memory by DMA learns it here (the DPDK port
+    /// registers it with EAL and maps it). An error fails the
+    /// registration. The default needs nothing.
+    fn register_region(&mut self, _region: &Region) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Called on the worker's own thread before its loop starts (after
     /// pinning); the guard returned lives until the loop ends, on that
     /// thread. The DPDK port registers the thread as an EAL lcore here, so

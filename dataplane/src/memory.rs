@@ -47,11 +47,35 @@
 //! worker drops its entry, so memory an in-flight FPDU refers to is never
 //! freed under it.
 //!
-//! Regions are page-aligned heap allocations today; hugepage-backed or
-//! DPDK-registered storage slots in behind the same word view.
+//! # Storage and registration with DPDK
+//!
+//! A region is either page-aligned heap memory ([`Region::new`], 4 KiB
+//! pages) or hugepage-backed ([`Region::new_hugepage`]: an anonymous
+//! `MAP_HUGETLB` mapping of 2 MiB pages, pinned and physically contiguous
+//! within each page; it fails with [`MemoryError::NoHugepages`] when none
+//! are free, and falls back to the heap only through
+//! [`Region::with_options`] when the caller asks). Both are read through
+//! the same word view.
+//!
+//! When a region is registered with a dataplane over a DPDK port, the
+//! port's queue registers its memory with EAL once
+//! (`rte_extmem_register`, with the page size and each page's IOVA: the
+//! address under IOVA-as-VA, the physical address from
+//! `/proc/self/pagemap` under IOVA-as-PA) and DMA-maps it for the port
+//! (`rte_dev_dma_map`, what a device behind VFIO needs). The registration
+//! lives in the region's storage: external buffers take their IOVA from it
+//! ([`Region::dma_run`]), split where consecutive pages are not
+//! IOVA-contiguous, and it is unmapped and unregistered when the storage
+//! goes — after the last handle, and so after the last in-flight mbuf,
+//! whose pin holds one. Under IOVA-as-PA, heap regions are not registered
+//! (the kernel may move their 4 KiB pages): their payload is copied into
+//! mbufs; hugepage-backed regions are attached.
 
+use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use dpdk_bindings::{DpdkError, Eal, ExtMem, HugeMap, HugeMapError};
 
 use rdmap::placement::{CheckedRange, Placement, RegionHandle};
 
@@ -95,16 +119,38 @@ pub enum MemoryError {
     OutOfBounds,
     /// No region handle left (more than 2^32 regions alive at once).
     HandlesExhausted,
+    /// Not enough free hugepages for a hugepage-backed region (none
+    /// reserved, or all in use).
+    NoHugepages {
+        /// Pages of [`HUGE_PAGE_SIZE`] the region needs.
+        needed: u64,
+        /// Pages the kernel reported free.
+        free: u64,
+    },
+    /// Mapping hugepages failed otherwise (the `errno`; 0 if the kernel
+    /// has no 2 MiB pages).
+    Hugepages(i32),
 }
 
 impl core::fmt::Display for MemoryError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(match self {
-            MemoryError::Empty => "a region must not be empty",
-            MemoryError::TooLarge => "region larger than the dataplane supports",
-            MemoryError::OutOfBounds => "access outside the region",
-            MemoryError::HandlesExhausted => "no region handle left",
-        })
+        match self {
+            MemoryError::Empty => f.write_str("a region must not be empty"),
+            MemoryError::TooLarge => f.write_str("region larger than the dataplane supports"),
+            MemoryError::OutOfBounds => f.write_str("access outside the region"),
+            MemoryError::HandlesExhausted => f.write_str("no region handle left"),
+            MemoryError::NoHugepages { needed, free } => write!(
+                f,
+                "not enough free 2 MiB hugepages: {needed} needed, {free} free (reserve them: \
+                 echo N > /proc/sys/vm/nr_hugepages)"
+            ),
+            MemoryError::Hugepages(0) => f.write_str("this kernel offers no 2 MiB hugepages"),
+            MemoryError::Hugepages(e) => write!(
+                f,
+                "mapping hugepages failed: {}",
+                std::io::Error::from_raw_os_error(*e)
+            ),
+        }
     }
 }
 
@@ -157,12 +203,52 @@ fn free_handle(h: RegionHandle) {
     }
 }
 
+/// What backs a region's words: owned only to be freed (the words are
+/// read through `Storage::base`).
+#[derive(Debug)]
+#[allow(dead_code, reason = "the fields are owned to be freed, never read")]
+enum Backing {
+    Heap(Box<[Page]>),
+    Huge(HugeMap),
+}
+
+/// The size of the pages of a hugepage-backed region.
+pub const HUGE_PAGE_SIZE: usize = HugeMap::PAGE_2M;
+
+/// How [`Region::with_options`] allocates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RegionOptions {
+    /// Back the region with 2 MiB hugepages.
+    pub hugepages: bool,
+    /// When no hugepages are free, use ordinary heap pages instead of
+    /// failing.
+    pub fallback_to_heap: bool,
+}
+
 #[derive(Debug)]
 struct Storage {
-    pages: Box<[Page]>,
+    /// The registration with DPDK, if a DPDK port registered the region:
+    /// declared first so that it is unmapped and unregistered before the
+    /// memory goes. Read without a lock on the transmit path.
+    dpdk: OnceLock<ExtMem>,
+    /// Serialises registration attempts (control path only).
+    dpdk_lock: Mutex<()>,
+    /// The first word; `words` of them, page-aligned, zeroed at creation,
+    /// valid while `backing` is.
+    base: NonNull<AtomicU64>,
+    words: usize,
+    page_size: usize,
+    backing: Backing,
     len: usize,
     handle: RegionHandle,
 }
+
+// SAFETY: `base` points into `backing`, owned by the storage; every access
+// through it is atomic (see the module documentation), and the rest is
+// `Send`/`Sync` on its own.
+unsafe impl Send for Storage {}
+// SAFETY: as above.
+unsafe impl Sync for Storage {}
 
 impl Drop for Storage {
     fn drop(&mut self) {
@@ -199,9 +285,167 @@ impl Region {
         let pages = len.div_ceil(PAGE_SIZE);
         let handle = alloc_handle()?;
         let pages: Box<[Page]> = (0..pages).map(|_| Page::zeroed()).collect();
-        Ok(Region {
-            inner: Arc::new(Storage { pages, len, handle }),
-        })
+        let words = pages.len() * WORDS_PER_PAGE;
+        let base = NonNull::from(&pages[0]).cast::<AtomicU64>();
+        Ok(Region::from_parts(
+            base,
+            words,
+            PAGE_SIZE,
+            Backing::Heap(pages),
+            len,
+            handle,
+        ))
+    }
+
+    /// A zeroed region of `len` bytes on 2 MiB hugepages (rounded up to
+    /// whole pages): pinned and physically contiguous within each page, so
+    /// that a device can read it by physical address (IOVA-as-PA) and an
+    /// external buffer need split only every 2 MiB.
+    /// [`MemoryError::NoHugepages`] when not enough are free.
+    pub fn new_hugepage(len: usize) -> Result<Region, MemoryError> {
+        if len == 0 {
+            return Err(MemoryError::Empty);
+        }
+        if len > MAX_REGION_LEN {
+            return Err(MemoryError::TooLarge);
+        }
+        let map = HugeMap::new(len, HUGE_PAGE_SIZE).map_err(|e| match e {
+            HugeMapError::NoneFree { free, .. } => MemoryError::NoHugepages {
+                needed: len.div_ceil(HUGE_PAGE_SIZE) as u64,
+                free,
+            },
+            HugeMapError::UnsupportedPageSize(_) => MemoryError::Hugepages(0),
+            HugeMapError::Os(errno) => MemoryError::Hugepages(errno),
+        })?;
+        let handle = alloc_handle()?;
+        let base = map.as_ptr().cast::<AtomicU64>();
+        let words = map.len() / WORD;
+        Ok(Region::from_parts(
+            base,
+            words,
+            HUGE_PAGE_SIZE,
+            Backing::Huge(map),
+            len,
+            handle,
+        ))
+    }
+
+    /// A region as `opts` asks: on hugepages, falling back to the heap
+    /// when none are free only if `opts.fallback_to_heap`.
+    pub fn with_options(len: usize, opts: RegionOptions) -> Result<Region, MemoryError> {
+        if !opts.hugepages {
+            return Region::new(len);
+        }
+        match Region::new_hugepage(len) {
+            Err(MemoryError::NoHugepages { .. } | MemoryError::Hugepages(_))
+                if opts.fallback_to_heap =>
+            {
+                Region::new(len)
+            }
+            r => r,
+        }
+    }
+
+    fn from_parts(
+        base: NonNull<AtomicU64>,
+        words: usize,
+        page_size: usize,
+        backing: Backing,
+        len: usize,
+        handle: RegionHandle,
+    ) -> Region {
+        Region {
+            inner: Arc::new(Storage {
+                dpdk: OnceLock::new(),
+                dpdk_lock: Mutex::new(()),
+                base,
+                words,
+                page_size,
+                backing,
+                len,
+                handle,
+            }),
+        }
+    }
+
+    /// The size of the pages backing the region: 4 KiB, or
+    /// [`HUGE_PAGE_SIZE`] for a hugepage-backed one.
+    pub fn page_size(&self) -> usize {
+        self.inner.page_size
+    }
+
+    /// Whether the region lives on hugepages.
+    pub fn is_hugepage_backed(&self) -> bool {
+        matches!(self.inner.backing, Backing::Huge(_))
+    }
+
+    /// The region's registration with DPDK, once a DPDK port made one.
+    pub fn dpdk_registration(&self) -> Option<&ExtMem> {
+        self.inner.dpdk.get()
+    }
+
+    /// Registers the region's memory with EAL (once; later calls return
+    /// the first registration), page by page at its page size; `true` in
+    /// the second place if this call made it. Control path only. The
+    /// caller must not ask under IOVA-as-PA for a heap region, whose pages
+    /// are not pinned.
+    pub(crate) fn register_with_dpdk(&self, eal: &Eal) -> Result<(&ExtMem, bool), DpdkError> {
+        if let Some(m) = self.inner.dpdk.get() {
+            return Ok((m, false));
+        }
+        // A poisoned lock only means a panic elsewhere; it guards nothing
+        // but the order of attempts.
+        let _g = self
+            .inner
+            .dpdk_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = self.inner.dpdk.get() {
+            return Ok((m, false));
+        }
+        let addr = self.inner.base.cast::<u8>();
+        let len = self.inner.words * WORD;
+        if !eal.iova_is_va() && !self.is_hugepage_backed() {
+            return Err(DpdkError::with_message(
+                "rte_extmem_register",
+                22,
+                "heap memory has no stable physical address (IOVA-as-PA): use hugepages",
+            ));
+        }
+        // SAFETY: `addr` and `len` are whole pages of `page_size` (the heap
+        // region's 4 KiB pages, or the hugepage mapping), allocated until
+        // the storage is dropped, which drops `dpdk` (unregistering) first.
+        // Under IOVA-as-PA only hugepage-backed memory gets here (checked
+        // above), whose pages are pinned.
+        let m = unsafe { ExtMem::register(eal, addr, len, self.inner.page_size) }?;
+        let _ = self.inner.dpdk.set(m);
+        match self.inner.dpdk.get() {
+            Some(m) => Ok((m, true)),
+            None => Err(DpdkError::with_message(
+                "rte_extmem_register",
+                22,
+                "registration lost",
+            )),
+        }
+    }
+
+    /// The IOVA of byte `offset` and how many of the `len` bytes from
+    /// there a device can read as one IOVA-contiguous buffer: from the
+    /// region's DPDK registration; without one, the address itself and all
+    /// `len` bytes if `iova_is_va` (virtual devices under IOVA-as-VA need
+    /// no registration), `None` otherwise (copy instead).
+    pub(crate) fn dma_run(
+        &self,
+        offset: usize,
+        len: usize,
+        iova_is_va: bool,
+    ) -> Option<(u64, usize)> {
+        self.check(offset, len).ok()?;
+        let ptr = self.as_ptr().wrapping_add(offset);
+        match self.inner.dpdk.get() {
+            Some(m) => m.contiguous(ptr, len),
+            None => iova_is_va.then_some((ptr as u64, len)),
+        }
     }
 
     /// Length in bytes.
@@ -224,7 +468,7 @@ impl Region {
     /// a registration gives out ("TO = VA", as rping and perftest expect),
     /// and the address a DMA mapping needs.
     pub fn addr(&self) -> u64 {
-        self.inner.pages.as_ptr() as u64
+        self.inner.base.as_ptr() as u64
     }
 
     /// A raw pointer to byte 0, for registering the memory with a device
@@ -232,7 +476,7 @@ impl Region {
     /// module's rules: a device's DMA is outside the Rust memory model;
     /// a CPU access must be atomic.
     pub fn as_ptr(&self) -> *const u8 {
-        self.inner.pages.as_ptr().cast()
+        self.inner.base.as_ptr().cast()
     }
 
     /// Whether `self` and `other` are handles on the same memory.
@@ -241,20 +485,16 @@ impl Region {
     }
 
     fn words(&self) -> &[AtomicU64] {
-        let pages: &[Page] = &self.inner.pages;
-        // SAFETY: `Page` is `repr(C)` around `[AtomicU64; WORDS_PER_PAGE]`
-        // and its size equals its alignment (asserted above), so a slice of
-        // `n` pages is `n * WORDS_PER_PAGE` initialised, contiguous,
-        // properly aligned `AtomicU64`s with no padding. The returned slice
-        // borrows `self`, which keeps the `Arc<Storage>` (and the boxed
-        // pages) alive; only shared references to atomics are created, so
-        // any number may coexist across threads.
-        unsafe {
-            core::slice::from_raw_parts(
-                pages.as_ptr().cast::<AtomicU64>(),
-                pages.len() * WORDS_PER_PAGE,
-            )
-        }
+        // SAFETY: `base` points at `words` initialised, contiguous,
+        // page-aligned `AtomicU64`s: for a heap region, boxed pages (`Page`
+        // is `repr(C)` around `[AtomicU64; WORDS_PER_PAGE]` and its size
+        // equals its alignment, asserted above, so there is no padding);
+        // for a hugepage region, a private anonymous mapping of that many
+        // bytes, zero-filled by the kernel (an all-zero `AtomicU64` is a
+        // valid one). The returned slice borrows `self`, which keeps the
+        // `Arc<Storage>` (and its backing) alive; only shared references to
+        // atomics are created, so any number may coexist across threads.
+        unsafe { core::slice::from_raw_parts(self.inner.base.as_ptr(), self.inner.words) }
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<(), MemoryError> {
@@ -511,19 +751,18 @@ pub fn reap_parked() -> usize {
     parked.len()
 }
 
-/// Makes the empty mbuf `m` carry `slice` by reference (zero-copy TX),
-/// accounted to the slot `ext`; the returned pin keeps the region alive
-/// until the driver (or, over `net_ring`, the receiver) frees the mbuf.
+/// Makes the empty mbuf `m` carry `slice` by reference (zero-copy TX) as
+/// one external buffer at device address `iova`, accounted to the slot
+/// `ext`; the returned pin keeps the region alive until the driver (or,
+/// over `net_ring`, the receiver) frees the mbuf.
 ///
-/// Only for ports whose devices read memory by virtual address: EAL in
-/// IOVA-as-VA mode (`--no-huge`, VFIO), where any range of a region is
-/// IOVA-contiguous and its IOVA is its address. The caller checks that
-/// (`Eal::iova_is_va`) and copies otherwise. With VFIO, the region must also
-/// be registered and DMA-mapped (`dpdk_bindings::ExtMem`); the virtual
-/// devices used here need neither.
+/// `iova` and the slice come from [`Region::dma_run`]: the IOVA the
+/// region's DPDK registration recorded for those bytes, which are
+/// IOVA-contiguous, or (no registration, IOVA-as-VA) the address itself.
 pub fn attach_ext(
     m: &mut dpdk_bindings::Mbuf,
     slice: &RegionSlice,
+    iova: u64,
     ext: dpdk_bindings::ExtBuf,
 ) -> Result<ExtPin, dpdk_bindings::ExtBuf> {
     let Ok(len) = u16::try_from(slice.len) else {
@@ -540,14 +779,15 @@ pub fn attach_ext(
     // whose pages stay allocated while the returned pin holds a handle,
     // and the pin is kept (in the queue's list, or parked by its `Drop`)
     // until the slot is no longer in flight, i.e. until the last mbuf that
-    // points here is freed. The caller runs EAL with IOVA-as-VA, so the
-    // address is the IOVA and the range is IOVA-contiguous. Writes while
+    // points here is freed. The caller took `iova` from `Region::dma_run`
+    // for exactly this range: the registration's IOVA of an
+    // IOVA-contiguous run, or the address under IOVA-as-VA. Writes while
     // the mbuf is alive are the application's to avoid, as on an RNIC: a
     // Send or Write buffer must not change before its completion, which
     // comes after TCP's acknowledgement; a device (or `net_ring`'s
     // receiver) reading concurrently written bytes gets unspecified bytes,
     // the same stance the module takes for DMA.
-    let r = unsafe { m.attach_extbuf(addr, addr.as_ptr() as u64, len, &ext) };
+    let r = unsafe { m.attach_extbuf(addr, iova, len, &ext) };
     match r {
         Ok(()) => Ok(ExtPin {
             inner: Some((ext, slice.region.clone())),

@@ -1404,6 +1404,12 @@ impl<Q: LinkQueue> Worker<Q> {
                 reply,
             } => {
                 let span = MemSpan::new(region.handle(), offset, len);
+                // The port learns the memory first (DPDK: registered with
+                // EAL and DMA-mapped); a failure fails the registration.
+                if let Err(m) = self.queue.register_region(&region) {
+                    let _ = reply.send(CtlReply::Failed(Error::Device(m)));
+                    return;
+                }
                 let r = match self
                     .device
                     .mrs_mut()

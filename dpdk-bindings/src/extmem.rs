@@ -1,6 +1,6 @@
 //! Zero-copy TX from application memory: registering it with DPDK
-//! ([`ExtMem`]) and accounting for the mbufs that point into it
-//! ([`ExtBufPool`], [`ExtBuf`]).
+//! ([`ExtMem`]), backing it with hugepages ([`HugeMap`]), and accounting for
+//! the mbufs that point into it ([`ExtBufPool`], [`ExtBuf`]).
 //!
 //! The transmit path attaches payload from a registered region to an mbuf as
 //! an external buffer, and must not let the application reuse (or deregister)
@@ -11,21 +11,30 @@
 //! The shared info DPDK keeps per external buffer (`rte_mbuf_ext_shared_info`)
 //! lives in the pool's own array, never in the user memory (DPDK's helper
 //! would carve it from the buffer's tail). External buffers must be
-//! IOVA-contiguous: hugepage-backed regions are, within a page; elsewhere
-//! [`ExtMem::iova`] refuses ranges that cross a page whose IOVA does not
-//! follow on, and callers split there. With IOVA-as-VA (every `--no-huge`
-//! run) everything is contiguous.
+//! IOVA-contiguous: [`ExtMem::contiguous`] says how far a range is, and
+//! callers split there. With IOVA-as-VA (every `--no-huge` run) everything
+//! is contiguous; with IOVA-as-PA only a page is, and hugepages make that
+//! page 2 MiB.
+//!
+//! Registration (`rte_extmem_register`) makes the memory known to EAL as an
+//! external memory segment list with one IOVA per page, which
+//! `rte_dev_dma_map` then requires before it maps the range into a device's
+//! IOMMU domain (VFIO). Every live registration is counted
+//! ([`ExtMem::live`]), so tests can prove none outlives its memory.
 
 use std::cell::UnsafeCell;
-use std::ffi::c_void;
+use std::ffi::{c_void, CStr};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::eal::Eal;
 use crate::error::DpdkError;
 use crate::port::Port;
 use crate::sys;
+
+/// Registrations alive in the process (registered, not yet unregistered).
+static LIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// Application memory registered with DPDK as external memory, with its
 /// per-page IOVAs, and mapped for DMA on the ports that need it.
@@ -34,9 +43,9 @@ use crate::sys;
 ///
 /// IOVA mode matters: `--no-huge` (and VFIO) give IOVA-as-VA, where any
 /// range is contiguous. EAL on hugepages as root without VFIO picks
-/// IOVA-as-PA, where ordinary 4 KiB pages are contiguous only within a page;
-/// there use hugepage-backed memory, or `--iova-mode=va` when every port is
-/// a virtual device.
+/// IOVA-as-PA, where ordinary 4 KiB pages are contiguous only within a page
+/// and may even move; there use hugepage-backed memory ([`HugeMap`]), or
+/// `--iova-mode=va` when every port is a virtual device.
 #[derive(Debug)]
 pub struct ExtMem {
     addr: NonNull<u8>,
@@ -44,27 +53,29 @@ pub struct ExtMem {
     page_size: usize,
     iovas: Box<[u64]>,
     /// Ports (id, device) the region was DMA-mapped for, to unmap on drop.
-    mapped: Vec<(u16, NonNull<sys::rte_device>)>,
+    /// Locked only on the control path (mapping, unmapping).
+    mapped: Mutex<Vec<(u16, NonNull<sys::rte_device>)>>,
     _eal: Eal,
 }
 
 // SAFETY: the handle only records addresses; DPDK's registration calls are
-// thread-safe.
+// thread-safe, and the list of mapped devices is behind a mutex.
 unsafe impl Send for ExtMem {}
-// SAFETY: `&self` methods only read the recorded addresses.
+// SAFETY: `&self` methods read the recorded addresses or lock the list.
 unsafe impl Sync for ExtMem {}
 
 impl ExtMem {
     /// Registers `len` bytes at `addr` with DPDK (`rte_extmem_register`),
     /// computing each page's IOVA: the address itself when EAL runs with
-    /// IOVA-as-VA, the physical address otherwise.
+    /// IOVA-as-VA, the physical address (from `/proc/self/pagemap`, which
+    /// needs root) otherwise.
     ///
     /// # Safety
     /// - `addr` and `len` must be multiples of `page_size` (a power of two,
     ///   the size of the pages backing the memory), and the memory must stay
     ///   allocated until the `ExtMem` is dropped.
-    /// - With IOVA-as-PA, the pages must be pinned (hugepages, or `mlock`ed)
-    ///   so that their physical addresses do not change.
+    /// - With IOVA-as-PA, the pages must be pinned (hugepages) so that their
+    ///   physical addresses do not change.
     pub unsafe fn register(
         eal: &Eal,
         addr: NonNull<u8>,
@@ -96,7 +107,7 @@ impl ExtMem {
                 // /proc/self/pagemap for it.
                 unsafe { sys::rte_mem_virt2phy(page.cast()) }
             };
-            if iova == u64::MAX {
+            if iova == u64::MAX || (!va && iova == 0) {
                 return Err(DpdkError::with_message(
                     op,
                     libc::EFAULT,
@@ -121,14 +132,21 @@ impl ExtMem {
         if ret < 0 {
             return Err(DpdkError::from_rte_errno(op));
         }
+        LIVE.fetch_add(1, Ordering::AcqRel);
         Ok(ExtMem {
             addr,
             len,
             page_size,
             iovas: iovas.into_boxed_slice(),
-            mapped: Vec::new(),
+            mapped: Mutex::new(Vec::new()),
             _eal: eal.clone(),
         })
+    }
+
+    /// Registrations alive in this process: what tests check is back to
+    /// zero once every region is gone.
+    pub fn live() -> usize {
+        LIVE.load(Ordering::Acquire)
     }
 
     /// The registered range's start.
@@ -151,87 +169,329 @@ impl ExtMem {
         self.page_size
     }
 
+    /// The IOVA of each page, as registered.
+    pub fn iovas(&self) -> &[u64] {
+        &self.iovas
+    }
+
     /// The IOVA of `len` bytes at `ptr`, if they lie in this region and are
     /// IOVA-contiguous (every page after the first follows on from the one
     /// before); `None` otherwise, and the caller splits at a page boundary.
     pub fn iova(&self, ptr: *const u8, len: usize) -> Option<u64> {
         let start = (ptr as usize).checked_sub(self.addr.as_ptr() as usize)?;
-        let end = start.checked_add(len)?;
-        if end > self.len {
+        if start.checked_add(len)? > self.len {
             return None;
         }
-        let first = start / self.page_size;
-        let last = if len == 0 {
-            first
-        } else {
-            (end - 1) / self.page_size
-        };
-        for p in first..last {
-            if self.iovas[p + 1] != self.iovas[p].wrapping_add(self.page_size as u64) {
+        match self.contiguous(ptr, len) {
+            Some((iova, n)) if n == len || len == 0 => Some(iova),
+            _ => None,
+        }
+    }
+
+    /// The IOVA of the byte at `ptr` and how many of the `len` bytes from
+    /// there are IOVA-contiguous (at least up to the end of `ptr`'s page,
+    /// at most `len` or the end of the region); `None` if `ptr` is outside
+    /// the region. An external buffer is at most that long.
+    pub fn contiguous(&self, ptr: *const u8, len: usize) -> Option<(u64, usize)> {
+        let start = (ptr as usize).checked_sub(self.addr.as_ptr() as usize)?;
+        if start >= self.len {
+            return None;
+        }
+        let want = len.min(self.len - start);
+        let ps = self.page_size;
+        let mut p = start / ps;
+        let iova = self.iovas[p] + (start % ps) as u64;
+        let mut run = ps - start % ps;
+        while run < want && p + 1 < self.iovas.len() {
+            if self.iovas[p + 1] != self.iovas[p].wrapping_add(ps as u64) {
+                break;
+            }
+            run += ps;
+            p += 1;
+        }
+        Some((iova, run.min(want)))
+    }
+
+    /// The IOVA-contiguous runs of the region: (offset, IOVA, length).
+    fn runs(&self) -> impl Iterator<Item = (usize, u64, usize)> + '_ {
+        let ps = self.page_size;
+        let n = self.iovas.len();
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            if at >= n {
                 return None;
             }
-        }
-        Some(self.iovas[first] + (start % self.page_size) as u64)
+            let first = at;
+            at += 1;
+            while at < n && self.iovas[at] == self.iovas[at - 1].wrapping_add(ps as u64) {
+                at += 1;
+            }
+            Some((first * ps, self.iovas[first], (at - first) * ps))
+        })
     }
 
     /// Maps the region for DMA by `port`'s device (`rte_dev_dma_map`), as a
-    /// device behind VFIO needs; unmapped on drop. Returns `Ok(false)` where
-    /// the bus has no such operation (`ENOTSUP`). The vdev bus accepts the
-    /// call and does nothing for drivers without a mapping of their own
-    /// (every virtual device here, which read memory by its virtual address):
-    /// there the registration alone suffices, as it does without an IOMMU.
-    pub fn dma_map(&mut self, port: &Port) -> Result<bool, DpdkError> {
-        let Some(dev) = port.device() else {
+    /// device behind VFIO needs; see [`ExtMem::dma_map_port`].
+    pub fn dma_map(&self, port: &Port) -> Result<bool, DpdkError> {
+        self.dma_map_port(port.id())
+    }
+
+    /// Maps the region for DMA by the device of port `port_id`
+    /// (`rte_dev_dma_map`, one call per IOVA-contiguous run), as a device
+    /// behind VFIO needs; unmapped on drop, mapped once per device however
+    /// often asked. Returns `Ok(false)` where the bus or driver has no such
+    /// operation (`ENOTSUP`: a PCI device without VFIO, whose DMA uses the
+    /// registered IOVAs as they are) or the port has no device. The vdev
+    /// bus accepts the call and does nothing for drivers without a mapping
+    /// of their own (every virtual device here, which reads memory by its
+    /// virtual address): there the registration alone suffices.
+    pub fn dma_map_port(&self, port_id: u16) -> Result<bool, DpdkError> {
+        let Some(dev) = crate::port::device_of(port_id) else {
             return Ok(false);
         };
-        if self.mapped.iter().any(|&(_, d)| d == dev) {
+        // A poisoned lock only means a panic elsewhere; the list is updated
+        // in single statements.
+        let mut mapped = self.mapped.lock().unwrap_or_else(|e| e.into_inner());
+        if mapped.iter().any(|&(_, d)| d == dev) {
             return Ok(true);
         }
-        // SAFETY: the region is registered as external memory, as
-        // rte_dev_dma_map requires, and `dev` is the port's live device.
-        let ret = unsafe {
-            sys::rte_dev_dma_map(
-                dev.as_ptr(),
-                self.addr.as_ptr().cast(),
-                self.iovas[0],
-                self.len,
-            )
-        };
-        if ret == 0 {
-            self.mapped.push((port.id(), dev));
-            return Ok(true);
+        let mut done = Vec::new();
+        for (off, iova, len) in self.runs() {
+            let va = self.addr.as_ptr().wrapping_add(off);
+            // SAFETY: the run lies in the range registered as external
+            // memory, as rte_dev_dma_map requires; `dev` is the port's live
+            // device.
+            let ret = unsafe { sys::rte_dev_dma_map(dev.as_ptr(), va.cast(), iova, len) };
+            if ret == 0 {
+                done.push((va, iova, len));
+                continue;
+            }
+            // SAFETY: reads this thread's rte_errno, set by the failed call.
+            let errno = unsafe { sys::shim_rte_errno() };
+            for (va, iova, len) in done {
+                // SAFETY: undoes the mappings just made, on the same device.
+                unsafe { sys::rte_dev_dma_unmap(dev.as_ptr(), va.cast(), iova, len) };
+            }
+            return if errno == libc::ENOTSUP {
+                Ok(false)
+            } else {
+                Err(DpdkError::new("rte_dev_dma_map", errno))
+            };
         }
-        // SAFETY: reads this thread's rte_errno, set by the failed call.
-        let errno = unsafe { sys::shim_rte_errno() };
-        if errno == libc::ENOTSUP {
-            Ok(false)
-        } else {
-            Err(DpdkError::new("rte_dev_dma_map", errno))
-        }
+        mapped.push((port_id, dev));
+        Ok(true)
     }
 }
 
 impl Drop for ExtMem {
     fn drop(&mut self) {
-        for (port, dev) in std::mem::take(&mut self.mapped) {
+        let mapped = std::mem::take(self.mapped.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for (port, dev) in mapped {
             // A port closed since (its device possibly freed) took its
             // mappings with it: unmap only from the device still behind it.
             if crate::port::device_of(port) != Some(dev) {
                 continue;
             }
-            // SAFETY: `dev` is the live device of `port`, for which `dma_map`
-            // mapped exactly this range.
-            unsafe {
-                sys::rte_dev_dma_unmap(
-                    dev.as_ptr(),
-                    self.addr.as_ptr().cast(),
-                    self.iovas[0],
-                    self.len,
-                )
-            };
+            for (off, iova, len) in self.runs() {
+                let va = self.addr.as_ptr().wrapping_add(off);
+                // SAFETY: `dev` is the live device of `port`, for which
+                // `dma_map_port` mapped exactly this run.
+                unsafe { sys::rte_dev_dma_unmap(dev.as_ptr(), va.cast(), iova, len) };
+            }
         }
         // SAFETY: registered by `register`; EAL is alive (`_eal`).
         unsafe { sys::rte_extmem_unregister(self.addr.as_ptr().cast(), self.len) };
+        LIVE.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Whether `ptr` lies in memory EAL knows as external (registered with
+/// `rte_extmem_register` and not yet unregistered): DPDK's own view, which
+/// tests use to prove a registration happened and is gone.
+pub fn is_external_memory(_eal: &Eal, ptr: *const u8) -> bool {
+    // SAFETY: EAL is running (`_eal`); the lookup only reads its tables.
+    let msl = unsafe { sys::rte_mem_virt2memseg_list(ptr.cast()) };
+    // SAFETY: a non-null result is one of EAL's live memseg lists.
+    !msl.is_null() && unsafe { (*msl).external } != 0
+}
+
+/// The IOVA EAL has for `ptr` (`rte_mem_virt2iova`), if it knows the
+/// memory: the IOVA a registration recorded, for external memory.
+pub fn iova_of(_eal: &Eal, ptr: *const u8) -> Option<u64> {
+    // SAFETY: EAL is running (`_eal`); the lookup only reads its tables
+    // (or, in IOVA-as-PA mode for unknown memory, /proc/self/pagemap).
+    let iova = unsafe { sys::rte_mem_virt2iova(ptr.cast()) };
+    (iova != u64::MAX).then_some(iova)
+}
+
+/// The physical address of `ptr` from `/proc/self/pagemap`, where the
+/// process may read it (root) and the page is resident.
+pub fn phys_addr(ptr: *const u8) -> Option<u64> {
+    // SAFETY: reads /proc/self/pagemap for the page of `ptr`; no memory is
+    // touched.
+    let pa = unsafe { sys::rte_mem_virt2phy(ptr.cast()) };
+    (pa != u64::MAX && pa != 0).then_some(pa)
+}
+
+/// The name of the bus the device of port `port_id` is on (`"vdev"`,
+/// `"pci"`, …), if it has one: a device off the vdev bus reads memory
+/// through DMA, so its memory must be registered and mapped.
+pub fn port_bus_name(port_id: u16) -> Option<String> {
+    let dev = crate::port::device_of(port_id)?;
+    // SAFETY: `dev` is a live device; its bus outlives it.
+    let bus = unsafe { sys::rte_dev_bus(dev.as_ptr()) };
+    if bus.is_null() {
+        return None;
+    }
+    // SAFETY: `bus` is a registered bus; its name is a static C string.
+    let name = unsafe { sys::rte_bus_name(bus) };
+    if name.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, NUL-terminated, static.
+    Some(unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned())
+}
+
+/// Anonymous memory backed by hugepages (`mmap` with `MAP_HUGETLB`),
+/// populated at once: its pages are pinned, physically contiguous within
+/// each page, and need no hugetlbfs mount. Unmapped on drop.
+#[derive(Debug)]
+pub struct HugeMap {
+    ptr: NonNull<u8>,
+    len: usize,
+    page_size: usize,
+}
+
+// SAFETY: a plain owned mapping; nothing in it is tied to a thread.
+unsafe impl Send for HugeMap {}
+// SAFETY: `&self` only hands out the address.
+unsafe impl Sync for HugeMap {}
+
+/// Why hugepage memory could not be mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HugeMapError {
+    /// Not enough free hugepages of the size (none reserved, or all in
+    /// use): `echo N > /proc/sys/vm/nr_hugepages` reserves them.
+    NoneFree {
+        /// The page size asked for.
+        page_size: usize,
+        /// Free pages of that size, as the kernel reports them.
+        free: u64,
+    },
+    /// The page size is not one the kernel offers.
+    UnsupportedPageSize(usize),
+    /// Another `mmap` failure (errno).
+    Os(i32),
+}
+
+impl std::fmt::Display for HugeMapError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HugeMapError::NoneFree { page_size, free } => write!(
+                f,
+                "not enough free {} KiB hugepages ({free} free; reserve more with \
+                 echo N > /sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages)",
+                page_size / 1024,
+                page_size / 1024
+            ),
+            HugeMapError::UnsupportedPageSize(s) => {
+                write!(f, "no {} KiB hugepages on this kernel", s / 1024)
+            }
+            HugeMapError::Os(e) => write!(
+                f,
+                "mmap of hugepages failed: {}",
+                std::io::Error::from_raw_os_error(*e)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for HugeMapError {}
+
+impl HugeMap {
+    /// The default hugepage size on x86-64.
+    pub const PAGE_2M: usize = 2 << 20;
+
+    /// Maps `len` bytes (rounded up to whole pages) of `page_size`
+    /// hugepages, zeroed.
+    pub fn new(len: usize, page_size: usize) -> Result<HugeMap, HugeMapError> {
+        if !page_size.is_power_of_two() || page_size < 4096 {
+            return Err(HugeMapError::UnsupportedPageSize(page_size));
+        }
+        let Some(free) = HugeMap::free_pages(page_size) else {
+            return Err(HugeMapError::UnsupportedPageSize(page_size));
+        };
+        let len = len.max(1).div_ceil(page_size) * page_size;
+        let size_flag = (page_size.trailing_zeros() as libc::c_int) << libc::MAP_HUGE_SHIFT;
+        // SAFETY: an anonymous private mapping at an address the kernel
+        // picks; nothing existing is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | libc::MAP_HUGETLB
+                    | libc::MAP_POPULATE
+                    | size_flag,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            return Err(if errno == libc::ENOMEM {
+                HugeMapError::NoneFree { page_size, free }
+            } else {
+                HugeMapError::Os(errno)
+            });
+        }
+        let Some(ptr) = NonNull::new(p.cast::<u8>()) else {
+            return Err(HugeMapError::Os(libc::EFAULT));
+        };
+        Ok(HugeMap {
+            ptr,
+            len,
+            page_size,
+        })
+    }
+
+    /// Free hugepages of `page_size` (`None`: the kernel has no such size).
+    pub fn free_pages(page_size: usize) -> Option<u64> {
+        let path = format!(
+            "/sys/kernel/mm/hugepages/hugepages-{}kB/free_hugepages",
+            page_size / 1024
+        );
+        std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    }
+
+    /// The mapping's start (page-aligned).
+    pub fn as_ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// Bytes mapped (whole pages).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is mapped (never).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The hugepage size.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+}
+
+impl Drop for HugeMap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `new` made; whoever handed out
+        // pointers into it (a region) is gone.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
 

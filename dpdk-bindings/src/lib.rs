@@ -11,9 +11,10 @@
 //!   owned mbufs passed to bursts without allocating).
 //! - [`Port`] and its per-core [`RxQueue`] / [`TxQueue`], used through
 //!   `&mut self` by the one worker that owns them.
-//! - [`ExtMem`] and [`ExtBufPool`]: registered user memory and the shared-info
-//!   slots through which TX payload is attached to mbufs without a copy, with
-//!   an observable release when the driver lets go of it.
+//! - [`ExtMem`], [`HugeMap`] and [`ExtBufPool`]: user memory registered with
+//!   EAL and DMA-mapped, hugepage-backed memory, and the shared-info slots
+//!   through which TX payload is attached to mbufs without a copy, with an
+//!   observable release when the driver lets go of it.
 //! - [`MbufRing`]: a multi-producer, multi-consumer ring of mbufs, for the
 //!   software dispatcher between workers.
 //! - [`toeplitz`]: the RSS hash in pure Rust (no EAL needed), to pick source
@@ -38,7 +39,10 @@ pub mod toeplitz;
 
 pub use eal::{lcore_id, tsc, Eal, ThreadRegistration};
 pub use error::DpdkError;
-pub use extmem::{ExtBuf, ExtBufPool, ExtMem};
+pub use extmem::{
+    is_external_memory, iova_of, phys_addr, port_bus_name, ExtBuf, ExtBufPool, ExtMem, HugeMap,
+    HugeMapError,
+};
 pub use mbuf::{AttachError, CksumStatus, Drain, Mbuf, MbufBurst, Segments, BURST};
 pub use mempool::Mempool;
 pub use port::{

@@ -391,11 +391,6 @@ impl Port {
         Ok(info)
     }
 
-    /// The generic device behind the port, for DMA mapping.
-    pub(crate) fn device(&self) -> Option<NonNull<sys::rte_device>> {
-        device_of(self.id())
-    }
-
     /// The NUMA socket of the device (`-1`: any).
     pub fn socket_id(&self) -> i32 {
         // SAFETY: the port is valid.

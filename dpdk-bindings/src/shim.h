@@ -17,6 +17,7 @@
 #include <rte_cycles.h>
 #include <rte_memory.h>
 #include <rte_dev.h>
+#include <rte_bus.h>
 #include <rte_mempool.h>
 #include <rte_mbuf.h>
 #include <rte_ring.h>

@@ -157,9 +157,22 @@ fn external_payload_chain(
     }
 
     // SAFETY: page-aligned, a whole number of pages, alive until `mem` drops.
-    let mut mem = unsafe { ExtMem::register(eal, base, REGION, PAGE) }.expect("extmem");
+    let mem = unsafe { ExtMem::register(eal, base, REGION, PAGE) }.expect("extmem");
+    assert!(dpdk_bindings::is_external_memory(eal, base.as_ptr()));
+    assert_eq!(ExtMem::live(), 1);
     // The vdev bus accepts the mapping as a no-op.
     assert!(mem.dma_map(port).expect("dma map"));
+    let third = base.as_ptr().wrapping_add(2 * PAGE + 5);
+    assert_eq!(
+        dpdk_bindings::iova_of(eal, third),
+        Some(third as u64),
+        "EAL's IOVA for the memory is the one registered"
+    );
+    assert_eq!(
+        mem.contiguous(third, REGION),
+        Some((third as u64, REGION - 2 * PAGE - 5)),
+        "contiguous to the region's end"
+    );
     let shinfos = ExtBufPool::new(4);
 
     // A payload that crosses a page boundary (IOVA-contiguous with VA).
@@ -251,6 +264,8 @@ fn external_payload_chain(
     drop(held);
 
     drop(mem);
+    assert!(!dpdk_bindings::is_external_memory(eal, base.as_ptr()));
+    assert_eq!(ExtMem::live(), 0, "unregistered on drop");
     // SAFETY: allocated above with `layout`; no mbuf refers to it any more.
     unsafe { dealloc(base.as_ptr(), layout) };
 }
