@@ -231,6 +231,126 @@ fn sizes_outside_rpings_range_are_refused() {
     }
 }
 
+/// A peer that plays rping by hand and stops half-way through ping 0.
+mod vanishing {
+    use super::*;
+    use dataplane::api::{Access, CmEvent, ConnectParams, RecvWr, SendWr, SgeList};
+    use runtime_common::{buffer, wait_wc, Buf, End};
+
+    fn rw() -> Access {
+        Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE
+    }
+
+    fn recv(end: &End, buf: &Buf, id: u64) {
+        let wr = RecvWr {
+            wr_id: id,
+            sges: SgeList::single(buf.mr.sge(0, INFO_LEN as u32)),
+        };
+        end.qp.post_recv(&wr).unwrap();
+    }
+
+    fn established(p: &Pair, dp: &Dataplane, end: &End) {
+        p.until("established", |_| match dp.poll_event() {
+            Some(CmEvent::Established { qp, .. }) if qp == end.qp.num() => Some(()),
+            Some(other) => panic!("unexpected {other:?}"),
+            None => None,
+        });
+    }
+
+    #[test]
+    fn client_leaving_mid_ping_fails_the_server() {
+        let p = threads_pair();
+        let o = opts(100);
+        std::thread::scope(|s| {
+            let srv = s.spawn(|| server(&p.b, &o, &mut std::io::sink()));
+            std::thread::sleep(Duration::from_millis(100));
+            // The client's half of ping 0: the start buffer advertised, the
+            // first go-ahead taken; then a reset instead of the sink.
+            let mut end = End::new(&p.a);
+            let start = buffer(&p.a, end.pd, 100, rw());
+            start.region.write(4096, &ping_data(0, 100)).unwrap();
+            let adv = buffer(&p.a, end.pd, INFO_LEN, rw());
+            let info = RpingInfo {
+                addr: start.mr.addr(),
+                rkey: start.mr.rkey().0,
+                size: 100,
+            };
+            adv.region.write(4096, &info.encode()).unwrap();
+            let go = buffer(&p.a, end.pd, INFO_LEN, rw());
+            recv(&end, &go, 1);
+            let params = ConnectParams {
+                ird: 1,
+                ord: 1,
+                private_data: Vec::new(),
+            };
+            p.a.connect(&end.qp, SocketAddrV4::new(IP_B, o.port), &params)
+                .unwrap();
+            established(&p, &p.a, &end);
+            let wr = SendWr::send(2, SgeList::single(adv.mr.sge(0, INFO_LEN as u32)));
+            end.qp.post_send(&wr).unwrap();
+            let wc = wait_wc(&p, &mut end, 1);
+            assert_eq!(wc.byte_len as usize, INFO_LEN, "rping's go-ahead");
+            assert_eq!(go.bytes(), [0u8; INFO_LEN]);
+            p.a.disconnect(&end.qp, true).unwrap();
+            let e = srv.join().unwrap().expect_err("the client left mid-ping");
+            println!("server: {e}");
+            assert!(matches!(e, ToolError::Peer(_)), "{e:?}");
+            let m = e.to_string();
+            assert!(
+                m.contains("went away in ping 0") && m.contains("sink buffer"),
+                "{m}"
+            );
+        });
+    }
+
+    #[test]
+    fn server_leaving_mid_ping_fails_the_client() {
+        let p = threads_pair();
+        let o = opts(100);
+        p.b.listen(o.port, 3).unwrap();
+        std::thread::scope(|s| {
+            let cli = s.spawn(|| {
+                client(
+                    &p.a,
+                    SocketAddrV4::new(IP_B, o.port),
+                    &o,
+                    &mut std::io::sink(),
+                )
+            });
+            // The server takes the start advertisement, then resets.
+            let req = p.until("a connection request", |_| match p.b.poll_event() {
+                Some(CmEvent::ConnectRequest(r)) => Some(r),
+                Some(other) => panic!("unexpected {other:?}"),
+                None => None,
+            });
+            assert_eq!((req.ird, req.ord), (Some(1), Some(1)), "rping's conn_param");
+            assert!(req.private_data.is_empty());
+            let mut end = End::new(&p.b);
+            let adv = buffer(&p.b, end.pd, INFO_LEN, rw());
+            recv(&end, &adv, 1);
+            let params = ConnectParams {
+                ird: 1,
+                ord: 1,
+                private_data: Vec::new(),
+            };
+            p.b.accept(&req, &end.qp, &params).unwrap();
+            established(&p, &p.b, &end);
+            let wc = wait_wc(&p, &mut end, 1);
+            assert_eq!(wc.byte_len as usize, INFO_LEN);
+            let info = RpingInfo::decode(&adv.bytes()).unwrap();
+            assert_eq!(info.size, 100);
+            p.b.disconnect(&end.qp, true).unwrap();
+            let e = cli.join().unwrap().expect_err("the server left mid-ping");
+            println!("client: {e}");
+            let m = e.to_string();
+            assert!(
+                m.contains("went away in ping 0") && m.contains("go-ahead"),
+                "{m}"
+            );
+        });
+    }
+}
+
 // ---------------------------------------------------------------------
 // On the wire: rping's own connection.
 // ---------------------------------------------------------------------

@@ -667,7 +667,14 @@ pub fn server(
             _ => {}
         }
     };
-    let mut c = Conn::new(dp, req.remote, opts)?;
+    let mut c = match Conn::new(dp, req.remote, opts) {
+        Ok(c) => c,
+        Err(e) => {
+            // Not left hanging: the client hears a reject.
+            let _ = dp.reject(&req, &[]);
+            return Err(e);
+        }
+    };
     c.debug(|| {
         format!(
             "connection request from {}: IRD {:?} ORD {:?}, {} bytes of private data",
@@ -1066,4 +1073,132 @@ pub fn run(args: &RpingArgs) -> Result<(), ToolError> {
         write_line(&mut out, &summary.to_string())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: RpingArgs,
+    }
+
+    fn parse(line: &str) -> Result<RpingArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("rping").chain(line.split_whitespace())).map(|c| c.args)
+    }
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn advertisement_is_rpings_16_bytes_big_endian() {
+        // The client's first Send in rping.pcap (`rping -C 10 -S 100`).
+        let wire = unhex("0000564378b75460f52e240000000064");
+        let info = RpingInfo::decode(&wire).unwrap();
+        assert_eq!(
+            info,
+            RpingInfo {
+                addr: 0x0000_5643_78b7_5460,
+                rkey: 0xf52e_2400,
+                size: 100
+            }
+        );
+        assert_eq!(info.encode().as_slice(), wire.as_slice());
+        for bad in [&wire[..15], &[0u8; 17][..], &[][..]] {
+            let e = RpingInfo::decode(bad).unwrap_err();
+            assert!(e.to_string().contains("rping sends 16 bytes"), "{e}");
+        }
+    }
+
+    #[test]
+    fn ping_data_is_rpings_pattern() {
+        // The Read Response of ping 0 in rping.pcap.
+        let d = ping_data(0, 100);
+        assert_eq!(&d[..16], b"rdma-ping-0: ABC");
+        assert_eq!(&d[64..75], b"tuvwxyzABCD");
+        assert_eq!(&d[96..], b"Z[\\\0");
+        // Each ping starts one letter further; 58 letters from 'A' to 'z'.
+        assert_eq!(&ping_data(1, 64)[..16], b"rdma-ping-1: BCD");
+        assert_eq!(&ping_data(57, 64)[..17], b"rdma-ping-57: zAB");
+        assert_eq!(&ping_data(58, 64)[..17], b"rdma-ping-58: ABC");
+        // The smallest size with the longest number rping can count to.
+        let d = ping_data(2_147_483_647, MIN_SIZE);
+        assert_eq!(d, b"rdma-ping-2147483647: HIJ\0");
+        assert!(d[..MIN_SIZE - 1].iter().all(|b| (32..127).contains(b)));
+        assert_eq!(
+            as_c_string(&ping_data(3, 30)),
+            "rdma-ping-3: DEFGHIJKLMNOPQRS"
+        );
+    }
+
+    #[test]
+    fn command_line_is_rpings() {
+        let a = parse("-c -a 10.0.0.1 -p 9999 -C 10 -S 100 -v -V -d -q").unwrap();
+        assert!(a.client && !a.server && a.verbose && a.validate && a.debug && a.quiet);
+        let o = a.options().unwrap();
+        assert_eq!((o.port, o.count, o.size), (9999, Some(10), 100));
+        let o = parse("-s").unwrap().options().unwrap();
+        assert_eq!(
+            (o.port, o.count, o.size),
+            (DEFAULT_PORT, None, DEFAULT_SIZE)
+        );
+        assert_eq!(parse("-s -C 0").unwrap().options().unwrap().count, None);
+        let a = parse("-s --device net_ring0 --ip 10.1.1.1 --cores 2,3").unwrap();
+        assert_eq!(a.endpoint.ip, Some(Ipv4Addr::new(10, 1, 1, 1)));
+        assert_eq!(a.endpoint.cores, vec![2, 3]);
+        assert!(parse("-s -c").is_err(), "one side only");
+        assert!(parse("-s -C -1").is_err());
+        for size in ["25", "65536"] {
+            let e = parse(&format!("-c -S {size}"))
+                .unwrap()
+                .options()
+                .unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("invalid size {size} (valid range is 26 to 65535)")
+            );
+        }
+        let e = parse("-s --timeout 0").unwrap().options().unwrap_err();
+        assert!(e.to_string().contains("--timeout"), "{e}");
+    }
+
+    #[test]
+    fn usage_errors_come_before_any_device() {
+        let e = run(&parse("-a 10.0.0.1").unwrap()).unwrap_err();
+        assert!(
+            e.to_string().contains("give -s (server) or -c (client)"),
+            "{e}"
+        );
+        let e = run(&parse("-c").unwrap()).unwrap_err();
+        assert!(e.to_string().contains("-a SERVER_ADDRESS"), "{e}");
+        let e = run(&parse("-c -a no.such.host.invalid").unwrap()).unwrap_err();
+        assert!(e.to_string().contains("not an IPv4 address"), "{e}");
+        let e = run(&parse("-c -a 10.0.0.1").unwrap()).unwrap_err();
+        assert!(matches!(e, ToolError::Usage(_)), "no device: {e}");
+    }
+
+    #[test]
+    fn summary_reads_well() {
+        let s = RpingSummary {
+            role: RpingRole::Client,
+            peer: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 7174),
+            iterations: 10,
+            size: 100,
+            bytes_moved: 2000,
+            bytes_verified: 1000,
+            elapsed: Duration::from_millis(20),
+        };
+        assert_eq!(
+            s.to_string(),
+            "rping client: 10 pings of 100 bytes with 10.0.0.1:7174 in 20.000 ms \
+             (2000.0 us per ping), 2000 bytes moved, 1000 bytes verified"
+        );
+    }
 }
