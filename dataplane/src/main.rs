@@ -31,8 +31,9 @@ enum Command {
         /// Which test.
         #[arg(value_enum)]
         test: TestKind,
+        // Boxed: perftest's options make it much larger than the others.
         #[command(flatten)]
-        args: perf::PerfArgs,
+        args: Box<perf::PerfArgs>,
     },
     /// rping-compatible ping-pong (Send, RDMA Read, RDMA Write), data
     /// verified.
@@ -60,7 +61,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = match cli.command.unwrap_or(Command::Demo(demo::DemoArgs::default())) {
+    let result = match cli
+        .command
+        .unwrap_or(Command::Demo(demo::DemoArgs::default()))
+    {
         Command::Demo(a) => demo::run(&a),
         Command::Perf { test, args } => perf::run(test, &args),
         Command::Rping(a) => rping::run(&a),

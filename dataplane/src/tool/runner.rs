@@ -1,13 +1,52 @@
-//! The measured loops of the perf tests and the demo.
+//! The measured loops of `iwarp perf` and `iwarp demo`: perftest's six
+//! tests on the dataplane's verbs API ([`crate::api`]), behaving on the
+//! wire as perftest 4.5 does (`src/perftest_resources.c`: `run_iter_bw`,
+//! `run_iter_bw_server`, `run_iter_lat_write`, `run_iter_lat_send`,
+//! `run_iter_lat`), so that a peer running `ib_*_bw -R` / `ib_*_lat -R`
+//! sees the same operations, addresses and credits as from perftest.
+//!
+//! It sits between the control exchange ([`super::perftest`], which
+//! connects the queue pairs and trades the [`RemoteBuf`]s) and the
+//! reports ([`super::report`]). What perftest does, and so what this does:
+//!
+//! - **Buffers.** One registered buffer holds, per QP, a send half and a
+//!   receive half of `max(size, 4096)` bytes (rounded up to a cache line);
+//!   a QP advertises the start of its receive half. Messages of at most
+//!   2 KiB cycle over 4 KiB in cache-line steps, at both ends.
+//! - **Bandwidth.** Only the client posts (Write, Read or Send), at most
+//!   `tx_depth` outstanding per QP, one work request in `cq_mod` (100)
+//!   signalled. In `send-bw` the server keeps `rx_depth` receives posted
+//!   and, as iWARP has no receiver-not-ready retry, writes its receive
+//!   count into the client's credit word by RDMA Write every `rx_depth/3`
+//!   receives; the client keeps fewer than `rx_depth` Sends beyond it.
+//! - **Latency.** `write-lat` is a ping-pong of Writes whose last byte
+//!   carries the iteration number (each side polls the last byte of its
+//!   receive half; the server writes first); `send-lat` alternates Send
+//!   and receive (the client sends first); `read-lat` is the client's
+//!   Reads alone. Half the round trip (the full Read) is one sample.
+//!
+//! With [`RunSpec::verify`], sources carry a pattern and destinations are
+//! compared: every message of the latency tests and of `send-bw`; the
+//! final contents of the destination slots of `write-bw` (read back by
+//! RDMA Read after the run) and of `read-bw`.
 
 use core::time::Duration;
+use std::sync::Mutex;
+use std::time::Instant;
 
-use crate::api::{Cq, Dataplane, MemoryRegistration, ProtectionDomain, Qp};
+use hdrhistogram::Histogram;
+
+use crate::api::{
+    Access, Cq, Dataplane, MemoryRegistration, PostError, ProtectionDomain, Qp, QpOptions,
+    QpStatus, RecvWr, Region, SendFlags, SendOp, SendWr, SgeList, Stag, WcOpcode, WcStatus,
+    WorkCompletion,
+};
 
 use super::ToolError;
 
 /// The six perftest tests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum TestKind {
     /// RDMA Write bandwidth (`ib_write_bw`).
     WriteBw,
@@ -23,8 +62,54 @@ pub enum TestKind {
     SendLat,
 }
 
+impl TestKind {
+    /// Whether it measures latency (a ping-pong) rather than bandwidth.
+    pub fn is_latency(self) -> bool {
+        matches!(
+            self,
+            TestKind::WriteLat | TestKind::ReadLat | TestKind::SendLat
+        )
+    }
+
+    /// Whether the peer's memory is read (IRD/ORD are negotiated).
+    pub fn is_read(self) -> bool {
+        matches!(self, TestKind::ReadBw | TestKind::ReadLat)
+    }
+
+    /// Whether messages are Sends (receives are posted).
+    pub fn is_send(self) -> bool {
+        matches!(self, TestKind::SendBw | TestKind::SendLat)
+    }
+
+    /// perftest's program name for it.
+    pub fn perftest_name(self) -> &'static str {
+        match self {
+            TestKind::WriteBw => "ib_write_bw",
+            TestKind::ReadBw => "ib_read_bw",
+            TestKind::SendBw => "ib_send_bw",
+            TestKind::WriteLat => "ib_write_lat",
+            TestKind::ReadLat => "ib_read_lat",
+            TestKind::SendLat => "ib_send_lat",
+        }
+    }
+}
+
+impl core::fmt::Display for TestKind {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            TestKind::WriteBw => "write-bw",
+            TestKind::ReadBw => "read-bw",
+            TestKind::SendBw => "send-bw",
+            TestKind::WriteLat => "write-lat",
+            TestKind::ReadLat => "read-lat",
+            TestKind::SendLat => "send-lat",
+        })
+    }
+}
+
 /// Which end of a test this side is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     /// The side given a peer address (perftest's client).
     Client,
@@ -41,9 +126,9 @@ pub struct RunSpec {
     pub role: Role,
     /// Bytes per message (`-s`).
     pub size: usize,
-    /// Messages (`-n`).
+    /// Messages per QP (`-n`).
     pub iterations: u64,
-    /// Run for this long instead (`-D`, bandwidth tests).
+    /// Run for this long instead (`-D`).
     pub duration: Option<Duration>,
     /// Data connections (`-q`).
     pub qps: usize,
@@ -55,8 +140,88 @@ pub struct RunSpec {
     pub outstanding_reads: u32,
     /// Fill a pattern and check the received bytes.
     pub verify: bool,
-    /// Every size from 2 bytes to 8 MiB (`-a`).
+    /// Every size from 2 bytes to 8 MiB (`-a`): buffers are sized for the
+    /// largest, and [`Resources::run`] is called once per size.
     pub all_sizes: bool,
+}
+
+/// The largest message of `-a` (perftest's 2^23).
+pub const MAX_ALL_SIZES: usize = 8 << 20;
+
+/// perftest's cycle buffer: small messages go round 4 KiB (a page).
+const CYCLE_BUFFER: usize = 4096;
+/// perftest's cache-line step between small messages.
+const CACHE_LINE: usize = 64;
+/// perftest's default completion moderation of bandwidth tests.
+const CQ_MOD: u64 = 100;
+/// No completion for this long: the peer is gone.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the progress callback runs.
+const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+/// Completions taken from the CQ at a time.
+const POLL_BATCH: usize = 32;
+
+const QP_SHIFT: u32 = 48;
+const RECV_FLAG: u64 = 1 << 47;
+const CREDIT_FLAG: u64 = 1 << 46;
+const VERIFY_FLAG: u64 = 1 << 45;
+const COUNT_MASK: u64 = (1 << 45) - 1;
+
+/// perftest's `INC`: a message's step, at least a cache line.
+fn step(size: usize) -> usize {
+    if size > CACHE_LINE {
+        size.div_ceil(CACHE_LINE) * CACHE_LINE
+    } else {
+        CACHE_LINE
+    }
+}
+
+/// perftest's `BUFF_SIZE`.
+fn buff_size(size: usize) -> usize {
+    size.max(CYCLE_BUFFER)
+}
+
+/// How many slots messages of `size` cycle over (perftest cycles when the
+/// size is at most half the cycle buffer).
+fn slots(size: usize) -> u64 {
+    if size <= CYCLE_BUFFER / 2 {
+        (CYCLE_BUFFER / step(size)) as u64
+    } else {
+        1
+    }
+}
+
+/// Nothing to do yet: let the workers run (the machine may have fewer
+/// cores than busy threads).
+fn idle() {
+    std::thread::yield_now();
+}
+
+fn wr_id(qp: usize, flags: u64, n: u64) -> u64 {
+    (qp as u64) << QP_SHIFT | flags | (n & COUNT_MASK)
+}
+
+fn wr_qp(id: u64) -> usize {
+    (id >> QP_SHIFT) as usize
+}
+
+/// The bytes of the message (or slot) `seed` names: a splitmix64 stream,
+/// so that neighbouring slots, QPs, iterations and tests all differ.
+fn pattern(seed: u64, len: usize, out: &mut Vec<u8>) {
+    out.clear();
+    let mut x = seed;
+    while out.len() < len {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(len);
+}
+
+fn seed(test: TestKind, qp: usize, n: u64) -> u64 {
+    ((test as u64) + 1) << 56 ^ (qp as u64) << 40 ^ n
 }
 
 /// A peer's buffer: what goes into perftest's `pingpong_dest`.
@@ -68,7 +233,25 @@ pub struct RemoteBuf {
     pub rkey: u32,
 }
 
-/// The verbs objects of a run.
+/// Receives posted and taken on one QP, across runs.
+#[derive(Debug, Default, Clone, Copy)]
+struct RecvState {
+    posted: u64,
+    taken: u64,
+}
+
+/// The send-credit words of `send-bw` (perftest's `ctrl_buf`): per QP, the
+/// count this side writes to the peer, then the count the peer writes here.
+#[derive(Debug)]
+struct Credits {
+    region: Region,
+    mr: MemoryRegistration,
+}
+
+/// The verbs objects of a run: the protection domain, one CQ shared by
+/// every QP (as perftest), one registered buffer laid out as perftest lays
+/// it out (so that the addresses the peer computes land in it), and the
+/// QPs, unconnected.
 #[derive(Debug)]
 pub struct Resources {
     /// The protection domain.
@@ -77,33 +260,379 @@ pub struct Resources {
     pub cq: Cq,
     /// The data queue pairs (unconnected).
     pub qps: Vec<Qp>,
-    /// One registered buffer per QP.
+    /// The registered buffer of each QP (one registration, as perftest's
+    /// default: every entry names the same buffer).
     pub mrs: Vec<MemoryRegistration>,
+    region: Region,
+    /// Bytes per half (perftest's `send_qp_buff_size`).
+    stride: usize,
+    /// perftest's `BUFF_SIZE` of the size the buffer was made for: the
+    /// spacing of the advertised receive halves.
+    adv_stride: usize,
+    /// Size the buffers were made for.
+    alloc_size: usize,
+    credits: Option<Credits>,
+    recv: Mutex<Vec<RecvState>>,
+    test: TestKind,
+    role: Role,
 }
 
 impl Resources {
-    /// Allocates what `spec` needs on `dp`.
-    pub fn new(_dp: &Dataplane, _spec: &RunSpec) -> Result<Resources, ToolError> {
-        Err(ToolError::Usage("not yet".into()))
+    /// Allocates what `spec` needs on `dp`. Receives a Send test needs are
+    /// posted here, before any connection exists, so that none of the
+    /// peer's first messages finds an empty receive queue; for `read-*`
+    /// with [`RunSpec::verify`] the server's data is filled here too.
+    pub fn new(dp: &Dataplane, spec: &RunSpec) -> Result<Resources, ToolError> {
+        check_spec(spec)?;
+        let q = spec.qps;
+        let alloc_size = if spec.all_sizes {
+            MAX_ALL_SIZES
+        } else {
+            spec.size
+        };
+        let stride = step(buff_size(alloc_size));
+        let len = stride
+            .checked_mul(2 * q)
+            .ok_or_else(|| ToolError::Usage("buffers too large".into()))?;
+        let region = Region::new(len).map_err(|e| ToolError::Dataplane(e.into()))?;
+        let pd = dp.alloc_pd()?;
+        let tx = spec.tx_depth.max(1);
+        let rx = spec.rx_depth.max(1);
+        // Room for every completion that can be outstanding at once:
+        // signalled sends (credit writes included) and receives.
+        let cqe = (q as u32)
+            .saturating_mul(tx.saturating_add(rx).saturating_add(8))
+            .clamp(64, 64 * 1024);
+        let cq = dp.create_cq(cqe)?;
+        let opts = QpOptions {
+            // The engine keeps unsignalled requests until they are done:
+            // a little room beyond the depth keeps a full pipeline postable.
+            max_send_wr: tx.saturating_add(16).min(4096),
+            max_recv_wr: rx.saturating_add(16).min(4096),
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_ord: spec.outstanding_reads.clamp(1, 128),
+            max_ird: spec.outstanding_reads.clamp(1, 128),
+            sq_sig_all: false,
+        };
+        let qps = (0..q)
+            .map(|_| dp.create_qp(pd, &cq, &cq, opts))
+            .collect::<Result<Vec<_>, _>>()?;
+        let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let mr = dp.reg_mr(pd, &region, 0, len, access)?;
+        let credits = if spec.test == TestKind::SendBw {
+            let region = Region::new(8 * q).map_err(|e| ToolError::Dataplane(e.into()))?;
+            let mr = dp.reg_mr(
+                pd,
+                &region,
+                0,
+                8 * q,
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            )?;
+            Some(Credits { region, mr })
+        } else {
+            None
+        };
+        let res = Resources {
+            pd,
+            cq,
+            mrs: vec![mr; q],
+            qps,
+            region,
+            stride,
+            adv_stride: buff_size(alloc_size),
+            alloc_size,
+            credits,
+            recv: Mutex::new(vec![RecvState::default(); q]),
+            test: spec.test,
+            role: spec.role,
+        };
+        if spec.verify && spec.test.is_read() && spec.role == Role::Server {
+            let mut buf = Vec::new();
+            for i in 0..q {
+                for k in 0..slots(spec.size) {
+                    pattern(seed(spec.test, i, k), spec.size, &mut buf);
+                    res.write(res.adv_off(i) + k as usize * step(spec.size), &buf)?;
+                }
+            }
+        }
+        if res.receives_needed() {
+            let mut st = res.recv_state();
+            for (i, s) in st.iter_mut().enumerate() {
+                res.top_up(i, s, spec.rx_depth.max(1))?;
+            }
+        }
+        Ok(res)
     }
 
-    /// What this side advertises for QP `i`.
+    /// What this side advertises for QP `i` (perftest's `pingpong_dest`
+    /// vaddr and rkey): its receive half, or in `send-bw` its credit word.
     pub fn local_buf(&self, i: usize) -> RemoteBuf {
-        RemoteBuf {
-            addr: self.mrs[i].addr(),
-            rkey: self.mrs[i].rkey().0,
+        match &self.credits {
+            Some(c) => RemoteBuf {
+                addr: c.mr.addr() + (4 * (self.qps.len() + i)) as u64,
+                rkey: c.mr.rkey().0,
+            },
+            None => RemoteBuf {
+                addr: self.mrs[i].addr() + self.adv_off(i) as u64,
+                rkey: self.mrs[i].rkey().0,
+            },
         }
     }
 
-    /// Runs the measured loop on the connected QPs.
+    /// Ends the connections (gracefully) and deregisters the buffers.
+    pub fn close(&self, dp: &Dataplane) {
+        for qp in &self.qps {
+            if qp.status() == QpStatus::Connected {
+                let _ = dp.disconnect(qp, false);
+            }
+        }
+        if let Some(mr) = self.mrs.first() {
+            let _ = dp.dereg_mr(mr);
+        }
+        if let Some(c) = &self.credits {
+            let _ = dp.dereg_mr(&c.mr);
+        }
+    }
+
+    /// Runs the measured loop on the connected QPs; `remote[i]` is what
+    /// the peer advertised for QP `i`. `progress` is called about every
+    /// half second. Sides that only wait in perftest (the server of
+    /// `write-bw`, `read-bw` and `read-lat`) return at once with no
+    /// figures: the client's come over the control connection.
     pub fn run(
         &self,
-        _dp: &Dataplane,
-        _spec: &RunSpec,
-        _remote: &[RemoteBuf],
-        _progress: &mut dyn FnMut(&Progress),
+        dp: &Dataplane,
+        spec: &RunSpec,
+        remote: &[RemoteBuf],
+        progress: &mut dyn FnMut(&Progress),
     ) -> Result<RunResult, ToolError> {
-        Err(ToolError::Usage("not yet".into()))
+        let _ = dp;
+        check_spec(spec)?;
+        if spec.test != self.test || spec.role != self.role || spec.qps != self.qps.len() {
+            return Err(ToolError::Usage(
+                "run: the test, role or QP count differs from the resources'".into(),
+            ));
+        }
+        if spec.size > self.alloc_size {
+            return Err(ToolError::Usage(format!(
+                "run: {} bytes do not fit buffers made for {}",
+                spec.size, self.alloc_size
+            )));
+        }
+        if remote.len() < self.qps.len() {
+            return Err(ToolError::Usage(
+                "run: fewer remote buffers than QPs".into(),
+            ));
+        }
+        let mut r = Runner::new(self, spec, remote, progress);
+        match (spec.test, spec.role) {
+            (TestKind::WriteBw | TestKind::ReadBw | TestKind::SendBw, Role::Client) => {
+                r.bw_client()
+            }
+            (TestKind::SendBw, Role::Server) => r.bw_server(),
+            (TestKind::WriteLat, _) => r.write_lat(),
+            (TestKind::SendLat, _) => r.send_lat(),
+            (TestKind::ReadLat, Role::Client) => r.read_lat(),
+            (TestKind::WriteBw | TestKind::ReadBw | TestKind::ReadLat, Role::Server) => {
+                Ok(RunResult::empty(spec.size))
+            }
+        }
+    }
+
+    fn adv_off(&self, i: usize) -> usize {
+        (self.qps.len() + i) * self.adv_stride
+    }
+
+    fn send_off(&self, i: usize) -> usize {
+        i * self.stride
+    }
+
+    fn recv_off(&self, i: usize) -> usize {
+        (self.qps.len() + i) * self.stride
+    }
+
+    /// Receive slots of QP `i`: their count and length. Fixed by the size
+    /// the buffers were made for, so that receives posted for one `-a`
+    /// round fit any later one.
+    fn recv_geometry(&self) -> (u64, usize) {
+        let n = slots(self.alloc_size);
+        if n > 1 {
+            (n, step(self.alloc_size))
+        } else {
+            (1, self.stride)
+        }
+    }
+
+    fn receives_needed(&self) -> bool {
+        match self.test {
+            TestKind::SendBw => self.role == Role::Server,
+            TestKind::SendLat => true,
+            _ => false,
+        }
+    }
+
+    fn recv_state(&self) -> std::sync::MutexGuard<'_, Vec<RecvState>> {
+        // Poisoned only by a panic in another run; the counters stay usable.
+        self.recv.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn post_recv(&self, i: usize, s: &mut RecvState) -> Result<(), ToolError> {
+        let (n, len) = self.recv_geometry();
+        let slot = s.posted % n;
+        let sge = self.mrs[i].sge((self.recv_off(i) + slot as usize * len) as u64, len as u32);
+        let wr = RecvWr {
+            wr_id: wr_id(i, RECV_FLAG, slot),
+            sges: SgeList::single(sge),
+        };
+        self.qps[i].post_recv(&wr).map_err(post_error)?;
+        s.posted += 1;
+        Ok(())
+    }
+
+    /// Posts receives until `depth` are outstanding on QP `i`.
+    fn top_up(&self, i: usize, s: &mut RecvState, depth: u32) -> Result<(), ToolError> {
+        while s.posted - s.taken < u64::from(depth) {
+            self.post_recv(i, s)?;
+        }
+        Ok(())
+    }
+
+    fn write(&self, off: usize, bytes: &[u8]) -> Result<(), ToolError> {
+        self.region
+            .write(off, bytes)
+            .map_err(|e| ToolError::Dataplane(e.into()))
+    }
+
+    fn read(&self, off: usize, out: &mut [u8]) -> Result<(), ToolError> {
+        self.region
+            .read(off, out)
+            .map_err(|e| ToolError::Dataplane(e.into()))
+    }
+
+    fn credit_word(&self, idx: usize) -> u32 {
+        let mut w = [0u8; 4];
+        if let Some(c) = &self.credits {
+            let _ = c.region.read(4 * idx, &mut w);
+        }
+        // Host order, as perftest writes it (little-endian hosts).
+        u32::from_le_bytes(w)
+    }
+
+    fn set_credit_word(&self, idx: usize, v: u32) {
+        if let Some(c) = &self.credits {
+            let _ = c.region.write(4 * idx, &v.to_le_bytes());
+        }
+    }
+}
+
+/// Connects the client's QPs to the server's directly (`listen`,
+/// `connect`, `accept`), without perftest's control exchange: the demo
+/// and tests, where both ends are in one process. `port` must be free on
+/// the server; read tests pass their depth as `ord` (IRD and ORD).
+pub fn connect_direct(
+    client: &Dataplane,
+    client_res: &Resources,
+    server: &Dataplane,
+    server_res: &Resources,
+    server_addr: std::net::SocketAddrV4,
+    ord: u16,
+) -> Result<(), ToolError> {
+    use crate::api::{CmEvent, ConnectParams};
+    server.listen(server_addr.port(), 16)?;
+    let params = ConnectParams {
+        ird: ord,
+        ord,
+        private_data: Vec::new(),
+    };
+    for (i, qp) in client_res.qps.iter().enumerate() {
+        let Some(sqp) = server_res.qps.get(i) else {
+            return Err(ToolError::Usage(
+                "the server has fewer QPs than the client".into(),
+            ));
+        };
+        client.connect(qp, server_addr, &params)?;
+        let deadline = Instant::now() + STALL_TIMEOUT;
+        let (mut up_c, mut up_s) = (false, false);
+        while !(up_c && up_s) {
+            if Instant::now() >= deadline {
+                return Err(ToolError::Peer(format!(
+                    "connection {} to {server_addr} not established within {} s",
+                    i + 1,
+                    STALL_TIMEOUT.as_secs()
+                )));
+            }
+            while let Some(e) = server.poll_event() {
+                match e {
+                    CmEvent::ConnectRequest(req) => server.accept(&req, sqp, &params)?,
+                    CmEvent::Established { qp: n, .. } if n == sqp.num() => up_s = true,
+                    CmEvent::Disconnected { qp: n, reason } if n == sqp.num() => {
+                        return Err(ToolError::Peer(format!("connection ended: {reason:?}")))
+                    }
+                    _ => {}
+                }
+            }
+            match client.wait_event(Duration::from_millis(2)) {
+                Some(CmEvent::Established { qp: n, .. }) if n == qp.num() => up_c = true,
+                Some(CmEvent::ConnectFailed { qp: n, reason }) if n == qp.num() => {
+                    return Err(ToolError::Peer(format!(
+                        "connection to {server_addr} failed: {reason:?}"
+                    )))
+                }
+                Some(CmEvent::Rejected { qp: n, .. }) if n == qp.num() => {
+                    return Err(ToolError::Peer(format!(
+                        "{server_addr} rejected the connection"
+                    )))
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_spec(spec: &RunSpec) -> Result<(), ToolError> {
+    if spec.size == 0 || spec.size > u32::MAX as usize {
+        return Err(ToolError::Usage(format!("bad message size {}", spec.size)));
+    }
+    if spec.qps == 0 || spec.qps > 1024 {
+        return Err(ToolError::Usage(format!("bad QP count {}", spec.qps)));
+    }
+    if spec.test.is_latency() && spec.qps != 1 {
+        return Err(ToolError::Usage("latency tests run on one QP".into()));
+    }
+    if spec.iterations == 0 && spec.duration.is_none() {
+        return Err(ToolError::Usage("no iterations".into()));
+    }
+    if spec.verify && spec.all_sizes {
+        return Err(ToolError::Usage(
+            "data verification checks one size per run, not -a".into(),
+        ));
+    }
+    if spec.test == TestKind::WriteLat && spec.size < 1 {
+        return Err(ToolError::Usage("write-lat needs at least one byte".into()));
+    }
+    Ok(())
+}
+
+fn post_error(e: PostError) -> ToolError {
+    match e {
+        PostError::InvalidState => {
+            ToolError::Peer("the connection to the peer ended during the test".into())
+        }
+        e => ToolError::Peer(format!("a work request was refused: {e:?}")),
+    }
+}
+
+fn wc_error(wc: &WorkCompletion) -> ToolError {
+    match wc.status {
+        WcStatus::WrFlushError => {
+            ToolError::Peer("the connection to the peer ended during the test".into())
+        }
+        s => ToolError::Peer(format!(
+            "{:?} completed with {s:?} on QP {}",
+            wc.opcode, wc.qp_num.0
+        )),
     }
 }
 
@@ -137,7 +666,39 @@ pub struct LatencySummary {
     pub stdev_us: f64,
 }
 
-/// What a run measured.
+impl LatencySummary {
+    /// Summarises samples in nanoseconds (`None` without any).
+    pub fn from_nanos(samples: &[u64]) -> Option<LatencySummary> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).ok()?;
+        let (mut sum, mut sq) = (0f64, 0f64);
+        for &s in samples {
+            let s = s.max(1);
+            h.saturating_record(s);
+            let f = s as f64;
+            sum += f;
+            sq += f * f;
+        }
+        let n = samples.len() as f64;
+        let avg = sum / n;
+        let var = (sq / n - avg * avg).max(0.0);
+        let us = |ns: f64| ns / 1000.0;
+        Some(LatencySummary {
+            min_us: us(h.min() as f64),
+            p50_us: us(h.value_at_quantile(0.5) as f64),
+            p99_us: us(h.value_at_quantile(0.99) as f64),
+            p999_us: us(h.value_at_quantile(0.999) as f64),
+            max_us: us(h.max() as f64),
+            avg_us: us(avg),
+            stdev_us: us(var.sqrt()),
+        })
+    }
+}
+
+/// What a run measured. Bandwidth is in perftest's MB (2^20 bytes) per
+/// second.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RunResult {
     /// Bytes per message.
@@ -147,9 +708,9 @@ pub struct RunResult {
     /// Messages completed.
     pub iterations: u64,
     /// Measured time.
-    #[serde(serialize_with = "ser_secs")]
+    #[serde(rename = "seconds", serialize_with = "ser_secs")]
     pub elapsed: Duration,
-    /// Peak bandwidth, MB/s (10^6 bytes).
+    /// Peak bandwidth, MB/s.
     pub bw_peak_mbps: f64,
     /// Average bandwidth, MB/s.
     pub bw_avg_mbps: f64,
@@ -161,6 +722,1041 @@ pub struct RunResult {
     pub verified_bytes: u64,
 }
 
+impl RunResult {
+    fn empty(size: usize) -> RunResult {
+        RunResult {
+            size,
+            bytes: 0,
+            iterations: 0,
+            elapsed: Duration::ZERO,
+            bw_peak_mbps: 0.0,
+            bw_avg_mbps: 0.0,
+            msg_rate_mpps: 0.0,
+            latency: None,
+            verified_bytes: 0,
+        }
+    }
+}
+
 fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
+}
+
+/// perftest's MB.
+pub const MB: f64 = 1_048_576.0;
+
+/// One run's state: counters, clocks, progress and stall watch.
+struct Runner<'a> {
+    res: &'a Resources,
+    spec: &'a RunSpec,
+    remote: &'a [RemoteBuf],
+    progress: &'a mut dyn FnMut(&Progress),
+    start: Instant,
+    last_progress: Instant,
+    last_activity: Instant,
+    deadline: Option<Instant>,
+    wcs: [WorkCompletion; POLL_BATCH],
+    scratch: Vec<u8>,
+    expect: Vec<u8>,
+    verified: u64,
+}
+
+impl<'a> Runner<'a> {
+    fn new(
+        res: &'a Resources,
+        spec: &'a RunSpec,
+        remote: &'a [RemoteBuf],
+        progress: &'a mut dyn FnMut(&Progress),
+    ) -> Runner<'a> {
+        let now = Instant::now();
+        let blank = WorkCompletion {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            qp_num: res.qps[0].num(),
+            solicited: false,
+            invalidated_stag: None,
+        };
+        Runner {
+            res,
+            spec,
+            remote,
+            progress,
+            start: now,
+            last_progress: now,
+            last_activity: now,
+            deadline: spec.duration.map(|d| now + d),
+            wcs: [blank; POLL_BATCH],
+            scratch: Vec::new(),
+            expect: Vec::new(),
+            verified: 0,
+        }
+    }
+
+    fn limit(&self) -> u64 {
+        if self.spec.duration.is_some() {
+            u64::MAX
+        } else {
+            self.spec.iterations
+        }
+    }
+
+    fn time_up(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|d| now >= d)
+    }
+
+    /// Progress report and stall watch; called in every wait.
+    fn tick(&mut self, done: u64, total: u64) -> Result<Instant, ToolError> {
+        let now = Instant::now();
+        if now.duration_since(self.last_progress) >= PROGRESS_EVERY {
+            self.last_progress = now;
+            (self.progress)(&Progress {
+                done,
+                total,
+                elapsed: now - self.start,
+            });
+        }
+        if now.duration_since(self.last_activity) >= STALL_TIMEOUT {
+            return Err(ToolError::Peer(format!(
+                "no progress for {} s ({done} of {} messages done): is the peer still running?",
+                STALL_TIMEOUT.as_secs(),
+                if total == 0 {
+                    "?".to_string()
+                } else {
+                    total.to_string()
+                }
+            )));
+        }
+        if self
+            .res
+            .qps
+            .iter()
+            .any(|q| q.status() == QpStatus::Disconnected)
+        {
+            return Err(ToolError::Peer(
+                "the connection to the peer ended during the test".into(),
+            ));
+        }
+        Ok(now)
+    }
+
+    fn poll(&mut self) -> usize {
+        let n = self.res.cq.poll(&mut self.wcs);
+        if n > 0 {
+            self.last_activity = Instant::now();
+        }
+        n
+    }
+
+    fn send(&self, i: usize, wr: &SendWr) -> Result<bool, ToolError> {
+        match self.res.qps[i].post_send(wr) {
+            Ok(()) => Ok(true),
+            Err(PostError::QueueFull) => Ok(false),
+            Err(e) => Err(post_error(e)),
+        }
+    }
+
+    fn remote_stag(&self, i: usize) -> Stag {
+        Stag(self.remote[i].rkey)
+    }
+
+    fn compare(
+        &mut self,
+        what: &str,
+        off: usize,
+        expect_seed: u64,
+        last: Option<u8>,
+    ) -> Result<(), ToolError> {
+        let size = self.spec.size;
+        pattern(expect_seed, size, &mut self.expect);
+        if let (Some(b), Some(l)) = (last, self.expect.last_mut()) {
+            *l = b;
+        }
+        self.scratch.resize(size, 0);
+        self.res.read(off, &mut self.scratch)?;
+        if let Some(p) = self
+            .scratch
+            .iter()
+            .zip(&self.expect)
+            .position(|(a, b)| a != b)
+        {
+            return Err(ToolError::DataMismatch(format!(
+                "{what}: byte {p} of {size} is {:#04x}, expected {:#04x}",
+                self.scratch[p], self.expect[p]
+            )));
+        }
+        self.verified += size as u64;
+        Ok(())
+    }
+
+    // -----------------------------------------------------------------
+    // Bandwidth.
+    // -----------------------------------------------------------------
+
+    fn bw_client(&mut self) -> Result<RunResult, ToolError> {
+        let spec = self.spec;
+        let res = self.res;
+        let q = res.qps.len();
+        let size = spec.size;
+        let n = self.limit();
+        let tx = u64::from(spec.tx_depth.max(1));
+        let rx = spec.rx_depth.max(1);
+        let cq_mod = CQ_MOD.min(tx).max(1);
+        let nslots = slots(size);
+        let st = step(size);
+        let credits = spec.test == TestKind::SendBw;
+        let total = if spec.duration.is_some() {
+            0
+        } else {
+            n * q as u64
+        };
+        if spec.verify && spec.test != TestKind::ReadBw {
+            let mut buf = Vec::new();
+            for i in 0..q {
+                for k in 0..nslots {
+                    pattern(seed(spec.test, i, k), size, &mut buf);
+                    res.write(res.send_off(i) + k as usize * st, &buf)?;
+                }
+            }
+        }
+        if credits {
+            for i in 0..q {
+                res.set_credit_word(q + i, 0);
+            }
+        }
+        let mut scnt = vec![0u64; q];
+        let mut ccnt = vec![0u64; q];
+        let mut signalled = vec![0u64; q];
+        let mut samples: Vec<(Duration, u64)> = Vec::with_capacity(4096);
+        let mut done = 0u64;
+        self.start = Instant::now();
+        self.deadline = spec.duration.map(|d| self.start + d);
+        self.last_activity = self.start;
+        let mut last_sample = self.start;
+        samples.push((Duration::ZERO, 0));
+        loop {
+            let now = Instant::now();
+            let posting = !self.time_up(now);
+            for i in 0..q {
+                while posting && scnt[i] < n && scnt[i] < tx + ccnt[i] {
+                    let s = scnt[i];
+                    if credits {
+                        let c = res.credit_word(q + i);
+                        if ((s + 1) as u32).wrapping_sub(c) >= rx {
+                            break;
+                        }
+                    }
+                    let slot = (s % nslots) as usize;
+                    let sig = s % cq_mod == cq_mod - 1 || (spec.duration.is_none() && s == n - 1);
+                    let raddr = self.remote[i].addr + (slot * st) as u64;
+                    let op = match spec.test {
+                        TestKind::WriteBw => SendOp::RdmaWrite {
+                            remote_addr: raddr,
+                            rkey: self.remote_stag(i),
+                        },
+                        TestKind::ReadBw => SendOp::RdmaRead {
+                            remote_addr: raddr,
+                            rkey: self.remote_stag(i),
+                        },
+                        _ => SendOp::Send,
+                    };
+                    let wr = SendWr {
+                        wr_id: wr_id(i, 0, s),
+                        op,
+                        sges: SgeList::single(
+                            res.mrs[i].sge((res.send_off(i) + slot * st) as u64, size as u32),
+                        ),
+                        flags: if sig {
+                            SendFlags::SIGNALED
+                        } else {
+                            SendFlags::NONE
+                        },
+                    };
+                    if !self.send(i, &wr)? {
+                        break;
+                    }
+                    scnt[i] += 1;
+                    if sig {
+                        signalled[i] = s + 1;
+                    }
+                }
+            }
+            let got = self.poll();
+            for k in 0..got {
+                let wc = self.wcs[k];
+                if wc.status != WcStatus::Success {
+                    return Err(wc_error(&wc));
+                }
+                let i = wr_qp(wc.wr_id);
+                if i < q {
+                    let c = (wc.wr_id & COUNT_MASK) + 1;
+                    if c > ccnt[i] {
+                        done += c - ccnt[i];
+                        ccnt[i] = c;
+                    }
+                }
+            }
+            let now = Instant::now();
+            if got > 0 && now.duration_since(last_sample) >= Duration::from_millis(1) {
+                last_sample = now;
+                samples.push((now - self.start, done));
+            }
+            let finished = if spec.duration.is_some() {
+                !posting && (0..q).all(|i| ccnt[i] >= signalled[i])
+            } else {
+                ccnt.iter().all(|&c| c >= n)
+            };
+            if finished {
+                break;
+            }
+            if got == 0 {
+                self.tick(done, total)?;
+                idle();
+            }
+        }
+        let elapsed = self.start.elapsed();
+        samples.push((elapsed, done));
+        if spec.verify {
+            self.bw_verify(&scnt)?;
+        }
+        Ok(bw_result(size, done, elapsed, &samples, self.verified))
+    }
+
+    /// After a `write-bw` or `read-bw` run: the destination slots hold the
+    /// last message that went to each. `write-bw` reads them back from the
+    /// peer into the receive half first (the peer is passive).
+    fn bw_verify(&mut self, scnt: &[u64]) -> Result<(), ToolError> {
+        let spec = self.spec;
+        let res = self.res;
+        let size = spec.size;
+        let st = step(size);
+        let nslots = slots(size);
+        match spec.test {
+            TestKind::WriteBw => {
+                for (i, &sent) in scnt.iter().enumerate() {
+                    let used = nslots.min(sent);
+                    for k in 0..used {
+                        let off = (k as usize) * st;
+                        let wr = SendWr {
+                            wr_id: wr_id(i, VERIFY_FLAG, k),
+                            op: SendOp::RdmaRead {
+                                remote_addr: self.remote[i].addr + off as u64,
+                                rkey: self.remote_stag(i),
+                            },
+                            sges: SgeList::single(
+                                res.mrs[i].sge((res.recv_off(i) + off) as u64, size as u32),
+                            ),
+                            flags: SendFlags::SIGNALED,
+                        };
+                        self.last_activity = Instant::now();
+                        while !self.send(i, &wr)? {
+                            self.tick(0, 0)?;
+                            std::thread::yield_now();
+                        }
+                        self.drain_until(wr.wr_id)?;
+                        self.compare(
+                            "RDMA Write destination",
+                            res.recv_off(i) + off,
+                            seed(spec.test, i, k),
+                            None,
+                        )?;
+                    }
+                }
+            }
+            TestKind::ReadBw => {
+                for (i, &sent) in scnt.iter().enumerate() {
+                    for k in 0..nslots.min(sent) {
+                        self.compare(
+                            "RDMA Read sink",
+                            res.send_off(i) + k as usize * st,
+                            seed(spec.test, i, k),
+                            None,
+                        )?;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Takes completions until `id` completes.
+    fn drain_until(&mut self, id: u64) -> Result<(), ToolError> {
+        self.last_activity = Instant::now();
+        loop {
+            let got = self.poll();
+            for k in 0..got {
+                let wc = self.wcs[k];
+                if wc.status != WcStatus::Success {
+                    return Err(wc_error(&wc));
+                }
+                if wc.wr_id == id {
+                    return Ok(());
+                }
+            }
+            if got == 0 {
+                self.tick(0, 0)?;
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    fn bw_server(&mut self) -> Result<RunResult, ToolError> {
+        let spec = self.spec;
+        let res = self.res;
+        let q = res.qps.len();
+        let size = spec.size;
+        let n = self.limit();
+        let tx = u64::from(spec.tx_depth.max(1));
+        let rx = spec.rx_depth.max(1);
+        let credit_every = u64::from((rx / 3).max(1));
+        let total = if spec.duration.is_some() {
+            0
+        } else {
+            n * q as u64
+        };
+        let send_slots = slots(size);
+        let (_, rlen) = res.recv_geometry();
+        let mut guard = res.recv_state();
+        let st: &mut Vec<RecvState> = &mut guard;
+        let mut rcnt = vec![0u64; q];
+        let mut pending_credit = vec![false; q];
+        let mut scredit = 0u64;
+        let mut done = 0u64;
+        let mut first: Option<Instant> = None;
+        let mut samples: Vec<(Duration, u64)> = Vec::with_capacity(4096);
+        let mut last_sample = Instant::now();
+        self.start = Instant::now();
+        self.last_activity = self.start;
+        loop {
+            let got = self.poll();
+            for k in 0..got {
+                let wc = self.wcs[k];
+                if wc.status != WcStatus::Success {
+                    return Err(wc_error(&wc));
+                }
+                let i = wr_qp(wc.wr_id);
+                if i >= q {
+                    continue;
+                }
+                if wc.wr_id & CREDIT_FLAG != 0 {
+                    scredit = scredit.saturating_sub(1);
+                    continue;
+                }
+                if wc.opcode != WcOpcode::Recv {
+                    continue;
+                }
+                if first.is_none() {
+                    // The clock starts at the first message, as perftest's
+                    // server does.
+                    let t = Instant::now();
+                    first = Some(t);
+                    self.start = t;
+                    self.deadline = spec.duration.map(|d| t + d);
+                    samples.push((Duration::ZERO, 0));
+                }
+                let m = rcnt[i];
+                rcnt[i] += 1;
+                done += 1;
+                st[i].taken += 1;
+                if wc.byte_len as usize != size {
+                    return Err(ToolError::DataMismatch(format!(
+                        "a received Send carried {} bytes, expected {size}",
+                        wc.byte_len
+                    )));
+                }
+                if spec.verify {
+                    let slot = (wc.wr_id & COUNT_MASK) as usize;
+                    self.compare(
+                        "received Send",
+                        res.recv_off(i) + slot * rlen,
+                        seed(spec.test, i, m % send_slots),
+                        None,
+                    )?;
+                }
+                if spec.duration.is_some() || st[i].posted < n {
+                    res.post_recv(i, &mut st[i])?;
+                }
+                if (rcnt[i] % u64::from(rx)) % credit_every == 0 {
+                    pending_credit[i] = true;
+                }
+            }
+            for i in 0..q {
+                if pending_credit[i] && scredit < tx {
+                    res.set_credit_word(i, rcnt[i] as u32);
+                    let c = res.credits.as_ref().map(|c| c.mr.sge((4 * i) as u64, 4));
+                    let Some(sge) = c else { break };
+                    let wr = SendWr {
+                        wr_id: wr_id(i, CREDIT_FLAG, rcnt[i]),
+                        op: SendOp::RdmaWrite {
+                            remote_addr: self.remote[i].addr,
+                            rkey: self.remote_stag(i),
+                        },
+                        sges: SgeList::single(sge),
+                        flags: SendFlags::SIGNALED,
+                    };
+                    if self.send(i, &wr)? {
+                        pending_credit[i] = false;
+                        scredit += 1;
+                    }
+                }
+            }
+            let now = Instant::now();
+            if got > 0
+                && first.is_some()
+                && now.duration_since(last_sample) >= Duration::from_millis(1)
+            {
+                last_sample = now;
+                samples.push((now - self.start, done));
+            }
+            let received_all = if spec.duration.is_some() {
+                first.is_some() && self.time_up(now)
+            } else {
+                rcnt.iter().all(|&c| c >= n)
+            };
+            if received_all && scredit == 0 && !pending_credit.iter().any(|&p| p) {
+                break;
+            }
+            if got == 0 {
+                self.tick(done, total)?;
+                idle();
+            }
+        }
+        let elapsed = self.start.elapsed();
+        samples.push((elapsed, done));
+        for (i, s) in st.iter_mut().enumerate() {
+            res.top_up(i, s, rx)?;
+        }
+        Ok(bw_result(size, done, elapsed, &samples, self.verified))
+    }
+
+    // -----------------------------------------------------------------
+    // Latency.
+    // -----------------------------------------------------------------
+
+    fn write_lat(&mut self) -> Result<RunResult, ToolError> {
+        let spec = self.spec;
+        let res = self.res;
+        let size = spec.size;
+        let n = self.limit();
+        let total = if spec.duration.is_some() { 0 } else { n };
+        let poll_off = res.adv_off(0) + size - 1;
+        let mut posts: Vec<Instant> = Vec::with_capacity(n.min(1 << 20) as usize);
+        let (mut scnt, mut rcnt, mut ccnt) = (0u64, 0u64, 0u64);
+        let mut byte = [0u8; 1];
+        self.start = Instant::now();
+        self.deadline = spec.duration.map(|d| self.start + d);
+        self.last_activity = self.start;
+        let mut src = Vec::new();
+        loop {
+            let now = Instant::now();
+            let stop = self.time_up(now);
+            if stop || (scnt >= n && rcnt >= n && ccnt >= n) {
+                break;
+            }
+            // Wait for the peer's message (the server sends first).
+            if rcnt < n && !(scnt < 1 && spec.role == Role::Server) {
+                let want = (rcnt + 1) as u8;
+                loop {
+                    res.read(poll_off, &mut byte)?;
+                    if byte[0] == want {
+                        break;
+                    }
+                    let now = self.tick(rcnt, total)?;
+                    if self.time_up(now) {
+                        break;
+                    }
+                    self.reap_sends(&mut ccnt)?;
+                    idle();
+                }
+                if byte[0] != want {
+                    break;
+                }
+                rcnt += 1;
+                self.last_activity = Instant::now();
+                if spec.verify {
+                    self.compare(
+                        "RDMA Write destination",
+                        res.adv_off(0),
+                        seed(spec.test, 0, rcnt),
+                        Some(rcnt as u8),
+                    )?;
+                }
+            }
+            if scnt < n {
+                scnt += 1;
+                if spec.verify {
+                    pattern(seed(spec.test, 0, scnt), size, &mut src);
+                    if let Some(l) = src.last_mut() {
+                        *l = scnt as u8;
+                    }
+                    res.write(res.send_off(0), &src)?;
+                } else {
+                    res.write(res.send_off(0) + size - 1, &[scnt as u8])?;
+                }
+                posts.push(Instant::now());
+                let wr = SendWr {
+                    wr_id: wr_id(0, 0, scnt),
+                    op: SendOp::RdmaWrite {
+                        remote_addr: self.remote[0].addr,
+                        rkey: self.remote_stag(0),
+                    },
+                    sges: SgeList::single(res.mrs[0].sge(res.send_off(0) as u64, size as u32)),
+                    flags: SendFlags::SIGNALED,
+                };
+                while !self.send(0, &wr)? {
+                    self.reap_sends(&mut ccnt)?;
+                    self.tick(rcnt, total)?;
+                }
+            }
+            self.reap_sends(&mut ccnt)?;
+        }
+        // The last Writes' completions (the peer may be done already).
+        while ccnt < scnt {
+            self.reap_sends(&mut ccnt)?;
+            self.tick(rcnt, total)?;
+        }
+        // Ready for another round: the peer writes nothing more in this one.
+        res.write(poll_off, &[0])?;
+        Ok(lat_result(
+            size,
+            &posts,
+            2,
+            self.start.elapsed(),
+            self.verified,
+        ))
+    }
+
+    /// Takes send completions (latency tests), failing on an error.
+    fn reap_sends(&mut self, ccnt: &mut u64) -> Result<usize, ToolError> {
+        let got = self.poll();
+        let mut recvs = 0;
+        for k in 0..got {
+            let wc = self.wcs[k];
+            if wc.status != WcStatus::Success {
+                return Err(wc_error(&wc));
+            }
+            if wc.opcode == WcOpcode::Recv {
+                recvs += 1;
+            } else {
+                *ccnt += 1;
+            }
+        }
+        Ok(recvs)
+    }
+
+    fn send_lat(&mut self) -> Result<RunResult, ToolError> {
+        let spec = self.spec;
+        let res = self.res;
+        let size = spec.size;
+        let n = self.limit();
+        let total = if spec.duration.is_some() { 0 } else { n };
+        let rx = u64::from(spec.rx_depth.max(1));
+        let (_, rlen) = res.recv_geometry();
+        let mut guard = res.recv_state();
+        let st: &mut Vec<RecvState> = &mut guard;
+        let mut posts: Vec<Instant> = Vec::with_capacity(n.min(1 << 20) as usize);
+        let (mut scnt, mut rcnt) = (0u64, 0u64);
+        let mut src = Vec::new();
+        self.start = Instant::now();
+        self.deadline = spec.duration.map(|d| self.start + d);
+        self.last_activity = self.start;
+        'outer: loop {
+            if self.time_up(Instant::now()) || (scnt >= n && rcnt >= n) {
+                break;
+            }
+            // The server waits for the client's first message.
+            if rcnt < n && !(scnt < 1 && spec.role == Role::Client) {
+                let wc = loop {
+                    let got = self.poll();
+                    let mut recv = None;
+                    for k in 0..got {
+                        let wc = self.wcs[k];
+                        if wc.status != WcStatus::Success {
+                            return Err(wc_error(&wc));
+                        }
+                        if wc.opcode == WcOpcode::Recv {
+                            recv = Some(wc);
+                        }
+                    }
+                    if let Some(wc) = recv {
+                        break wc;
+                    }
+                    let now = self.tick(rcnt, total)?;
+                    if self.time_up(now) {
+                        break 'outer;
+                    }
+                    idle();
+                };
+                rcnt += 1;
+                st[0].taken += 1;
+                if wc.byte_len as usize != size {
+                    return Err(ToolError::DataMismatch(format!(
+                        "a received Send carried {} bytes, expected {size}",
+                        wc.byte_len
+                    )));
+                }
+                if spec.verify {
+                    let slot = (wc.wr_id & COUNT_MASK) as usize;
+                    self.compare(
+                        "received Send",
+                        res.recv_off(0) + slot * rlen,
+                        seed(spec.test, 0, rcnt),
+                        None,
+                    )?;
+                }
+                if spec.duration.is_some() || rcnt + rx <= n {
+                    res.post_recv(0, &mut st[0])?;
+                }
+            }
+            if scnt < n {
+                scnt += 1;
+                if spec.verify {
+                    pattern(seed(spec.test, 0, scnt), size, &mut src);
+                    res.write(res.send_off(0), &src)?;
+                }
+                // Signalled now and then so that the send queue drains.
+                let sig = scnt % CQ_MOD == 0 || scnt == n;
+                posts.push(Instant::now());
+                let wr = SendWr {
+                    wr_id: wr_id(0, 0, scnt),
+                    op: SendOp::Send,
+                    sges: SgeList::single(res.mrs[0].sge(res.send_off(0) as u64, size as u32)),
+                    flags: if sig {
+                        SendFlags::SIGNALED
+                    } else {
+                        SendFlags::NONE
+                    },
+                };
+                while !self.send(0, &wr)? {
+                    self.tick(rcnt, total)?;
+                    std::thread::yield_now();
+                }
+            }
+        }
+        let elapsed = self.start.elapsed();
+        for (i, s) in st.iter_mut().enumerate() {
+            res.top_up(i, s, rx as u32)?;
+        }
+        Ok(lat_result(size, &posts, 2, elapsed, self.verified))
+    }
+
+    fn read_lat(&mut self) -> Result<RunResult, ToolError> {
+        let spec = self.spec;
+        let res = self.res;
+        let size = spec.size;
+        let n = self.limit();
+        let total = if spec.duration.is_some() { 0 } else { n };
+        let mut posts: Vec<Instant> = Vec::with_capacity(n.min(1 << 20) as usize);
+        let mut poison = Vec::new();
+        self.start = Instant::now();
+        self.deadline = spec.duration.map(|d| self.start + d);
+        self.last_activity = self.start;
+        let mut scnt = 0u64;
+        while scnt < n && !self.time_up(Instant::now()) {
+            if spec.verify {
+                // A sink that did not change would pass: spoil it first.
+                pattern(!seed(spec.test, 0, scnt), size, &mut poison);
+                res.write(res.send_off(0), &poison)?;
+            }
+            posts.push(Instant::now());
+            let wr = SendWr {
+                wr_id: wr_id(0, 0, scnt),
+                op: SendOp::RdmaRead {
+                    remote_addr: self.remote[0].addr,
+                    rkey: self.remote_stag(0),
+                },
+                sges: SgeList::single(res.mrs[0].sge(res.send_off(0) as u64, size as u32)),
+                flags: SendFlags::SIGNALED,
+            };
+            while !self.send(0, &wr)? {
+                self.tick(scnt, total)?;
+            }
+            'wait: loop {
+                let got = self.poll();
+                for k in 0..got {
+                    let wc = self.wcs[k];
+                    if wc.status != WcStatus::Success {
+                        return Err(wc_error(&wc));
+                    }
+                    if wc.wr_id == wr.wr_id {
+                        break 'wait;
+                    }
+                }
+                self.tick(scnt, total)?;
+                idle();
+            }
+            scnt += 1;
+            if spec.verify {
+                self.compare(
+                    "RDMA Read sink",
+                    res.send_off(0),
+                    seed(spec.test, 0, 0),
+                    None,
+                )?;
+            }
+        }
+        posts.push(Instant::now());
+        Ok(lat_result(
+            size,
+            &posts,
+            1,
+            self.start.elapsed(),
+            self.verified,
+        ))
+    }
+}
+
+/// Bandwidth figures from `(elapsed, messages done)` samples: the average
+/// over the run, the peak over the best window of a tenth of it (at least
+/// 10 ms).
+fn bw_result(
+    size: usize,
+    done: u64,
+    elapsed: Duration,
+    samples: &[(Duration, u64)],
+    verified: u64,
+) -> RunResult {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let bytes = done * size as u64;
+    let avg = bytes as f64 / secs / MB;
+    let window = (elapsed / 10).max(Duration::from_millis(10)).min(elapsed);
+    let mut peak = avg;
+    let mut j = 0;
+    for i in 0..samples.len() {
+        while j < samples.len() && samples[j].0 < samples[i].0 + window {
+            j += 1;
+        }
+        if j == samples.len() {
+            break;
+        }
+        let dt = (samples[j].0 - samples[i].0).as_secs_f64();
+        if dt > 0.0 {
+            let bw = (samples[j].1 - samples[i].1) as f64 * size as f64 / dt / MB;
+            peak = peak.max(bw);
+        }
+    }
+    RunResult {
+        size,
+        bytes,
+        iterations: done,
+        elapsed,
+        bw_peak_mbps: peak,
+        bw_avg_mbps: avg,
+        msg_rate_mpps: done as f64 / secs / 1e6,
+        latency: None,
+        verified_bytes: verified,
+    }
+}
+
+/// Latency figures from the times messages were posted: one sample per
+/// round trip, divided by `factor` (2 for the ping-pongs, 1 for Reads).
+fn lat_result(
+    size: usize,
+    posts: &[Instant],
+    factor: u32,
+    elapsed: Duration,
+    verified: u64,
+) -> RunResult {
+    let samples: Vec<u64> = posts
+        .windows(2)
+        .map(|w| ((w[1] - w[0]).as_nanos() / u128::from(factor)) as u64)
+        .collect();
+    let iterations = samples.len() as u64;
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let bytes = iterations * size as u64;
+    RunResult {
+        size,
+        bytes,
+        iterations,
+        elapsed,
+        bw_peak_mbps: 0.0,
+        bw_avg_mbps: bytes as f64 / secs / MB,
+        msg_rate_mpps: iterations as f64 / secs / 1e6,
+        latency: LatencySummary::from_nanos(&samples),
+        verified_bytes: verified,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::DriveMode;
+    use crate::config::Config;
+    use crate::link::{MemLink, MemLinkConfig};
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    use tcp_offload::wire::EthernetAddress;
+
+    #[test]
+    fn perftest_geometry() {
+        assert_eq!(step(2), 64);
+        assert_eq!(step(65), 128);
+        assert_eq!(slots(2), 64);
+        assert_eq!(slots(2048), 2);
+        assert_eq!(slots(2049), 1);
+        assert_eq!(slots(65536), 1);
+        assert_eq!(buff_size(100), 4096);
+        assert_eq!(buff_size(65536), 65536);
+    }
+
+    #[test]
+    fn patterns_differ_by_slot_qp_and_test() {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        pattern(seed(TestKind::WriteBw, 0, 0), 100, &mut a);
+        pattern(seed(TestKind::WriteBw, 0, 1), 100, &mut b);
+        assert_eq!(a.len(), 100);
+        assert_ne!(a, b);
+        pattern(seed(TestKind::WriteBw, 1, 0), 100, &mut b);
+        assert_ne!(a, b);
+        pattern(seed(TestKind::ReadBw, 0, 0), 100, &mut b);
+        assert_ne!(a, b);
+        pattern(seed(TestKind::WriteBw, 0, 0), 100, &mut b);
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn latency_summary_percentiles() {
+        let samples: Vec<u64> = (1..=1000).map(|i| i * 1000).collect();
+        let s = LatencySummary::from_nanos(&samples).unwrap();
+        assert!((s.min_us - 1.0).abs() < 0.01);
+        assert!((s.p50_us - 500.0).abs() < 1.0, "{s:?}");
+        assert!((s.p99_us - 990.0).abs() < 1.0, "{s:?}");
+        assert!((s.max_us - 1000.0).abs() < 1.0, "{s:?}");
+        assert!((s.avg_us - 500.5).abs() < 0.01);
+        assert!(s.stdev_us > 288.0 && s.stdev_us < 289.0, "{s:?}");
+        assert!(LatencySummary::from_nanos(&[]).is_none());
+    }
+
+    const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 1, 0xa]);
+    const MAC_B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 1, 0xb]);
+    const IP_A: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 1);
+    const IP_B: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 2);
+
+    fn pair() -> (Dataplane, Dataplane) {
+        let (la, lb) = MemLink::pair(&MemLinkConfig::default(), MAC_A, MAC_B);
+        let cfg = |ip, mac| {
+            let mut c = Config::single("mem:runner", ip, mac);
+            c.idle.spin = 200;
+            c.idle.sleep_us = 20;
+            c
+        };
+        let a = Dataplane::open_with_link(&cfg(IP_A, MAC_A), la, DriveMode::Threads).unwrap();
+        let b = Dataplane::open_with_link(&cfg(IP_B, MAC_B), lb, DriveMode::Threads).unwrap();
+        (a, b)
+    }
+
+    fn spec(test: TestKind, role: Role, size: usize, iterations: u64, qps: usize) -> RunSpec {
+        let lat = test.is_latency();
+        RunSpec {
+            test,
+            role,
+            size,
+            iterations,
+            duration: None,
+            qps,
+            tx_depth: if lat { 1 } else { 128 },
+            rx_depth: if test.is_send() {
+                512.min(iterations as u32)
+            } else {
+                1
+            },
+            outstanding_reads: 16,
+            verify: true,
+            all_sizes: false,
+        }
+    }
+
+    fn round(
+        test: TestKind,
+        size: usize,
+        iterations: u64,
+        qps: usize,
+        port: u16,
+    ) -> (RunResult, RunResult) {
+        let (a, b) = pair();
+        let sc = spec(test, Role::Client, size, iterations, qps);
+        let ss = spec(test, Role::Server, size, iterations, qps);
+        let rc = Resources::new(&a, &sc).unwrap();
+        let rs = Resources::new(&b, &ss).unwrap();
+        connect_direct(&a, &rc, &b, &rs, SocketAddrV4::new(IP_B, port), 16).unwrap();
+        let remote_of_server: Vec<RemoteBuf> = (0..qps).map(|i| rs.local_buf(i)).collect();
+        let remote_of_client: Vec<RemoteBuf> = (0..qps).map(|i| rc.local_buf(i)).collect();
+        let (c, s) = std::thread::scope(|sc_| {
+            let server = sc_.spawn(|| rs.run(&b, &ss, &remote_of_client, &mut |_| {}));
+            let client = rc.run(&a, &sc, &remote_of_server, &mut |_| {});
+            (client, server.join().unwrap())
+        });
+        let (c, s) = (c.unwrap(), s.unwrap());
+        rc.close(&a);
+        rs.close(&b);
+        (c, s)
+    }
+
+    #[test]
+    fn write_bw_verified_over_memory_links() {
+        let (c, s) = round(TestKind::WriteBw, 1000, 300, 2, 5001);
+        assert_eq!(c.iterations, 600);
+        assert_eq!(c.bytes, 600_000);
+        // Both QPs' four slots of 1000 bytes (step 1024), read back.
+        assert_eq!(c.verified_bytes, 2 * 4 * 1000);
+        assert!(c.bw_avg_mbps > 0.0 && c.bw_peak_mbps >= c.bw_avg_mbps * 0.99);
+        assert_eq!(s.iterations, 0);
+    }
+
+    #[test]
+    fn read_bw_verified_over_memory_links() {
+        let (c, _) = round(TestKind::ReadBw, 8192, 200, 1, 5002);
+        assert_eq!(c.iterations, 200);
+        assert_eq!(c.verified_bytes, 8192);
+    }
+
+    #[test]
+    fn send_bw_with_credits_verified_over_memory_links() {
+        // More messages than receives: the credits must flow.
+        let (c, s) = round(TestKind::SendBw, 300, 2000, 1, 5003);
+        assert_eq!(c.iterations, 2000);
+        assert_eq!(s.iterations, 2000);
+        assert_eq!(s.verified_bytes, 2000 * 300);
+    }
+
+    #[test]
+    fn write_lat_verified_over_memory_links() {
+        let (c, s) = round(TestKind::WriteLat, 100, 200, 1, 5004);
+        assert_eq!(c.verified_bytes, 200 * 100);
+        assert_eq!(s.verified_bytes, 200 * 100);
+        let l = c.latency.unwrap();
+        assert!(l.min_us > 0.0 && l.min_us <= l.p50_us && l.p50_us <= l.max_us);
+        assert_eq!(c.iterations, 199);
+    }
+
+    #[test]
+    fn send_lat_verified_over_memory_links() {
+        let (c, s) = round(TestKind::SendLat, 64, 300, 1, 5005);
+        assert_eq!(c.verified_bytes, 300 * 64);
+        assert_eq!(s.verified_bytes, 300 * 64);
+        assert!(c.latency.is_some() && s.latency.is_some());
+    }
+
+    #[test]
+    fn read_lat_verified_over_memory_links() {
+        let (c, s) = round(TestKind::ReadLat, 32, 150, 1, 5006);
+        assert_eq!(c.verified_bytes, 150 * 32);
+        assert_eq!(c.iterations, 150);
+        assert!(c.latency.unwrap().p99_us > 0.0);
+        assert_eq!(s.verified_bytes, 0);
+    }
+
+    #[test]
+    fn specs_refused_before_any_work() {
+        let (a, _b) = pair();
+        let mut s = spec(TestKind::WriteLat, Role::Client, 8, 10, 2);
+        assert!(matches!(Resources::new(&a, &s), Err(ToolError::Usage(_))));
+        s.qps = 1;
+        s.size = 0;
+        assert!(matches!(Resources::new(&a, &s), Err(ToolError::Usage(_))));
+        s.size = 8;
+        s.all_sizes = true;
+        assert!(matches!(Resources::new(&a, &s), Err(ToolError::Usage(_))));
+    }
 }
