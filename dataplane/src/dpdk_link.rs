@@ -671,6 +671,12 @@ impl LinkQueue for DpdkQueue {
     }
 
     fn rx_burst(&mut self, out: &mut Vec<DpdkRxBuf>, max: usize) -> usize {
+        // The worker calls this every iteration, and transmits only when it
+        // has frames: pins of frames sent before a quiet spell are dropped
+        // here, so that a region (and its registration with EAL) goes soon
+        // after its last mbuf, not at the next transmission. One atomic
+        // load when nothing was released.
+        self.reap(false);
         if self.rx_pending.is_empty() && self.rx.rx_burst(&mut self.rx_burst) > 0 {
             self.rx_pending.extend(self.rx_burst.drain());
         }

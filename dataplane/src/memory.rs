@@ -1006,6 +1006,42 @@ mod tests {
     }
 
     #[test]
+    fn hugepage_regions_or_a_clear_error() {
+        let opts = |fallback_to_heap| RegionOptions {
+            hugepages: true,
+            fallback_to_heap,
+        };
+        match Region::new_hugepage(5000) {
+            Ok(r) => {
+                assert!(r.is_hugepage_backed());
+                assert_eq!(r.page_size(), HUGE_PAGE_SIZE);
+                assert_eq!(r.addr() % HUGE_PAGE_SIZE as u64, 0);
+                assert_eq!(r.len(), 5000);
+                assert!(r.to_vec(0, 5000).unwrap().iter().all(|&b| b == 0));
+                r.write(4090, b"across").unwrap();
+                assert_eq!(r.to_vec(4090, 6).unwrap(), b"across");
+                assert_eq!(r.write(4999, &[1, 2]), Err(MemoryError::OutOfBounds));
+                assert!(Region::with_options(5000, opts(false))
+                    .unwrap()
+                    .is_hugepage_backed());
+            }
+            Err(e @ MemoryError::NoHugepages { needed, .. }) => {
+                assert_eq!(needed, 1);
+                assert!(e.to_string().contains("nr_hugepages"), "{e}");
+                assert_eq!(Region::with_options(5000, opts(false)).unwrap_err(), e);
+                let r = Region::with_options(5000, opts(true)).unwrap();
+                assert!(!r.is_hugepage_backed());
+                assert_eq!(r.page_size(), PAGE_SIZE);
+            }
+            Err(e) => panic!("unexpected: {e}"),
+        }
+        assert!(!Region::with_options(5000, RegionOptions::default())
+            .unwrap()
+            .is_hugepage_backed());
+        assert_eq!(Region::new_hugepage(0).unwrap_err(), MemoryError::Empty);
+    }
+
+    #[test]
     fn handles_are_reused_with_a_new_generation() {
         let a = Region::new(1).unwrap();
         let ha = a.handle();

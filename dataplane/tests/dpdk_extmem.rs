@@ -1,0 +1,437 @@
+//! Memory registered with DPDK: regions registered with a dataplane over a
+//! `net_ring` pair are registered with EAL (DPDK's own lookup finds them as
+//! external memory, with the IOVAs the mode calls for), carry RDMA WRITE,
+//! READ and SEND with every byte verified, and are unregistered once
+//! deregistered and dropped.
+//!
+//! Two variants, each with an EAL of its own:
+//! - heap regions with EAL on `--no-huge` (IOVA-as-VA), in this process;
+//! - hugepage-backed regions with EAL on hugepages (`--in-memory`), in a
+//!   child process: the test reserves 2 MiB pages (root only; the previous
+//!   count is restored), and as root without an IOMMU EAL picks
+//!   IOVA-as-PA, so the regions are registered with their physical
+//!   addresses. Without root or free hugepages it prints why and skips,
+//!   unless `IWARP_REQUIRE_ROOT_TESTS=1`.
+//!
+//! Both check that nothing is left in the EAL runtime directory or in
+//! `/dev/hugepages` afterwards.
+
+mod dpdk_common;
+mod runtime_common;
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use dataplane::api::{
+    Access, Dataplane, DriveMode, RecvWr, Region, SendWr, SgeList, WcOpcode, WcStatus,
+};
+use dataplane::dpdk_link::{start_eal, DpdkLink, DpdkLinkOptions, DpdkLinkStats};
+use dpdk_bindings::{iova_of, is_external_memory, phys_addr, Eal, ExtMem};
+use dpdk_common::*;
+use runtime_common::*;
+
+const SIZES: [usize; 5] = [1, 4097, 100_003, 1 << 20, 4 << 20];
+const GUARD: usize = 4096;
+const CHILD_ENV: &str = "IWARP_EXTMEM_CHILD";
+/// 2 MiB pages the hugepage variant reserves on top of what is there.
+const HUGEPAGES: u64 = 192;
+
+/// Two dataplanes over a `net_ring` pair with worker threads.
+fn pair(eal: &Arc<Eal>) -> (Pair, Arc<DpdkLinkStats>, Arc<DpdkLinkStats>) {
+    let (la, lb) = DpdkLink::ring_pair(
+        eal,
+        "xm",
+        &DpdkLinkOptions::default(),
+        (Some(MAC_A), Some(MAC_B)),
+    )
+    .expect("ring pair links");
+    let (sa, sb) = (la.stats(), lb.stats());
+    let open = |ip, mac, peer, link| {
+        Dataplane::open_with_link(
+            &config(ip, mac, peer, 1500, 1, false),
+            link,
+            DriveMode::Threads,
+        )
+        .expect("open")
+    };
+    let p = Pair {
+        a: open(IP_A, MAC_A, (IP_B, MAC_B), la),
+        b: open(IP_B, MAC_B, (IP_A, MAC_A), lb),
+    };
+    (p, sa, sb)
+}
+
+/// Checks that DPDK knows `region` as registered external memory, with
+/// the IOVA of the mode (the address, or the page's physical address).
+fn assert_registered(eal: &Eal, region: &Region) {
+    let reg = region
+        .dpdk_registration()
+        .expect("the region was registered with EAL");
+    assert_eq!(reg.page_size(), region.page_size());
+    assert_eq!(reg.addr().as_ptr().cast_const(), region.as_ptr());
+    for at in [0, region.len() / 2, region.len() - 1] {
+        let ptr = region.as_ptr().wrapping_add(at);
+        assert!(
+            is_external_memory(eal, ptr),
+            "EAL finds byte {at} in an external memory segment list"
+        );
+        let iova = iova_of(eal, ptr).expect("EAL has an IOVA for it");
+        if eal.iova_is_va() {
+            assert_eq!(iova, ptr as u64, "IOVA-as-VA");
+        } else {
+            let pa = phys_addr(ptr).expect("physical address (root)");
+            assert_eq!(iova, pa, "IOVA-as-PA: the page's physical address");
+        }
+    }
+}
+
+/// Runs `op` of `len` bytes between regions made by `alloc`, both
+/// registered with DPDK while it runs (checked when `registered`), the
+/// bytes verified; then deregisters and drops them and waits until EAL no
+/// longer knows them. Returns the bytes verified.
+#[allow(clippy::too_many_arguments, reason = "one test step, spelled out")]
+fn exchange_on(
+    eal: &Eal,
+    p: &Pair,
+    a: &mut End,
+    b: &mut End,
+    alloc: fn(usize) -> Region,
+    registered: bool,
+    op: Op,
+    len: usize,
+    id: u64,
+) -> usize {
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let (src_dp, dst_dp, src_pd, dst_pd) = match op {
+        Op::Read => (&p.b, &p.a, b.pd, a.pd),
+        _ => (&p.a, &p.b, a.pd, b.pd),
+    };
+    let src = alloc(len + 2 * GUARD);
+    let dst = alloc(len + 2 * GUARD);
+    let smr = src_dp.reg_mr(src_pd, &src, GUARD, len, rw).unwrap();
+    let dmr = dst_dp.reg_mr(dst_pd, &dst, GUARD, len, rw).unwrap();
+    if registered {
+        assert_registered(eal, &src);
+        assert_registered(eal, &dst);
+    } else {
+        assert!(src.dpdk_registration().is_none() && dst.dpdk_registration().is_none());
+        assert!(!is_external_memory(eal, src.as_ptr()));
+    }
+    let data: Vec<u8> = (0..len)
+        .map(|i| (i as u64 * 131 + id * 7 + (i as u64 >> 12)) as u8)
+        .collect();
+    src.write(GUARD, &data).unwrap();
+    dst.fill(0, dst.len(), 0xa5).unwrap();
+    dst.fill(GUARD, len, 0).unwrap();
+    let n = len as u32;
+    match op {
+        Op::Write => {
+            let wr = SendWr::write(id, SgeList::single(smr.sge(0, n)), dmr.addr(), dmr.rkey());
+            a.qp.post_send(&wr).unwrap();
+        }
+        Op::Read => {
+            let wr = SendWr::read(id, dmr.sge(0, n), smr.addr(), smr.rkey());
+            a.qp.post_send(&wr).unwrap();
+        }
+        Op::Send => {
+            let rwr = RecvWr {
+                wr_id: id,
+                sges: SgeList::single(dmr.sge(0, n)),
+            };
+            b.qp.post_recv(&rwr).unwrap();
+            a.qp.post_send(&SendWr::send(id, SgeList::single(smr.sge(0, n))))
+                .unwrap();
+        }
+    }
+    let wc = wait_wc(p, a, id);
+    assert_eq!(
+        (wc.status, wc.byte_len),
+        (WcStatus::Success, n),
+        "{op:?} {len}"
+    );
+    if op == Op::Send {
+        let rc = wait_wc(p, b, id);
+        assert_eq!(
+            (rc.status, rc.opcode, rc.byte_len),
+            (WcStatus::Success, WcOpcode::Recv, n)
+        );
+    }
+    assert!(
+        dst.to_vec(GUARD, len).unwrap() == data,
+        "{op:?} of {len} bytes: data differs"
+    );
+    let before = dst.to_vec(0, GUARD).unwrap();
+    let after = dst.to_vec(GUARD + len, GUARD).unwrap();
+    assert!(
+        before.iter().chain(&after).all(|&x| x == 0xa5),
+        "{op:?} of {len} bytes: wrote outside the span"
+    );
+    src_dp.dereg_mr(&smr).unwrap();
+    dst_dp.dereg_mr(&dmr).unwrap();
+    let addrs = [src.as_ptr() as usize, dst.as_ptr() as usize];
+    drop((smr, dmr, src, dst));
+    // The workers drop their handles at deregistration and the queues
+    // theirs once the driver freed the last mbuf: then the storage goes,
+    // and with it the registration.
+    let start = Instant::now();
+    while addrs
+        .iter()
+        .any(|&a| is_external_memory(eal, a as *const u8))
+    {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "{op:?} {len}: a registration outlived its region"
+        );
+        p.pump();
+    }
+    len
+}
+
+/// The exchange of every size and operation over one connection;
+/// returns the bytes verified.
+fn run_all(
+    eal: &Eal,
+    p: &Pair,
+    ends: &mut (End, End),
+    alloc: fn(usize) -> Region,
+    registered: bool,
+    tag: &str,
+) -> usize {
+    let (a, b) = ends;
+    let mut total = 0;
+    for op in [Op::Write, Op::Read, Op::Send] {
+        for len in SIZES {
+            let id = a.seen.len() as u64 + 1000;
+            let n = exchange_on(eal, p, a, b, alloc, registered, op, len, id);
+            println!("{tag}: {op:?} {len} B: {n} bytes verified");
+            total += n;
+        }
+    }
+    total
+}
+
+fn heap(len: usize) -> Region {
+    Region::new(len).unwrap()
+}
+
+fn huge(len: usize) -> Region {
+    Region::new_hugepage(len).expect("hugepages reserved by the parent")
+}
+
+fn print_stats(tag: &str, s: &DpdkLinkStats) {
+    println!(
+        "{tag}: {} regions registered with EAL, {} DMA-mapped, {} mappings unsupported, \
+         {} left unregistered (copied), {} registrations failed; {} payloads attached, \
+         {} copied, {} split at a page boundary",
+        s.mem_registered.load(Ordering::Relaxed),
+        s.mem_dma_mapped.load(Ordering::Relaxed),
+        s.mem_dma_unsupported.load(Ordering::Relaxed),
+        s.mem_not_registered.load(Ordering::Relaxed),
+        s.mem_register_failed.load(Ordering::Relaxed),
+        s.tx_attached.load(Ordering::Relaxed),
+        s.tx_copied.load(Ordering::Relaxed),
+        s.tx_split.load(Ordering::Relaxed),
+    );
+}
+
+/// EAL's files for this run under the runtime directory whose names
+/// mention external memory (its segment arrays, without `--in-memory`).
+fn extmem_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains("extmem"))
+            .count()
+    })
+}
+
+#[test]
+fn registered_heap_regions_over_net_ring_no_hugepages() {
+    let (guard, eal) = start("dpdk-extmem", 256);
+    assert_eq!(ExtMem::live(), 0);
+    {
+        let (p, sa, sb) = pair(&eal);
+        // A registration is visible in EAL's runtime directory too, and
+        // gone with it.
+        let r = Region::new(3 * 4096).unwrap();
+        let pd = p.a.alloc_pd().unwrap();
+        let mr = p.a.reg_mr(pd, &r, 0, r.len(), Access::LOCAL_WRITE).unwrap();
+        assert_registered(&eal, &r);
+        assert_eq!(ExtMem::live(), 1);
+        let files = extmem_files(&guard.0);
+        p.a.dereg_mr(&mr).unwrap();
+        drop((mr, r));
+        assert_eq!(ExtMem::live(), 0, "unregistered when the region went");
+        let left = extmem_files(&guard.0);
+        println!("no-huge: external memory files in the runtime directory: {files} registered, {left} after");
+        assert_eq!(left, 0);
+
+        let mut ends = connect(&p);
+        let total = run_all(&eal, &p, &mut ends, heap, true, "no-huge");
+        println!("no-huge: {total} bytes verified in all");
+        p.a.disconnect(&ends.0.qp, true).unwrap();
+        print_stats("no-huge a", &sa);
+        print_stats("no-huge b", &sb);
+        let registered =
+            sa.mem_registered.load(Ordering::Relaxed) + sb.mem_registered.load(Ordering::Relaxed);
+        assert_eq!(registered, 1 + 2 * 3 * SIZES.len() as u64);
+        assert!(sa.tx_attached.load(Ordering::Relaxed) > 1000);
+        assert_eq!(
+            sa.mem_register_failed.load(Ordering::Relaxed)
+                + sb.mem_register_failed.load(Ordering::Relaxed),
+            0
+        );
+        drop(p);
+    }
+    assert_eq!(ExtMem::live(), 0, "no registration outlives its region");
+    drop(eal);
+    assert_clean(&guard);
+}
+
+/// Restores `/proc/sys/vm/nr_hugepages` when dropped.
+struct HugepageReservation {
+    previous: u64,
+}
+
+const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
+
+fn read_u64(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+impl Drop for HugepageReservation {
+    fn drop(&mut self) {
+        let _ = std::fs::write(NR_HUGEPAGES, self.previous.to_string());
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Skips (prints why) unless root tests are required, then fails.
+fn skip(why: &str) {
+    if std::env::var("IWARP_REQUIRE_ROOT_TESTS").as_deref() == Ok("1") {
+        panic!("IWARP_REQUIRE_ROOT_TESTS=1 but {why}");
+    }
+    println!("skipped: {why}");
+}
+
+#[test]
+fn registered_hugepage_regions_over_net_ring() {
+    if !is_root() {
+        return skip("not root: cannot reserve hugepages");
+    }
+    let Some(previous) = read_u64(NR_HUGEPAGES) else {
+        return skip("no /proc/sys/vm/nr_hugepages");
+    };
+    let reservation = HugepageReservation { previous };
+    if std::fs::write(NR_HUGEPAGES, (previous + HUGEPAGES).to_string()).is_err() {
+        return skip("cannot write /proc/sys/vm/nr_hugepages");
+    }
+    let free = dpdk_bindings::HugeMap::free_pages(dpdk_bindings::HugeMap::PAGE_2M).unwrap_or(0);
+    if free < HUGEPAGES {
+        drop(reservation);
+        return skip(&format!(
+            "only {free} 2 MiB hugepages free after reserving {HUGEPAGES}"
+        ));
+    }
+    println!("hugepages: {HUGEPAGES} reserved ({previous} before, {free} free)");
+    let prefix = format!("iwarp-dpdk-extmem-huge-{}", std::process::id());
+    let dir = RuntimeDir(runtime_dir(&prefix));
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "hugepage_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, &prefix)
+        .output()
+        .expect("run the child");
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "child failed: {}", out.status);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("hugepages: ") && stdout.contains("bytes verified in all"),
+        "the child ran the exchange"
+    );
+    // Nothing left behind: no runtime directory, no hugepage files.
+    assert!(!dir.0.exists(), "{} left behind", dir.0.display());
+    if let Ok(d) = std::fs::read_dir("/dev/hugepages") {
+        let left: Vec<_> = d
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "hugepage files left: {left:?}");
+    }
+    drop(reservation);
+    assert_eq!(
+        read_u64(NR_HUGEPAGES),
+        Some(previous),
+        "reservation restored"
+    );
+    let free_after =
+        dpdk_bindings::HugeMap::free_pages(dpdk_bindings::HugeMap::PAGE_2M).unwrap_or(0);
+    println!("hugepages: {previous} reserved again, {free_after} free; nothing left behind");
+}
+
+/// The hugepage variant's body, in a process of its own (EAL on
+/// hugepages cannot share a process with the `--no-huge` one).
+#[test]
+#[ignore = "run by registered_hugepage_regions_over_net_ring in a child process"]
+fn hugepage_child() {
+    let prefix = std::env::var(CHILD_ENV).expect("run by the parent test");
+    let _guard = RuntimeDir(runtime_dir(&prefix));
+    let args: Vec<String> = [
+        "-l",
+        "0",
+        "--in-memory",
+        "--no-pci",
+        "--no-telemetry",
+        "--log-level=warning",
+        "--file-prefix",
+        &prefix,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let eal = start_eal(&args).expect("EAL starts on hugepages");
+    assert!(eal.has_hugepages());
+    let mode = if eal.iova_is_va() { "VA" } else { "PA" };
+    println!("hugepages: EAL on hugepages, IOVA-as-{mode}");
+    {
+        let (p, sa, sb) = pair(&eal);
+        let mut ends = connect(&p);
+        let total = run_all(&eal, &p, &mut ends, huge, true, "hugepages");
+        println!("hugepages: {total} bytes verified in all");
+        // Heap regions: registered under IOVA-as-VA; under IOVA-as-PA
+        // their pages may move, so they stay unregistered and are copied.
+        let va = eal.iova_is_va();
+        let total = run_all(&eal, &p, &mut ends, heap, va, "heap on hugepage EAL");
+        println!("heap on hugepage EAL: {total} bytes verified");
+        p.a.disconnect(&ends.0.qp, true).unwrap();
+        print_stats("hugepages a", &sa);
+        print_stats("hugepages b", &sb);
+        assert!(sa.mem_registered.load(Ordering::Relaxed) >= 3 * SIZES.len() as u64);
+        assert!(sa.tx_attached.load(Ordering::Relaxed) > 1000);
+        if !eal.iova_is_va() {
+            assert!(sa.mem_not_registered.load(Ordering::Relaxed) > 0);
+            assert!(sa.tx_copied.load(Ordering::Relaxed) > 0);
+        }
+        drop(p);
+    }
+    assert_eq!(ExtMem::live(), 0, "no registration outlives its region");
+    drop(eal);
+}
