@@ -1,0 +1,585 @@
+//! perftest's `-R` control exchange against the real thing: the control
+//! connections of the siw↔siw perftest captures in
+//! `../shared/interop/captures/` are replayed into our exchange, each side
+//! in turn — fed the client's messages, our server must answer each with a
+//! message of the shape perftest's server sent (same length; the same
+//! bytes where perftest's content does not depend on the host: version,
+//! cycle buffer, cache line, MTU, zeroed syncs; the same `pingpong_dest`
+//! fields where they are not addresses, keys or QP numbers; and the same
+//! pattern of repeats, so that a sync is sent where perftest sends one and
+//! a per-QP round where it sends one); fed the server's, our client must
+//! do likewise. Any message perftest does not send, or a missing one,
+//! fails.
+//!
+//! Then the whole session end to end: two dataplanes over an in-memory
+//! link, `Session::server` and `Session::client` on two threads, every
+//! test kind with one and two data QPs, each side learning exactly the
+//! buffers the other advertised.
+
+mod runtime_common;
+
+use std::net::SocketAddrV4;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use dataplane::api::{Access, Dataplane, DriveMode, Qp, QpOptions, QpStatus, Region};
+use dataplane::tool::perftest::exchange::{script, Action, Exchange, Local, Side};
+use dataplane::tool::perftest::wire::{Dest, DestLayout};
+use dataplane::tool::perftest::{BwFigures, Session, SessionParams};
+use dataplane::tool::runner::{RemoteBuf, TestKind};
+use rdmap::mpa::deframe::{DeframeEvent, Deframer};
+use rdmap::mpa::frame::{FrameRepr, REQUEST_KEY};
+use rdmap::wire::{DdpRepr, RdmapOpcode};
+use runtime_common::{Pair, PairOptions, IP_B, PORT};
+use tcp_offload::pcap::{Reader, Reassembler};
+
+fn captures_dir() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/captures");
+    dir.is_dir().then_some(dir)
+}
+
+/// The Send messages of one direction of an MPA connection, in order,
+/// and the stream offset just past each.
+fn sends(stream: &[u8], what: &str) -> (Vec<Vec<u8>>, Vec<usize>) {
+    let (frame, skip) = FrameRepr::parse_prefix(stream).unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    let mut d = Deframer::new(frame.crc, frame.markers, u16::MAX);
+    let mut input = &stream[skip..];
+    let mut ulpdus: Vec<(Vec<u8>, bool)> = Vec::new();
+    let mut ends = Vec::new();
+    while let Some(ev) = d
+        .next_event(&mut input)
+        .unwrap_or_else(|e| panic!("{what}: deframe error {e:?}"))
+    {
+        match ev {
+            DeframeEvent::UlpduStart { .. } => ulpdus.push((Vec::new(), false)),
+            DeframeEvent::Bytes(b) => ulpdus.last_mut().unwrap().0.extend_from_slice(b),
+            DeframeEvent::UlpduEnd { .. } => {
+                ulpdus.last_mut().unwrap().1 = true;
+                ends.push(stream.len() - input.len());
+            }
+        }
+    }
+    let mut msg_ends = Vec::new();
+    let mut msgs = Vec::new();
+    let mut open: Vec<u8> = Vec::new();
+    for ((u, _), end) in ulpdus.iter().filter(|(_, whole)| *whole).zip(&ends) {
+        let (repr, hl) = DdpRepr::parse_ulpdu(u).unwrap_or_else(|e| panic!("{what}: {e:?}"));
+        match repr {
+            DdpRepr::Untagged {
+                opcode: RdmapOpcode::Send,
+                last,
+                mo,
+                ..
+            } => {
+                assert_eq!(mo as usize, open.len(), "{what}: Send segments in order");
+                open.extend_from_slice(&u[hl..]);
+                if last {
+                    msgs.push(core::mem::take(&mut open));
+                    msg_ends.push(*end);
+                }
+            }
+            other => panic!("{what}: the control connection carries only Sends, not {other:?}"),
+        }
+    }
+    (msgs, msg_ends)
+}
+
+/// Where perftest's data connections and data traffic start, counted in
+/// control exchanges completed before them (both directions' messages
+/// wholly sent, by TCP sequence): read off the capture's frame order.
+struct Timeline {
+    /// Exchanges before the first data connection's SYN.
+    connect_at: usize,
+    /// Exchanges before the first byte after the MPA frames on a data
+    /// connection.
+    run_at: usize,
+}
+
+/// (source port, destination port, SYN, sequence number, payload) of an
+/// Ethernet/IPv4/TCP frame.
+fn tcp_of(frame: &[u8]) -> Option<(u16, u16, bool, u32, &[u8])> {
+    if frame.get(12..14)? != [0x08, 0x00] {
+        return None;
+    }
+    let ip = frame.get(14..)?;
+    let ihl = usize::from(ip.first()? & 0x0f) * 4;
+    if *ip.get(9)? != 6 {
+        return None;
+    }
+    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+    let tcp = ip.get(ihl..total)?;
+    let doff = usize::from(tcp.get(12)? >> 4) * 4;
+    let be16 = |o: usize| u16::from_be_bytes([tcp[o], tcp[o + 1]]);
+    let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
+    Some((be16(0), be16(2), tcp[13] & 0x02 != 0, seq, tcp.get(doff..)?))
+}
+
+fn timeline(records: &[tcp_offload::pcap::Record<'_>], ctl: &Control) -> Timeline {
+    use std::collections::HashMap;
+    let (cport, sport) = ctl.ports;
+    // Per direction of every connection: ISN, and (control) bytes sent.
+    let mut isn: HashMap<(u16, u16), u32> = HashMap::new();
+    let mut sent = [0usize; 2];
+    let done = |sent: &[usize; 2]| {
+        let c = ctl.client_ends.iter().filter(|&&e| e <= sent[0]).count();
+        let s = ctl.server_ends.iter().filter(|&&e| e <= sent[1]).count();
+        c.min(s)
+    };
+    let mut connect_at = None;
+    for r in records {
+        let Some((src, dst, syn, seq, payload)) = tcp_of(r.data) else {
+            continue;
+        };
+        if syn {
+            isn.insert((src, dst), seq);
+            if dst == sport && src != cport && connect_at.is_none() {
+                connect_at = Some(done(&sent));
+            }
+            continue;
+        }
+        let Some(&i) = isn.get(&(src, dst)) else {
+            continue;
+        };
+        if payload.is_empty() {
+            continue;
+        }
+        let off = seq.wrapping_sub(i).wrapping_sub(1) as usize;
+        if (src, dst) == (cport, sport) {
+            sent[0] = sent[0].max(off + payload.len());
+        } else if (src, dst) == (sport, cport) {
+            sent[1] = sent[1].max(off + payload.len());
+        } else if (src == sport || dst == sport) && off >= MPA_FRAME_LEN {
+            return Timeline {
+                connect_at: connect_at.expect("a data connection's SYN"),
+                run_at: done(&sent),
+            };
+        }
+    }
+    panic!("no data traffic in the capture")
+}
+
+/// perftest's MPA frames: 20 bytes and 4 of IRD/ORD.
+const MPA_FRAME_LEN: usize = 24;
+
+/// The control connection of a capture: the client's and the server's
+/// messages, and whether each direction was captured to its end.
+struct Control {
+    client: Vec<Vec<u8>>,
+    server: Vec<Vec<u8>>,
+    client_ends: Vec<usize>,
+    server_ends: Vec<usize>,
+    /// (client port, server port).
+    ports: (u16, u16),
+    timeline: Option<Timeline>,
+    complete: bool,
+    /// MPA connections in the capture after the control connection.
+    data_connections: usize,
+}
+
+fn control(name: &str) -> Option<Control> {
+    let dir = captures_dir()?;
+    let bytes = std::fs::read(dir.join(name)).ok()?;
+    let records = Reader::read_all(&bytes).expect("capture reads");
+    let conns = Reassembler::from_records(records.clone());
+    let mpa: Vec<_> = conns
+        .iter()
+        .filter(|c| c.streams[0].prefix().starts_with(REQUEST_KEY))
+        .collect();
+    let ctl = mpa
+        .first()
+        .unwrap_or_else(|| panic!("{name}: no MPA connection"));
+    let [up, down] = &ctl.streams;
+    let (client, client_ends) = sends(up.prefix(), &format!("{name} client"));
+    let (server, server_ends) = sends(down.prefix(), &format!("{name} server"));
+    let mut c = Control {
+        client,
+        server,
+        client_ends,
+        server_ends,
+        ports: (up.src.port(), up.dst.port()),
+        timeline: None,
+        // Whole, up to both FINs (the bandwidth captures were cut short).
+        complete: up.is_complete() && down.is_complete() && up.fin.is_some() && down.fin.is_some(),
+        data_connections: mpa.len() - 1,
+    };
+    c.timeline = Some(timeline(&records, &c));
+    Some(c)
+}
+
+/// Our side's dests in the replay: values no capture has.
+fn our_dests(out_reads: u32) -> Vec<Dest> {
+    let mut gid = [0u8; 16];
+    gid[..6].copy_from_slice(&[2, 0, 0, 0, 0, 0x0a]);
+    vec![Dest {
+        out_reads,
+        qpn: 0x77,
+        psn: 0x12_3456,
+        rkey: 0x00ab_cd00,
+        vaddr: 0x1000_0000,
+        gid,
+        ..Dest::default()
+    }]
+}
+
+/// `ours` has the shape of `theirs` (perftest's message at the same
+/// position of the same side).
+fn same_shape(what: &str, ours: &[u8], theirs: &[u8]) {
+    assert_eq!(ours.len(), theirs.len(), "{what}: length");
+    match theirs.len() {
+        // Version, cycle buffer, cache line, MTU: host-independent here.
+        16 | 4 | 2 => assert_eq!(ours, theirs, "{what}: content"),
+        56 => {
+            let o = Dest::parse(ours, DestLayout::V45).unwrap();
+            let t = Dest::parse(theirs, DestLayout::V45).unwrap();
+            if t == Dest::default() {
+                assert_eq!(o, t, "{what}: a zeroed sync");
+            } else {
+                assert_ne!(o, Dest::default(), "{what}: a real pingpong_dest");
+                assert_eq!(
+                    (o.lid, o.out_reads, o.srqn, o.gid_index),
+                    (t.lid, t.out_reads, t.srqn, t.gid_index),
+                    "{what}: lid, out_reads, srqn, gid_index"
+                );
+                assert_eq!(o.gid[6..], t.gid[6..], "{what}: gid beyond the MAC");
+            }
+        }
+        8 => {}
+        n => panic!("{what}: perftest sent a {n}-byte message"),
+    }
+}
+
+/// Which messages of a list repeat which earlier one (padding ignored):
+/// the pattern of rounds and syncs.
+fn repeats(msgs: &[Vec<u8>]) -> Vec<Option<usize>> {
+    let norm = |m: &Vec<u8>| {
+        let mut m = m.clone();
+        if m.len() == 56 {
+            m[20..24].fill(0);
+        }
+        m
+    };
+    // Report fields carry figures (perftest's server sends garbage).
+    (0..msgs.len())
+        .map(|i| {
+            (msgs[i].len() != 8)
+                .then(|| (0..i).find(|&j| norm(&msgs[j]) == norm(&msgs[i])))
+                .flatten()
+        })
+        .collect()
+}
+
+struct Replayed {
+    ours: Vec<Vec<u8>>,
+    points: Vec<(usize, Action)>,
+    at_end: Action,
+    x: Exchange,
+}
+
+/// Feeds `side`'s exchange the peer's messages of the capture; returns
+/// what it sent and where its caller would have acted.
+fn replay(side: Side, test: TestKind, peer_msgs: &[Vec<u8>], out_reads: u32) -> Replayed {
+    let mut x = Exchange::new(
+        side,
+        script(test, 1, 1),
+        Local {
+            dests: our_dests(out_reads),
+            mtu_code: 3,
+        },
+    );
+    let mut ours = Vec::new();
+    let mut points = Vec::new();
+    let mut fed = 0;
+    let at_end = loop {
+        match x.action() {
+            Action::Send(m) => ours.push(m),
+            Action::Receive(what) => {
+                let Some(m) = peer_msgs.get(fed) else {
+                    break Action::Receive(what);
+                };
+                x.received(m)
+                    .unwrap_or_else(|e| panic!("{test:?} {side:?}: message {fed}: {e}"));
+                fed += 1;
+            }
+            Action::Done => break Action::Done,
+            a => {
+                points.push((ours.len(), a));
+                x.proceed();
+            }
+        }
+    };
+    assert_eq!(
+        fed,
+        peer_msgs.len(),
+        "{test:?} {side:?}: perftest sent messages past our script's end"
+    );
+    Replayed {
+        ours,
+        points,
+        at_end,
+        x,
+    }
+}
+
+fn replay_capture(name: &str, test: TestKind) {
+    let Some(c) = control(name) else {
+        println!("{name}: capture not found, skipped");
+        return;
+    };
+    let out_reads = if matches!(test, TestKind::ReadBw | TestKind::ReadLat) {
+        128
+    } else {
+        1
+    };
+    assert!(c.data_connections >= 1, "{name}: the data connection");
+    assert_eq!(
+        c.client.len(),
+        c.server.len(),
+        "{name}: perftest ping-pongs"
+    );
+    let theirs_server = repeats(&c.server);
+    let theirs_client = repeats(&c.client);
+    for (side, peer, mine, pattern) in [
+        (Side::Server, &c.client, &c.server, &theirs_server),
+        (Side::Client, &c.server, &c.client, &theirs_client),
+    ] {
+        let r = replay(side, test, peer, out_reads);
+        let what = format!("{name} as {side:?}");
+        // A client sends before it reads: past the capture's end it has
+        // sent one more, which the truncated capture lacks.
+        let n = mine.len();
+        assert!(
+            r.ours.len() >= n,
+            "{what}: {} messages, perftest {n}",
+            r.ours.len()
+        );
+        for (i, (o, t)) in r.ours.iter().zip(mine).enumerate() {
+            same_shape(&format!("{what}, message {i}"), o, t);
+        }
+        assert_eq!(&repeats(&r.ours[..n]), pattern, "{what}: rounds and syncs");
+        // The data connections come after the fifth exchange (the zeroed
+        // sync), and the run after the last setup message perftest sends.
+        // The data connections and the run start after as many exchanges
+        // as perftest's did in the capture.
+        let t = c.timeline.as_ref().unwrap();
+        assert_eq!(r.points[0], (t.connect_at, Action::ConnectData), "{what}");
+        assert_eq!(r.points[1], (t.run_at, Action::Run), "{what}");
+        let run_at = t.run_at;
+        if c.complete {
+            assert_eq!(r.at_end, Action::Done, "{what}: perftest's exchange ended");
+            assert_eq!(r.ours.len(), n, "{what}: as many messages as perftest");
+        }
+        // It learnt perftest's own dest.
+        let last_dest = peer
+            .iter()
+            .rev()
+            .find(|m| m.len() == 56 && m.iter().any(|&b| b != 0));
+        let learnt = r.x.peer().dests[0].expect("peer dest");
+        assert_eq!(
+            Some(learnt),
+            last_dest.map(|m| Dest::parse(m, DestLayout::V45).unwrap()),
+            "{what}"
+        );
+        assert_eq!(r.x.peer().version.as_ref().unwrap().as_str(), "6.06");
+        println!(
+            "{what}: {} messages matched ({} before the run), complete={}",
+            n.min(r.ours.len()),
+            run_at,
+            c.complete
+        );
+    }
+}
+
+#[test]
+fn replay_write_bw() {
+    replay_capture("write_bw.pcap", TestKind::WriteBw);
+}
+
+#[test]
+fn replay_read_bw() {
+    replay_capture("read_bw.pcap", TestKind::ReadBw);
+}
+
+#[test]
+fn replay_send_bw() {
+    replay_capture("send_bw.pcap", TestKind::SendBw);
+}
+
+#[test]
+fn replay_write_lat() {
+    replay_capture("write_lat.pcap", TestKind::WriteLat);
+}
+
+#[test]
+fn replay_read_lat() {
+    replay_capture("read_lat.pcap", TestKind::ReadLat);
+}
+
+#[test]
+fn replay_send_lat() {
+    replay_capture("send_lat.pcap", TestKind::SendLat);
+}
+
+/// A script that is not perftest's fails the replay: every test's
+/// exchange fed another test's capture (with one QP the messages look
+/// alike; where the run starts and what follows it differ).
+#[test]
+fn a_foreign_script_fails_the_replay() {
+    if captures_dir().is_none() {
+        println!("captures not found, skipped");
+        return;
+    }
+    for (name, wrong) in [
+        ("send_bw.pcap", TestKind::WriteBw),
+        ("write_bw.pcap", TestKind::SendBw),
+        ("write_lat.pcap", TestKind::ReadLat),
+        ("read_lat.pcap", TestKind::SendLat),
+        ("send_lat.pcap", TestKind::WriteLat),
+    ] {
+        let r = std::panic::catch_unwind(|| replay_capture(name, wrong));
+        assert!(r.is_err(), "{wrong:?}'s exchange passed for {name}");
+    }
+}
+
+// ------------------------------------------------------ end to end ----
+
+/// What a side sets up before a session: a PD, a CQ, the data QPs and one
+/// registered buffer per QP (as the runner does).
+struct Ends {
+    qps: Vec<Qp>,
+    bufs: Vec<RemoteBuf>,
+    _regions: Vec<Region>,
+}
+
+fn side(dp: &Dataplane, n: usize, ord: u32) -> Ends {
+    let pd = dp.alloc_pd().unwrap();
+    let cq = dp.create_cq(1024).unwrap();
+    let mut qps = Vec::new();
+    let mut bufs = Vec::new();
+    let mut regions = Vec::new();
+    for _ in 0..n {
+        let qp = dp
+            .create_qp(
+                pd,
+                &cq,
+                &cq,
+                QpOptions {
+                    max_ord: ord,
+                    max_ird: ord,
+                    ..QpOptions::default()
+                },
+            )
+            .unwrap();
+        let region = Region::new(8192).unwrap();
+        let mr = dp
+            .reg_mr(
+                pd,
+                &region,
+                0,
+                8192,
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+            )
+            .unwrap();
+        bufs.push(RemoteBuf {
+            addr: mr.addr(),
+            rkey: mr.rkey().0,
+        });
+        qps.push(qp);
+        regions.push(region);
+    }
+    Ends {
+        qps,
+        bufs,
+        _regions: regions,
+    }
+}
+
+fn end_to_end(test: TestKind, n: usize) {
+    let pair = Pair::new(&PairOptions {
+        mode: DriveMode::Threads,
+        ..PairOptions::default()
+    });
+    let mut p = SessionParams::new(test, 65536, 100);
+    p.qps = n;
+    p.outstanding_reads = 8;
+    let ord = 8;
+    let (sa, sb) = (side(&pair.a, n, ord), side(&pair.b, n, ord));
+    let timeout = Duration::from_secs(10);
+    let figures = BwFigures {
+        size: 65536,
+        iters: 100 * n as u64,
+        bw_peak: 2000.0,
+        bw_avg: 1900.5,
+        msg_rate: 0.03,
+    };
+    let (server_got, client_got) = std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            let sess = Session::server(&pair.b, PORT, &p, &sb.qps, &sb.bufs, timeout)
+                .unwrap_or_else(|e| panic!("{test:?} server: {e}"));
+            let remote = sess.remote();
+            assert_eq!(sess.peer_version(), "6.06");
+            assert!(sb.qps.iter().all(|q| q.status() == QpStatus::Connected));
+            let report = sess.finish(None).unwrap();
+            (remote, report)
+        });
+        let client = s.spawn(|| {
+            // The server thread may not listen yet: perftest's client gives
+            // up at once then, this one tries again.
+            let mut tries = 0;
+            let sess = loop {
+                match Session::client(
+                    &pair.a,
+                    SocketAddrV4::new(IP_B, PORT),
+                    &p,
+                    &sa.qps,
+                    &sa.bufs,
+                    timeout,
+                ) {
+                    Ok(s) => break s,
+                    Err(e) if tries < 50 && e.to_string().contains("refused") => {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(e) => panic!("{test:?} client: {e}"),
+                }
+            };
+            let remote = sess.remote();
+            assert!(sa.qps.iter().all(|q| q.status() == QpStatus::Connected));
+            let report = sess.finish(Some(&figures)).unwrap();
+            (remote, report)
+        });
+        (server.join().unwrap(), client.join().unwrap())
+    });
+    assert_eq!(
+        server_got.0, sa.bufs,
+        "{test:?} -q {n}: the server learnt the client's"
+    );
+    assert_eq!(
+        client_got.0, sb.bufs,
+        "{test:?} -q {n}: the client learnt the server's"
+    );
+    let bw = matches!(test, TestKind::WriteBw | TestKind::ReadBw);
+    assert_eq!(server_got.1, bw.then_some(figures), "{test:?}: the report");
+    assert_eq!(client_got.1, None);
+    println!("{test:?} -q {n}: both sides learnt each other's buffers");
+}
+
+#[test]
+fn sessions_end_to_end_one_qp() {
+    for test in [
+        TestKind::WriteBw,
+        TestKind::ReadBw,
+        TestKind::SendBw,
+        TestKind::WriteLat,
+        TestKind::ReadLat,
+        TestKind::SendLat,
+    ] {
+        end_to_end(test, 1);
+    }
+}
+
+#[test]
+fn sessions_end_to_end_two_qps() {
+    for test in [TestKind::WriteBw, TestKind::ReadBw, TestKind::SendBw] {
+        end_to_end(test, 2);
+    }
+}
