@@ -20,7 +20,8 @@ use clap::Args;
 
 use super::common::{open_dataplane, EndpointArgs};
 use super::perftest::{BwFigures, Session, SessionParams};
-use super::runner::{Progress, RemoteBuf, Resources, Role, RunResult, RunSpec, TestKind};
+use super::report::{self, BwUnits, PerfReport};
+use super::runner::{Progress, RemoteBuf, Resources, Role, RunResult, RunSpec, TestKind, MB};
 use super::ToolError;
 use crate::api::Dataplane;
 
@@ -177,36 +178,6 @@ pub struct Plan {
     pub timeout: Duration,
 }
 
-/// Whether a test measures latency (perftest's `LAT`) or bandwidth.
-pub fn is_latency(test: TestKind) -> bool {
-    matches!(
-        test,
-        TestKind::WriteLat | TestKind::ReadLat | TestKind::SendLat
-    )
-}
-
-/// Whether a test takes receives (perftest's `has_recv_comp`).
-fn is_send(test: TestKind) -> bool {
-    matches!(test, TestKind::SendBw | TestKind::SendLat)
-}
-
-/// Whether a test posts RDMA Reads.
-fn is_read(test: TestKind) -> bool {
-    matches!(test, TestKind::ReadBw | TestKind::ReadLat)
-}
-
-/// perftest's name for a test (`ib_write_bw`…), for messages.
-pub fn perftest_name(test: TestKind) -> &'static str {
-    match test {
-        TestKind::WriteBw => "ib_write_bw",
-        TestKind::ReadBw => "ib_read_bw",
-        TestKind::SendBw => "ib_send_bw",
-        TestKind::WriteLat => "ib_write_lat",
-        TestKind::ReadLat => "ib_read_lat",
-        TestKind::SendLat => "ib_send_lat",
-    }
-}
-
 /// A size: decimal digits, optionally followed by `K`, `M` or `G`
 /// (binary multiples; perftest takes `K` and `M`), 1 B to [`MAX_SIZE`].
 pub fn parse_size(text: &str) -> Result<usize, ToolError> {
@@ -269,7 +240,7 @@ impl PerfOptions {
     /// Checks the options of `test` and fills in perftest's defaults; no
     /// device is touched.
     pub fn plan(&self, test: TestKind) -> Result<Plan, ToolError> {
-        let lat = is_latency(test);
+        let lat = test.is_latency();
         let port = match &self.port {
             Some(p) => parse_num(p, "-p/--port", 1, u64::from(u16::MAX))? as u16,
             None => DEFAULT_PORT,
@@ -312,24 +283,24 @@ impl PerfOptions {
         let mut rx_depth = match &self.rx_depth {
             Some(r) => {
                 let r = parse_num(r, "-r/--rx-depth", 1, u64::from(MAX_RX_DEPTH))? as u32;
-                if !is_send(test) && r > 1 {
+                if !test.is_send() && r > 1 {
                     return Err(ToolError::Usage(
                         "-r/--rx-depth applies to send tests only".into(),
                     ));
                 }
                 r
             }
-            None if is_send(test) && !lat => 512,
+            None if test.is_send() && !lat => 512,
             None => 1,
         };
         let outstanding_reads = match &self.outs {
-            Some(o) if !is_read(test) => {
+            Some(o) if !test.is_read() => {
                 return Err(ToolError::Usage(format!(
                     "-o/--outs {o:?} applies to read tests only"
                 )));
             }
             Some(o) => parse_num(o, "-o/--outs", 1, u64::from(MAX_OUTS))? as u32,
-            None if is_read(test) => DEFAULT_OUTS,
+            None if test.is_read() => DEFAULT_OUTS,
             None => 0,
         };
         // perftest: with a fixed number of iterations, no more in flight
@@ -337,14 +308,24 @@ impl PerfOptions {
         if duration.is_none() {
             let cap = u32::try_from(iterations).unwrap_or(u32::MAX);
             tx_depth = tx_depth.min(cap);
-            if is_send(test) {
+            if test.is_send() {
                 rx_depth = rx_depth.min(cap);
             }
         }
         // perftest: an odd receive depth of a send test is made even (a
         // workaround of its own, kept so that credits fall where its do).
-        if is_send(test) && !self.all && rx_depth % 2 == 1 {
+        if test.is_send() && !self.all && rx_depth % 2 == 1 {
             rx_depth += 1;
+        }
+        if lat && qps > 1 {
+            return Err(ToolError::Usage(
+                "-q/--qp: latency tests run on one QP".into(),
+            ));
+        }
+        if self.verify && self.all {
+            return Err(ToolError::Usage(
+                "--data_validation checks one size per run: not with -a".into(),
+            ));
         }
         let timeout = match &self.timeout {
             Some(t) => Duration::from_secs(parse_num(t, "--timeout", 1, MAX_DURATION_S)?),
@@ -369,17 +350,6 @@ impl PerfOptions {
             timeout,
         })
     }
-}
-
-/// Whether this side's [`Resources::run`] has anything to do: the server
-/// of perftest's write and read tests (bandwidth, and read latency) only
-/// lends its buffer and waits for the client to say it has finished.
-fn runs_here(test: TestKind, role: Role) -> bool {
-    role == Role::Client
-        || matches!(
-            test,
-            TestKind::SendBw | TestKind::WriteLat | TestKind::SendLat
-        )
 }
 
 impl Plan {
@@ -421,20 +391,28 @@ impl Plan {
         }
     }
 
-    /// perftest's unit of the exchanged bandwidths, per MB/s (10^6 B/s):
-    /// MiB/s, or Gbit/s with `--report_gbits`.
-    fn unit_per_mbps(&self) -> f64 {
+    fn units(&self) -> BwUnits {
         if self.report_gbits {
-            8e6 / 1e9
+            BwUnits::Gbps
         } else {
-            1e6 / 1_048_576.0
+            BwUnits::MBps
+        }
+    }
+
+    /// perftest's unit of the exchanged bandwidths per MiB/s (the unit of
+    /// [`RunResult`]): itself, or Gbit/s with `--report_gbits`.
+    fn unit_per_mibps(&self) -> f64 {
+        if self.report_gbits {
+            MB * 8.0 / 1e9
+        } else {
+            1.0
         }
     }
 }
 
 /// What this side reports to a perftest server (its `bw_report_data`).
 fn figures_of(r: &RunResult, plan: &Plan) -> BwFigures {
-    let k = plan.unit_per_mbps();
+    let k = plan.unit_per_mibps();
     BwFigures {
         size: r.size as u64,
         iters: r.iterations,
@@ -444,13 +422,14 @@ fn figures_of(r: &RunResult, plan: &Plan) -> BwFigures {
     }
 }
 
-/// The client's figures as the server got them, in the units of a run.
+/// The client's figures as the server got them, in a run's units (the
+/// time is what the bytes and the average bandwidth imply).
 fn result_of(f: &BwFigures, plan: &Plan) -> RunResult {
-    let k = plan.unit_per_mbps();
+    let k = plan.unit_per_mibps();
     let bytes = f.size.saturating_mul(f.iters);
     let avg = f.bw_avg / k;
     let secs = if avg > 0.0 {
-        bytes as f64 / (avg * 1e6)
+        bytes as f64 / (avg * MB)
     } else {
         0.0
     };
@@ -529,79 +508,87 @@ pub fn run(test: TestKind, args: &PerfArgs) -> Result<(), ToolError> {
     let plan = args.plan(test)?;
     let config = args.options.endpoint.config()?;
     let link_mtu = config.ports[0].mtu;
-    let ip = config.ports[0].ip;
+    let local = SocketAddrV4::new(config.ports[0].ip, plan.port);
     let dp = open_dataplane(&config)?;
-    let outcome = run_on(&dp, &plan, link_mtu, ip);
+    let outcome = run_on(&dp, &plan, link_mtu);
     drop(dp);
     let outcome = outcome?;
+    let spec = plan.spec(plan.size);
     let mut out = std::io::stdout().lock();
     if plan.json {
-        let text = serde_json::to_string_pretty(&outcome)
-            .map_err(|e| ToolError::Io(std::io::Error::other(e)))?;
-        writeln!(out, "{text}")?;
+        let doc = PerfJson {
+            report: PerfReport::new(&outcome.results, &spec),
+            local: local.to_string(),
+            peer: plan.peer.map(|p| p.to_string()),
+            peer_version: outcome.peer_version.clone(),
+            measured_by: outcome.measured_by,
+            data_check: match (&outcome.mismatch, plan.verify) {
+                (Some(_), _) => "failed",
+                (None, true) => "passed",
+                (None, false) => "off",
+            },
+            mismatch: outcome.mismatch.clone(),
+        };
+        writeln!(out, "{}", report::to_json(&doc))?;
     } else {
-        write!(out, "{}", table(&plan, &outcome))?;
+        write!(out, "{}", header(&plan, local, &outcome))?;
+        if !outcome.results.is_empty() {
+            write!(
+                out,
+                "{}",
+                report::perftest_table_in(&outcome.results, &spec, plan.units())
+            )?;
+        }
     }
     out.flush()?;
-    if let Some(m) = outcome.mismatch {
-        return Err(ToolError::DataMismatch(m));
+    match outcome.mismatch {
+        Some(m) => Err(ToolError::DataMismatch(m)),
+        None => Ok(()),
     }
-    Ok(())
 }
 
-/// What `--json` prints.
+/// What `--json` prints: the runner's report of the figures, and the
+/// session around them.
 #[derive(Debug, serde::Serialize)]
-pub struct PerfOutcome {
-    /// perftest's name of the test.
-    pub test: &'static str,
-    /// `client` or `server`.
-    pub role: &'static str,
+struct PerfJson<'a> {
+    #[serde(flatten)]
+    report: PerfReport<'a>,
     /// Our address and port.
-    pub local: String,
-    /// The peer's address and port (known to the client).
-    pub peer: Option<String>,
+    local: String,
+    /// The server's address and port (on the client).
+    peer: Option<String>,
     /// The peer's perftest version string.
-    pub peer_version: String,
-    /// Queue pairs (`-q`).
-    pub qps: usize,
-    /// Iterations per size (`-n`), or none with `-D`.
-    pub iterations: Option<u64>,
-    /// `-D` in seconds.
-    pub duration_s: Option<u64>,
-    /// Bandwidths in `results` are in MB/s (10^6 B/s); `report_gbits`
-    /// only changes the table.
-    pub report_gbits: bool,
-    /// Whether received data was checked.
-    pub verify: bool,
-    /// One per size; on a write or read bandwidth server, the client's
-    /// figures; empty on a read latency server (which measures nothing).
-    pub results: Vec<RunResult>,
-    /// Where the results come from: `local` or `peer`.
-    pub measured_by: &'static str,
-    /// Why the data check failed, if it did.
-    pub mismatch: Option<String>,
+    peer_version: String,
+    /// `local`: this side measured the results; `peer`: the client did
+    /// (a write or read bandwidth server prints the client's figures, as
+    /// perftest's does); empty results on a read latency server.
+    measured_by: &'static str,
+    /// `passed`, `failed` or `off` (without `--data_validation`).
+    data_check: &'static str,
+    /// What differed, if the check failed.
+    mismatch: Option<String>,
 }
 
-fn run_on(
-    dp: &Dataplane,
-    plan: &Plan,
-    link_mtu: usize,
-    ip: std::net::Ipv4Addr,
-) -> Result<PerfOutcome, ToolError> {
+/// What a run produced.
+struct Outcome {
+    results: Vec<RunResult>,
+    peer_version: String,
+    measured_by: &'static str,
+    mismatch: Option<String>,
+}
+
+fn run_on(dp: &Dataplane, plan: &Plan, link_mtu: usize) -> Result<Outcome, ToolError> {
     let role = plan.role();
-    let name = perftest_name(plan.test);
+    let name = plan.test.perftest_name();
     let resources = Resources::new(dp, &plan.spec(plan.size))?;
     let local: Vec<RemoteBuf> = (0..plan.qps).map(|i| resources.local_buf(i)).collect();
     let params = plan.session(link_mtu);
     let mut session = match plan.peer {
-        Some(peer) => {
-            eprintln!("{name}: connecting to {peer}");
-            Session::client(dp, peer, &params, &resources.qps, &local, plan.timeout)
-                .map_err(|e| client_error(peer, e))?
-        }
+        Some(peer) => Session::client(dp, peer, &params, &resources.qps, &local, plan.timeout)
+            .map_err(|e| client_error(peer, e))?,
         None => {
             eprintln!(
-                "{name}: server on {ip}:{}, waiting for a client ({} s)",
+                "{name}: server on port {}, waiting for a client ({} s)",
                 plan.port,
                 plan.timeout.as_secs()
             );
@@ -613,23 +600,23 @@ fn run_on(
     let peer_version = session.peer_version().to_string();
     let mut results = Vec::new();
     let mut mismatch = None;
-    if runs_here(plan.test, role) {
-        for (k, &size) in plan.sizes.iter().enumerate() {
-            if k > 0 {
-                session.next_size()?;
+    for (k, &size) in plan.sizes.iter().enumerate() {
+        if k > 0 {
+            session.next_size()?;
+        }
+        let spec = plan.spec(size);
+        let mut line = ProgressLine::new(format!("{name} {size} B"));
+        let r = resources.run(dp, &spec, &remote, &mut |p| line.update(p));
+        line.finish();
+        match r {
+            // The sides that only wait return no figures.
+            Ok(r) if r.iterations == 0 => {}
+            Ok(r) => results.push(r),
+            Err(ToolError::DataMismatch(m)) => {
+                mismatch = Some(format!("{size} B: {m}"));
+                break;
             }
-            let spec = plan.spec(size);
-            let mut line = ProgressLine::new(format!("{name} {size} B"));
-            let r = resources.run(dp, &spec, &remote, &mut |p| line.update(p));
-            line.finish();
-            match r {
-                Ok(r) => results.push(r),
-                Err(ToolError::DataMismatch(m)) => {
-                    mismatch = Some(format!("{size} B: {m}"));
-                    break;
-                }
-                Err(e) => return Err(e),
-            }
+            Err(e) => return Err(e),
         }
     }
     let mine = match (role, plan.test) {
@@ -639,6 +626,7 @@ fn run_on(
         _ => None,
     };
     let theirs = session.finish(mine.as_ref())?;
+    resources.close(dp);
     let measured_by = match (role, theirs) {
         (Role::Server, Some(f)) if results.is_empty() => {
             results.push(result_of(&f, plan));
@@ -646,21 +634,9 @@ fn run_on(
         }
         _ => "local",
     };
-    Ok(PerfOutcome {
-        test: name,
-        role: match role {
-            Role::Client => "client",
-            Role::Server => "server",
-        },
-        local: format!("{ip}:{}", plan.port),
-        peer: plan.peer.map(|p| p.to_string()),
-        peer_version,
-        qps: plan.qps,
-        iterations: plan.duration.is_none().then_some(plan.iterations),
-        duration_s: plan.duration.map(|d| d.as_secs()),
-        report_gbits: plan.report_gbits,
-        verify: plan.verify,
+    Ok(Outcome {
         results,
+        peer_version,
         measured_by,
         mismatch,
     })
@@ -684,78 +660,47 @@ fn server_error(port: u16, e: ToolError) -> ToolError {
     }
 }
 
-/// perftest's table for what this side has to show.
-fn table(plan: &Plan, o: &PerfOutcome) -> String {
+/// The lines perftest prints above its table, shortened.
+fn header(plan: &Plan, local: SocketAddrV4, o: &Outcome) -> String {
     let mut s = String::new();
-    let line = "-".repeat(87);
-    let _ = writeln!(s, "{line}");
+    let _ = writeln!(s, "{}", report::RULE);
     let _ = writeln!(
         s,
-        "                    {} (iwarp, peer perftest version {})",
-        o.test, o.peer_version
+        "                    {} (iwarp perf {})",
+        plan.test.perftest_name(),
+        plan.test
     );
     let _ = writeln!(
         s,
-        " {} side, {} QP(s), {}",
-        o.role,
-        o.qps,
+        " {} {local}{}, peer perftest version {}",
+        match plan.role() {
+            Role::Client => "client",
+            Role::Server => "server",
+        },
+        plan.peer.map(|p| format!(" -> {p}")).unwrap_or_default(),
+        o.peer_version
+    );
+    let _ = writeln!(
+        s,
+        " QPs: {}  TX depth: {}  RX depth: {}  {}",
+        plan.qps,
+        plan.tx_depth,
+        plan.rx_depth,
         match plan.duration {
-            Some(d) => format!("{} s", d.as_secs()),
-            None => format!("{} iterations", plan.iterations),
+            Some(d) => format!("duration: {} s", d.as_secs()),
+            None => format!("iterations: {}", plan.iterations),
         }
     );
-    let _ = writeln!(s, "{line}");
+    if plan.test.is_read() {
+        let _ = writeln!(s, " Outstanding reads: {}", plan.outstanding_reads);
+    }
+    if o.measured_by == "peer" {
+        let _ = writeln!(s, " (figures measured by the client)");
+    }
     if o.results.is_empty() {
         let _ = writeln!(s, " (the client measures this test)");
-        let _ = writeln!(s, "{line}");
-        return s;
+        let _ = writeln!(s, "{}", report::RULE);
     }
-    if is_latency(plan.test) {
-        let _ = writeln!(
-            s,
-            " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    \
-             t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]"
-        );
-        for r in &o.results {
-            if let Some(l) = &r.latency {
-                let _ = writeln!(
-                    s,
-                    " {:<7}{:<13}{:<15.2}{:<15.2}{:<17.2}{:<15.2}{:<16.2}{:<23.2}{:.2}",
-                    r.size,
-                    r.iterations,
-                    l.min_us,
-                    l.max_us,
-                    l.p50_us,
-                    l.avg_us,
-                    l.stdev_us,
-                    l.p99_us,
-                    l.p999_us
-                );
-            }
-        }
-    } else {
-        let (unit, k) = if plan.report_gbits {
-            ("Gb/sec", 8e6 / 1e9)
-        } else {
-            ("MB/sec", 1e6 / 1_048_576.0)
-        };
-        let _ = writeln!(
-            s,
-            " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]"
-        );
-        for r in &o.results {
-            let _ = writeln!(
-                s,
-                " {:<10} {:<10}       {:<10.2}          {:<10.2}            {:.6}",
-                r.size,
-                r.iterations,
-                r.bw_peak_mbps * k,
-                r.bw_avg_mbps * k,
-                r.msg_rate_mpps
-            );
-        }
-    }
-    let _ = writeln!(s, "{line}");
     s
 }
 
