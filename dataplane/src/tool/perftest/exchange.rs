@@ -281,6 +281,11 @@ impl Exchange {
         self.report = r;
     }
 
+    /// Whether the whole script has been exchanged.
+    pub fn is_done(&self) -> bool {
+        self.pos >= self.script.len()
+    }
+
     /// The step at hand, for messages.
     pub fn step(&self) -> &'static str {
         match self.script.get(self.pos) {
