@@ -316,7 +316,17 @@ fn pair(test: &str, extra: &[&str], iters: u64) {
         }
         for r in found {
             let n = num(r, "iterations");
-            assert_eq!(n as u64, iters, "{side}: iterations in {r:?}");
+            if lat {
+                // Latency figures count samples: a ping-pong's n round
+                // trips are timed as the n - 1 intervals between them, as
+                // perftest times them.
+                assert!(
+                    n as u64 == iters || n as u64 + 1 == iters,
+                    "{side}: {n} samples of {iters} iterations in {r:?}"
+                );
+            } else {
+                assert_eq!(n as u64, iters, "{side}: iterations in {r:?}");
+            }
             let bytes = num(r, "bytes");
             assert!(bytes > 0.0, "{side}: bytes in {r:?}");
             let bw = num(r, "bw_avg_mbps");
