@@ -586,3 +586,75 @@ fn sessions_end_to_end_two_qps() {
         end_to_end(test, 2);
     }
 }
+
+/// A peer that accepts the control connection and then says nothing, or
+/// answers the version with something that is not perftest's: the client
+/// fails within its timeout with one line naming the step.
+#[test]
+fn a_silent_or_foreign_peer_fails_cleanly() {
+    use dataplane::api::{CmEvent, ConnectParams, RecvWr, SendWr, SgeList};
+    for garbage in [false, true] {
+        let pair = Pair::new(&PairOptions {
+            mode: DriveMode::Threads,
+            ..PairOptions::default()
+        });
+        let b = &pair.b;
+        b.listen(PORT, 4).unwrap();
+        let pd = b.alloc_pd().unwrap();
+        let cq = b.create_cq(64).unwrap();
+        let qp = b.create_qp(pd, &cq, &cq, QpOptions::default()).unwrap();
+        let region = Region::new(4096).unwrap();
+        let mr = b.reg_mr(pd, &region, 0, 4096, Access::LOCAL_WRITE).unwrap();
+        qp.post_recv(&RecvWr {
+            wr_id: 1,
+            sges: SgeList::single(mr.sge(0, 256)),
+        })
+        .unwrap();
+        let sa = side(&pair.a, 1, 0);
+        let p = SessionParams::new(TestKind::WriteBw, 65536, 100);
+        let err = std::thread::scope(|s| {
+            let client = s.spawn(|| {
+                Session::client(
+                    &pair.a,
+                    SocketAddrV4::new(IP_B, PORT),
+                    &p,
+                    &sa.qps,
+                    &sa.bufs,
+                    Duration::from_secs(1),
+                )
+                .map(|_| ())
+            });
+            let req = loop {
+                if let Some(CmEvent::ConnectRequest(r)) = b.wait_event(Duration::from_secs(5)) {
+                    break r;
+                }
+            };
+            b.accept(&req, &qp, &ConnectParams::default()).unwrap();
+            if garbage {
+                // Wait for the client's version, then answer with junk.
+                let wc = loop {
+                    if let Some(wc) = cq.poll_one() {
+                        break wc;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                };
+                assert_eq!(wc.byte_len, 16, "the version message");
+                region.write(1024, b"hello, iwarp\0\0\0\0").unwrap();
+                qp.post_send(&SendWr::send(2, SgeList::single(mr.sge(1024, 16))))
+                    .unwrap();
+            }
+            client.join().unwrap().unwrap_err()
+        });
+        let msg = err.to_string();
+        println!("{}: {msg}", if garbage { "foreign" } else { "silent" });
+        assert!(!msg.contains('\n'), "one line: {msg}");
+        if garbage {
+            assert!(msg.contains("not a perftest version string"), "{msg}");
+        } else {
+            assert!(
+                msg.contains("no answer within 1 s at the version exchange"),
+                "{msg}"
+            );
+        }
+    }
+}

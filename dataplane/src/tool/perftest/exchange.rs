@@ -495,6 +495,44 @@ mod tests {
         assert_eq!(count(Kind::WriteBw), 0);
     }
 
+    /// A peer of perftest 6.29 or later reads and writes the 64-byte
+    /// `pingpong_dest`: our answers follow its version.
+    #[test]
+    fn newer_peer_gets_the_wide_layout() {
+        let local = Local {
+            dests: vec![dest(1)],
+            mtu_code: 3,
+        };
+        let mut s = Exchange::new(Side::Server, script(Kind::WriteBw, 1, 1), local);
+        let mut v = [0u8; 16];
+        v[..4].copy_from_slice(b"6.29");
+        let peer = [
+            v.to_vec(),
+            4096u32.to_be_bytes().to_vec(),
+            64u32.to_be_bytes().to_vec(),
+            b"3\0".to_vec(),
+            vec![0; 64],
+        ];
+        let mut lens = Vec::new();
+        for m in &peer {
+            assert!(matches!(s.action(), Action::Receive(_)));
+            s.received(m).unwrap();
+            let Action::Send(r) = s.action() else {
+                panic!("no answer")
+            };
+            lens.push(r.len());
+        }
+        assert_eq!(lens, [16, 4, 4, 2, 64]);
+        assert_eq!(s.action(), Action::ConnectData);
+        s.proceed();
+        // A 56-byte dest from a 6.29 peer is malformed.
+        let err = s.received(&[0; 56]).unwrap_err();
+        assert!(
+            err.to_string().contains("56 bytes where perftest sends 64"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn malformed_and_unexpected_messages_are_errors() {
         let local = Local {
