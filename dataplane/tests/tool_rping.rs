@@ -667,16 +667,31 @@ fn spawn(
     }
 }
 
-#[test]
-fn two_processes_over_af_packet() {
-    if !is_root() {
-        assert!(
-            std::env::var("IWARP_REQUIRE_ROOT_TESTS").as_deref() != Ok("1"),
-            "this test needs root (network namespaces, veth, AF_PACKET)"
-        );
-        println!("skipped: needs root");
-        return;
+/// Whether this test may run: root, or a skip notice (a failure with
+/// `IWARP_REQUIRE_ROOT_TESTS=1`).
+fn root_or_skip() -> bool {
+    if is_root() {
+        return true;
     }
+    assert!(
+        std::env::var("IWARP_REQUIRE_ROOT_TESTS").as_deref() != Ok("1"),
+        "this test needs root (network namespaces, veth, AF_PACKET)"
+    );
+    println!("skipped: needs root");
+    false
+}
+
+/// What a two-process run printed.
+struct Outcome {
+    client_summary: String,
+    server_summary: String,
+    pings_shown: usize,
+}
+
+/// `iwarp rping -s -V` and `iwarp rping -c -V -v CLIENT_ARGS` in two
+/// namespaces; with `interrupt_after`, the client gets SIGINT once it has
+/// shown that many pings. Both must exit 0 and leave nothing behind.
+fn two_processes(client_args: &[&str], interrupt_after: Option<usize>) -> Outcome {
     let net = TwoNs::create().expect("two namespaces and a veth pair");
     let endpoint = |iface: &str, ip: Ipv4Addr| -> Vec<String> {
         vec![
@@ -688,12 +703,10 @@ fn two_processes_over_af_packet() {
             "20".into(),
         ]
     };
+    let strings = |a: &[&str]| -> Vec<String> { a.iter().map(|s| s.to_string()).collect() };
     let (tx, rx) = mpsc::channel();
     let deadline = Instant::now() + CHILD_TIMEOUT;
-    let mut server_args: Vec<String> = ["-s", "-d", "-V", "-a", "10.79.0.1", "--wait", "60"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut server_args = strings(&["-s", "-d", "-V", "-a", "10.79.0.1", "--wait", "60"]);
     server_args.extend(endpoint(&net.ifs[0], SERVER_IP));
     let mut srv = spawn("server", &net.ns[0], &server_args, tx.clone());
     // The server says when it listens (-d).
@@ -715,14 +728,13 @@ fn two_processes_over_af_packet() {
             }
         }
     }
-    let mut client_args: Vec<String> =
-        ["-c", "-V", "-v", "-C", "10", "-S", "100", "-a", "10.79.0.1"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-    client_args.extend(endpoint(&net.ifs[1], CLIENT_IP));
-    let mut cli = spawn("client", &net.ns[1], &client_args, tx);
+    let mut args = strings(&["-c", "-V", "-v", "-a", "10.79.0.1"]);
+    args.extend(strings(client_args));
+    args.extend(endpoint(&net.ifs[1], CLIENT_IP));
+    let mut cli = spawn("client", &net.ns[1], &args, tx);
     let mut status = [None, None];
+    let mut shown = 0;
+    let mut signalled = false;
     while status.iter().any(Option::is_none) {
         assert!(
             Instant::now() < deadline,
@@ -734,8 +746,19 @@ fn two_processes_over_af_packet() {
             }
         }
         while let Ok((who, line)) = rx.recv_timeout(Duration::from_millis(50)) {
+            if who == "client" && line.starts_with("ping data: rdma-ping-") {
+                shown += 1;
+            }
             println!("[{who}] {line}");
             seen.push((who, line));
+        }
+        if interrupt_after.is_some_and(|n| shown >= n) && !signalled && status[1].is_none() {
+            let pid = libc::pid_t::try_from(cli.child.id()).expect("a pid");
+            // SAFETY: kill has no memory effects; `pid` is our child
+            // (iwarp itself: ip netns exec execs it), not yet reaped.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+            println!("SIGINT sent to the client after {shown} pings shown");
+            signalled = true;
         }
     }
     std::thread::sleep(Duration::from_millis(200));
@@ -746,6 +769,7 @@ fn two_processes_over_af_packet() {
     let [s, c] = status.map(Option::unwrap);
     assert!(c.success(), "the client failed: {c}");
     assert!(s.success(), "the server failed: {s}");
+    assert_eq!(signalled, interrupt_after.is_some());
     for p in [&srv, &cli] {
         assert!(
             !p.runtime.exists(),
@@ -760,7 +784,30 @@ fn two_processes_over_af_packet() {
             .map(|(_, l)| l.clone())
             .unwrap_or_else(|| panic!("no summary from the {who}"))
     };
-    let (cs, ss) = (summary("client"), summary("server"));
+    let out = Outcome {
+        client_summary: summary("client"),
+        server_summary: summary("server"),
+        pings_shown: seen
+            .iter()
+            .filter(|(w, l)| *w == "client" && l.starts_with("ping data: rdma-ping-"))
+            .count(),
+    };
+    let names = net.ns.clone();
+    drop(net);
+    let list = sh(&["ip", "netns", "list"]).unwrap_or_default();
+    for ns in names {
+        assert!(!list.contains(&ns), "namespace {ns} still there");
+    }
+    out
+}
+
+#[test]
+fn two_processes_over_af_packet() {
+    if !root_or_skip() {
+        return;
+    }
+    let o = two_processes(&["-C", "10", "-S", "100"], None);
+    let (cs, ss) = (&o.client_summary, &o.server_summary);
     assert!(
         cs.contains("10 pings of 100 bytes") && cs.contains("1000 bytes verified"),
         "{cs}"
@@ -769,18 +816,35 @@ fn two_processes_over_af_packet() {
         ss.contains("10 pings of 100 bytes") && ss.contains("1000 bytes verified"),
         "{ss}"
     );
-    let pings = seen
-        .iter()
-        .filter(|(w, l)| *w == "client" && l.starts_with("ping data: rdma-ping-"))
-        .count();
-    assert_eq!(pings, 10, "-v prints each ping");
-    let names = net.ns.clone();
-    drop(net);
-    let list = sh(&["ip", "netns", "list"]).unwrap_or_default();
-    for ns in names {
-        assert!(!list.contains(&ns), "namespace {ns} still there");
-    }
+    assert_eq!(o.pings_shown, 10, "-v prints each ping");
     println!(
         "two processes over net_af_packet: {cs} / {ss}; namespaces and runtime directories removed"
     );
+}
+
+/// Without -C the client pings until stopped: SIGINT ends it between two
+/// pings, with its summary and status 0, and the server with it.
+#[test]
+fn two_processes_client_stopped_by_sigint() {
+    if !root_or_skip() {
+        return;
+    }
+    let o = two_processes(&[], Some(3));
+    let (cs, ss) = (&o.client_summary, &o.server_summary);
+    assert!(cs.ends_with("stopped by a signal"), "{cs}");
+    assert!(!ss.contains("signal"), "{ss}");
+    // Every ping the client finished, the server finished: the same count
+    // in both summaries, each validated.
+    let pings = |s: &str| -> u64 {
+        s.split_whitespace()
+            .nth(2)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count in {s}"))
+    };
+    let n = pings(cs);
+    assert!(n >= 3, "{cs}");
+    assert_eq!(pings(ss), n, "{cs} / {ss}");
+    assert_eq!(o.pings_shown as u64, n);
+    assert!(cs.contains(&format!("{} bytes verified", 64 * n)), "{cs}");
+    println!("SIGINT: {cs} / {ss}; namespaces and runtime directories removed");
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::common::EndpointArgs;
+use super::common::{catch_interrupts, interrupted, EndpointArgs};
 use super::ToolError;
 use crate::api::{
     Access, CmEvent, ConnectFailure, ConnectParams, ConnectRequest, Cq, Dataplane,
@@ -216,6 +216,9 @@ pub struct RpingSummary {
     pub bytes_verified: u64,
     /// From the connection's establishment to its end.
     pub elapsed: Duration,
+    /// A signal stopped the run between two pings ([`run`] catches SIGINT
+    /// and SIGTERM).
+    pub interrupted: bool,
 }
 
 impl core::fmt::Display for RpingSummary {
@@ -239,7 +242,11 @@ impl core::fmt::Display for RpingSummary {
             self.elapsed.as_secs_f64() * 1e3,
             self.bytes_moved,
             self.bytes_verified
-        )
+        )?;
+        if self.interrupted {
+            f.write_str(", stopped by a signal")?;
+        }
+        Ok(())
     }
 }
 
@@ -283,6 +290,8 @@ impl Buf {
 enum Stop {
     /// The connection ended.
     Gone(DisconnectReason),
+    /// A signal arrived during an interruptible wait.
+    Interrupted,
     /// Anything else: the run fails with this.
     Fail(ToolError),
 }
@@ -462,6 +471,16 @@ impl<'a> Conn<'a> {
     /// Waits for the completion `want`, taking send completions and CM
     /// events on the way; fails after the timeout.
     fn wait(&mut self, want: WcOpcode, what: &str) -> Result<WorkCompletion, Stop> {
+        self.wait_for(want, what, false)
+    }
+
+    /// [`Conn::wait`], which a signal may end if `interruptible`.
+    fn wait_for(
+        &mut self,
+        want: WcOpcode,
+        what: &str,
+        interruptible: bool,
+    ) -> Result<WorkCompletion, Stop> {
         let deadline = Instant::now() + self.timeout;
         let mut idle = 0u32;
         loop {
@@ -485,6 +504,9 @@ impl<'a> Conn<'a> {
             if any {
                 idle = 0;
                 continue;
+            }
+            if interruptible && interrupted() {
+                return Err(Stop::Interrupted);
             }
             if Instant::now() >= deadline {
                 return Err(Stop::Fail(ToolError::Peer(format!(
@@ -511,7 +533,12 @@ impl<'a> Conn<'a> {
 
     /// Waits for a 16-byte message and re-posts the receive for the next.
     fn recv_info(&mut self, what: &str) -> Result<RpingInfo, Stop> {
-        let wc = self.wait(WcOpcode::Recv, what)?;
+        self.recv_info_for(what, false)
+    }
+
+    /// [`Conn::recv_info`], which a signal may end if `interruptible`.
+    fn recv_info_for(&mut self, what: &str, interruptible: bool) -> Result<RpingInfo, Stop> {
+        let wc = self.wait_for(WcOpcode::Recv, what, interruptible)?;
         let bytes = self.recv.read(wc.byte_len.min(INFO_LEN as u32) as usize);
         if wc.byte_len as usize != INFO_LEN {
             return Err(Stop::Fail(ToolError::Peer(format!(
@@ -531,6 +558,12 @@ impl<'a> Conn<'a> {
                 return Err(ToolError::Peer(format!(
                     "no answer from {} within {:?}: peer unreachable?",
                     self.peer, self.timeout
+                )));
+            }
+            if interrupted() {
+                return Err(ToolError::Peer(format!(
+                    "interrupted while connecting with {}",
+                    self.peer
                 )));
             }
             let Some(ev) = self.dp.wait_event(left.min(Duration::from_millis(50))) else {
@@ -661,6 +694,11 @@ pub fn server(
                 opts.accept_timeout.unwrap_or_default()
             )));
         }
+        if interrupted() {
+            return Err(ToolError::Peer(format!(
+                "interrupted while waiting for a client on {me}"
+            )));
+        }
         match dp.wait_event(left.min(Duration::from_millis(500))) {
             Some(CmEvent::ConnectRequest(r)) if r.local_port == opts.port => break r,
             Some(other) if opts.debug => eprintln!("rping: event {other:?}"),
@@ -694,6 +732,9 @@ fn lift<T>(peer: SocketAddrV4, ping: u64, what: &str, r: Result<T, Stop>) -> Res
     match r {
         Ok(t) => Ok(t),
         Err(Stop::Gone(reason)) => Err(gone(peer, ping, what, reason)),
+        Err(Stop::Interrupted) => Err(ToolError::Peer(format!(
+            "interrupted in ping {ping} while we waited for {what}"
+        ))),
         Err(Stop::Fail(e)) => Err(e),
     }
 }
@@ -729,15 +770,20 @@ fn serve(
         bytes_moved: 0,
         bytes_verified: 0,
         elapsed: Duration::ZERO,
+        interrupted: false,
     };
     let peer = c.peer;
     let mut writes = 0u64;
     loop {
         let ping = s.iterations;
-        let src = match c.recv_info("the client's start buffer advertisement") {
+        let src = match c.recv_info_for("the client's start buffer advertisement", true) {
             Ok(i) => i,
             // Between pings, the end of the connection is the end of the run.
             Err(Stop::Gone(DisconnectReason::Closed | DisconnectReason::Reset)) => break,
+            Err(Stop::Interrupted) => {
+                s.interrupted = true;
+                break;
+            }
             r => lift(peer, ping, "the next ping", r)?,
         };
         let len = src.size as usize;
@@ -884,10 +930,17 @@ fn ping(
         bytes_moved: 0,
         bytes_verified: 0,
         elapsed: Duration::ZERO,
+        interrupted: false,
     };
     let peer = c.peer;
     let mut ping = 0u64;
     while opts.count.map_or(true, |n| ping < n) {
+        // A signal ends the run between pings, as if the count were
+        // reached there.
+        if interrupted() {
+            s.interrupted = true;
+            break;
+        }
         let data = ping_data(ping, size);
         start
             .region
@@ -1029,6 +1082,7 @@ impl RpingArgs {
 /// Runs `iwarp rping`.
 pub fn run(args: &RpingArgs) -> Result<(), ToolError> {
     let opts = args.options()?;
+    catch_interrupts();
     let addr = args.addr.as_deref().map(resolve).transpose()?;
     let mut endpoint = args.endpoint.clone();
     let role = match (args.server, args.client) {
@@ -1194,6 +1248,7 @@ mod tests {
             bytes_moved: 2000,
             bytes_verified: 1000,
             elapsed: Duration::from_millis(20),
+            interrupted: false,
         };
         assert_eq!(
             s.to_string(),
