@@ -61,6 +61,10 @@
 //! - `send_lat`: dI…, d0, dI…, d0 (receives posted) — run — d0 (close);
 //!   with `-a` a d0 before each further size.
 //!
+//! The order above is the same in perftest up to 26.04 (version 6.29)
+//! for these six tests (newer ones add syncs only for Write with
+//! Immediate, which `iwarp perf` does not run).
+//!
 //! In the send tests on iWARP the dest's rkey/vaddr name the sender's
 //! 4-byte credit counter of that QP, not a data buffer: the receiver
 //! RDMA-Writes its count of receives there every `rx_depth / 3` receives.
@@ -447,6 +451,8 @@ impl<'dp> Session<'dp> {
                 let _ = self.dp.disconnect(qp, false);
             }
         }
+        // Freed once the last message has left (DeregStatus::Pending).
+        let _ = self.dp.dereg_mr(&self.ctrl.mr);
         let report =
             matches!(self.test, TestKind::WriteBw | TestKind::ReadBw) && self.side == Side::Server;
         Ok(report.then(|| self.x.peer().report))
