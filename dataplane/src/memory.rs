@@ -70,6 +70,9 @@
 //! whose pin holds one. Under IOVA-as-PA, heap regions are not registered
 //! (the kernel may move their 4 KiB pages): their payload is copied into
 //! mbufs; hugepage-backed regions are attached.
+//!
+//! A registration keeps EAL alive (unregistering needs it): EAL is cleaned
+//! up only once every region a DPDK port registered is gone too.
 
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -434,12 +437,7 @@ impl Region {
     /// region's DPDK registration; without one, the address itself and all
     /// `len` bytes if `iova_is_va` (virtual devices under IOVA-as-VA need
     /// no registration), `None` otherwise (copy instead).
-    pub(crate) fn dma_run(
-        &self,
-        offset: usize,
-        len: usize,
-        iova_is_va: bool,
-    ) -> Option<(u64, usize)> {
+    pub fn dma_run(&self, offset: usize, len: usize, iova_is_va: bool) -> Option<(u64, usize)> {
         self.check(offset, len).ok()?;
         let ptr = self.as_ptr().wrapping_add(offset);
         match self.inner.dpdk.get() {

@@ -270,18 +270,36 @@ fn registered_heap_regions_over_net_ring_no_hugepages() {
         let mut ends = connect(&p);
         let total = run_all(&eal, &p, &mut ends, heap, true, "no-huge");
         println!("no-huge: {total} bytes verified in all");
+
+        // EAL has a fixed number of memory segment lists (128): past them
+        // registration fails, and on virtual devices under IOVA-as-VA the
+        // region is attached by address as without registration.
+        let many: Vec<_> = (0..140)
+            .map(|_| {
+                let r = Region::new(4096).unwrap();
+                let mr = p.a.reg_mr(pd, &r, 0, 4096, Access::LOCAL_WRITE).unwrap();
+                (r, mr)
+            })
+            .collect();
+        let live = ExtMem::live();
+        let failed = sa.mem_register_failed.load(Ordering::Relaxed);
+        println!("no-huge: 140 more regions: {live} registered with EAL, {failed} not");
+        assert!(failed > 0 && live < 140, "EAL's segment lists ran out");
+        let (a, b) = &mut ends;
+        let n = exchange_on(&eal, &p, a, b, heap, false, Op::Write, 1 << 20, 1);
+        println!("no-huge: Write of {n} B from unregistered memory verified");
+        for (_, mr) in &many {
+            p.a.dereg_mr(mr).unwrap();
+        }
+        drop(many);
+        assert_eq!(ExtMem::live(), 0);
         p.a.disconnect(&ends.0.qp, true).unwrap();
         print_stats("no-huge a", &sa);
         print_stats("no-huge b", &sb);
         let registered =
             sa.mem_registered.load(Ordering::Relaxed) + sb.mem_registered.load(Ordering::Relaxed);
-        assert_eq!(registered, 1 + 2 * 3 * SIZES.len() as u64);
+        assert!(registered >= 1 + 2 * 3 * SIZES.len() as u64);
         assert!(sa.tx_attached.load(Ordering::Relaxed) > 1000);
-        assert_eq!(
-            sa.mem_register_failed.load(Ordering::Relaxed)
-                + sb.mem_register_failed.load(Ordering::Relaxed),
-            0
-        );
         drop(p);
     }
     assert_eq!(ExtMem::live(), 0, "no registration outlives its region");
