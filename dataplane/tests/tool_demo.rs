@@ -1,0 +1,171 @@
+//! `iwarp demo` as a user runs it: the built binary, no NIC, no hugepages.
+//! Its JSON carries non-zero figures for every round and a passed data
+//! check, it exits 0, and the EAL runtime directory of its file prefix is
+//! gone afterwards; a bad option is one line and a non-zero exit.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// Where EAL keeps the runtime files of `prefix` (as root:
+/// `/var/run/dpdk/<prefix>`).
+fn runtime_dir(prefix: &str) -> PathBuf {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false);
+    let base = if root {
+        PathBuf::from("/var/run")
+    } else {
+        std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/tmp"))
+    };
+    base.join("dpdk").join(prefix)
+}
+
+fn positive(v: &serde_json::Value, what: &str) -> f64 {
+    let x = v
+        .as_f64()
+        .unwrap_or_else(|| panic!("{what} is not a number: {v}"));
+    assert!(x > 0.0, "{what} is {x}");
+    x
+}
+
+#[test]
+fn demo_json_has_every_figure_and_leaves_nothing_behind() {
+    let child = Command::new(env!("CARGO_BIN_EXE_iwarp"))
+        .args([
+            "demo",
+            "--json",
+            // Small enough that a debug build on a busy machine sees
+            // completions well within the stall timeout.
+            "--size",
+            "16K",
+            "--seconds",
+            "0.5",
+            "--lat-iterations",
+            "200",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("iwarp runs");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("iwarp finishes");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stderr}");
+    assert!(out.status.success(), "iwarp demo failed: {stderr}");
+    let dir = runtime_dir(&format!("iwarp-demo-{pid}"));
+    assert!(!dir.exists(), "{} left behind", dir.display());
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(j["data_check"], "passed");
+    positive(&j["verified_bytes"], "verified_bytes");
+    let bw = j["bandwidth"].as_array().expect("bandwidth rounds");
+    let tests: Vec<&str> = bw.iter().map(|r| r["test"].as_str().unwrap()).collect();
+    assert_eq!(tests, ["write-bw", "read-bw", "send-bw"]);
+    for r in bw {
+        let t = r["test"].as_str().unwrap();
+        for f in [
+            "size",
+            "iterations",
+            "bytes",
+            "seconds",
+            "bw_avg_mbps",
+            "bw_peak_mbps",
+            "msg_rate_mpps",
+            "copy_crc_mbps",
+            "ratio",
+            "verified_bytes",
+        ] {
+            positive(&r[f], &format!("{t} {f}"));
+        }
+        let ratio = r["bw_avg_mbps"].as_f64().unwrap() / r["copy_crc_mbps"].as_f64().unwrap();
+        assert!((ratio - r["ratio"].as_f64().unwrap()).abs() < 1e-9);
+        println!(
+            "{t}: {:.1} MB/s, one core copy+CRC32c {:.1} MB/s, ratio {:.3}, {} bytes verified",
+            r["bw_avg_mbps"].as_f64().unwrap(),
+            r["copy_crc_mbps"].as_f64().unwrap(),
+            r["ratio"].as_f64().unwrap(),
+            r["verified_bytes"]
+        );
+    }
+    let lat = j["latency"].as_array().expect("latency rounds");
+    let tests: Vec<&str> = lat.iter().map(|r| r["test"].as_str().unwrap()).collect();
+    assert_eq!(tests, ["write-lat", "read-lat", "send-lat"]);
+    for r in lat {
+        let t = r["test"].as_str().unwrap();
+        for f in [
+            "size",
+            "iterations",
+            "min_us",
+            "p50_us",
+            "p99_us",
+            "p999_us",
+            "max_us",
+            "avg_us",
+            "stdev_us",
+            "verified_bytes",
+        ] {
+            positive(&r[f], &format!("{t} {f}"));
+        }
+        let (min, p50, max) = (
+            r["min_us"].as_f64().unwrap(),
+            r["p50_us"].as_f64().unwrap(),
+            r["max_us"].as_f64().unwrap(),
+        );
+        assert!(min <= p50 && p50 <= max * 1.001, "{t}: {r}");
+        // Every message of a latency round is checked, by both ends
+        // where both receive.
+        let per = r["size"].as_u64().unwrap() * 200;
+        let expect = if t == "read-lat" { per } else { 2 * per };
+        assert_eq!(r["verified_bytes"].as_u64().unwrap(), expect, "{t}");
+        println!("{t}: typical {p50:.2} us");
+    }
+}
+
+#[test]
+fn demo_refuses_a_bad_option_in_one_line() {
+    let out = Command::new(env!("CARGO_BIN_EXE_iwarp"))
+        .args(["demo", "--bogus"])
+        .output()
+        .expect("iwarp runs");
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("iwarp: ") && err.contains("--bogus"),
+        "{err}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_iwarp"))
+        .args(["demo", "--size", "0"])
+        .output()
+        .expect("iwarp runs");
+    assert!(!out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+}
+
+#[test]
+fn demo_help_explains_every_option() {
+    let out = Command::new(env!("CARGO_BIN_EXE_iwarp"))
+        .args(["demo", "--help"])
+        .output()
+        .expect("iwarp runs");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for opt in [
+        "--json",
+        "--size",
+        "--seconds",
+        "--iterations",
+        "--lat-size",
+        "--lat-iterations",
+        "--mtu",
+    ] {
+        assert!(help.contains(opt), "{opt} missing from:\n{help}");
+    }
+}
