@@ -24,9 +24,8 @@
 //!   fallback for ports that cannot chain segments
 //!   ([`LinkCaps::multi_seg_tx`]).
 
-use core::net::Ipv4Addr;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_queue::ArrayQueue;
@@ -188,6 +187,24 @@ pub struct MemLinkConfig {
     /// Advertise multi-segment transmit (attachments stay references until
     /// the frame is delivered). Off: attachments are copied into the frame.
     pub multi_seg_tx: bool,
+    /// How received frames are spread over each end's queues.
+    pub steering: Steering,
+}
+
+/// How a [`MemLink`] end spreads received frames over its queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Steering {
+    /// TCP over IPv4 by RSS ([`Rss::round_robin`] over the queues), the
+    /// rest on queue 0, as a NIC steers; advertised in [`LinkCaps::rss`].
+    #[default]
+    Rss,
+    /// Everything on queue 0: a device with one receive queue in use (the
+    /// workers' software dispatcher must hand flows to their owners).
+    Queue0,
+    /// Frame after frame over the queues in turn, whatever the flow: a
+    /// device that spreads without looking at flows, the hardest case for
+    /// the dispatcher (a flow's frames arrive on every queue).
+    RoundRobin,
 }
 
 impl Default for MemLinkConfig {
@@ -200,6 +217,7 @@ impl Default for MemLinkConfig {
             loss: 0.0,
             seed: 1,
             multi_seg_tx: true,
+            steering: Steering::Rss,
         }
     }
 }
@@ -253,6 +271,9 @@ struct End {
     rings: Vec<ArrayQueue<MemBuf>>,
     pool: Arc<BufPool>,
     rss: Rss,
+    steering: Steering,
+    /// The next queue of [`Steering::RoundRobin`].
+    turn: AtomicUsize,
     stats: MemLinkStats,
 }
 
@@ -272,44 +293,27 @@ impl End {
                 .collect(),
             pool,
             rss: Rss::round_robin(queues),
+            steering: config.steering,
+            turn: AtomicUsize::new(0),
             stats: MemLinkStats::default(),
         }
     }
 
-    /// The queue a frame lands on: TCP over IPv4 by RSS, the rest (ARP)
-    /// on queue 0, as a NIC steers.
+    /// The queue a frame lands on, as [`End::steering`] says: by default
+    /// TCP over IPv4 by RSS, the rest (ARP) on queue 0, as a NIC steers.
     fn steer(&self, frame: &[u8]) -> usize {
         if self.rings.len() == 1 {
             return 0;
         }
-        let Some(t) = tcp_fields(frame) else {
-            return 0;
-        };
-        usize::from(self.rss.queue_for(t.0, t.1, t.2, t.3)) % self.rings.len()
+        match self.steering {
+            Steering::Rss => self
+                .rss
+                .queue_of_frame(frame)
+                .map_or(0, |q| usize::from(q) % self.rings.len()),
+            Steering::Queue0 => 0,
+            Steering::RoundRobin => self.turn.fetch_add(1, Ordering::Relaxed) % self.rings.len(),
+        }
     }
-}
-
-/// Source and destination address and port of an untagged IPv4/TCP frame.
-fn tcp_fields(frame: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, u16, u16)> {
-    let ethertype = frame.get(12..14)?;
-    if ethertype != [0x08, 0x00] {
-        return None;
-    }
-    let ip = frame.get(14..)?;
-    let ihl = usize::from(*ip.first()? & 0x0f) * 4;
-    if *ip.get(9)? != 6 || ihl < 20 {
-        return None;
-    }
-    let a = |r: core::ops::Range<usize>| ip.get(r);
-    let src = <[u8; 4]>::try_from(a(12..16)?).ok()?;
-    let dst = <[u8; 4]>::try_from(a(16..20)?).ok()?;
-    let ports = a(ihl..ihl + 4)?;
-    Some((
-        Ipv4Addr::from(src),
-        Ipv4Addr::from(dst),
-        u16::from_be_bytes([ports[0], ports[1]]),
-        u16::from_be_bytes([ports[2], ports[3]]),
-    ))
 }
 
 /// One end of an in-memory Ethernet cable with multi-queue NICs at both
@@ -347,7 +351,7 @@ impl MemLink {
                 max_tx_segments: MAX_PIECES,
                 tx_checksum_offload: false,
                 rx_checksum_offload: false,
-                rss: Some(me.rss.clone()),
+                rss: (config.steering == Steering::Rss).then(|| me.rss.clone()),
             },
             me: me.clone(),
             peer: peer.clone(),
@@ -658,6 +662,7 @@ impl TxFrame for MemFrame {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::steer::ipv4_tcp_flow;
 
     const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
     const MAC_B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
@@ -754,7 +759,7 @@ mod tests {
             let mut rx = Vec::new();
             qb.rx_burst(&mut rx, 64);
             for f in &rx {
-                match tcp_fields(f.as_ref()) {
+                match ipv4_tcp_flow(f.as_ref()) {
                     Some((s, d, sp, dp)) => {
                         assert_eq!(usize::from(rss.queue_for(s, d, sp, dp)), q);
                         seen += 1;
@@ -764,6 +769,39 @@ mod tests {
             }
         }
         assert_eq!(seen, 40);
+    }
+
+    #[test]
+    fn a_link_that_does_not_steer_says_so_and_spreads_as_configured() {
+        for steering in [Steering::Queue0, Steering::RoundRobin] {
+            let cfg = MemLinkConfig {
+                queues: 2,
+                steering,
+                ..MemLinkConfig::default()
+            };
+            let (mut a, mut b) = MemLink::pair(&cfg, MAC_A, MAC_B);
+            assert_eq!(b.caps().rss, None, "{steering:?}");
+            let mut qa = a.take_queue(1).unwrap();
+            let mut qbs: Vec<MemQueue> = (0..2).map(|i| b.take_queue(i).unwrap()).collect();
+            let mut frames = Vec::new();
+            for _ in 0..10 {
+                let mut f = qa.alloc_tx().unwrap();
+                // One flow: RSS would put every frame on one queue.
+                f.append(&tcp_frame([10, 0, 0, 1], [10, 0, 0, 2], 50_000, 4791))
+                    .unwrap();
+                frames.push(f);
+            }
+            qa.tx_burst(&mut frames);
+            let counts: Vec<usize> = qbs
+                .iter_mut()
+                .map(|q| q.rx_burst(&mut Vec::new(), 64))
+                .collect();
+            let want = match steering {
+                Steering::Queue0 => vec![10, 0],
+                _ => vec![5, 5],
+            };
+            assert_eq!(counts, want, "{steering:?}");
+        }
     }
 
     #[test]

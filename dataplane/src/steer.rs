@@ -7,6 +7,15 @@
 //! local port so that the *reply's* hash lands on the queue of the worker
 //! that opens the connection, so every connection is owned by one worker
 //! with no dispatching. The in-memory link uses it to steer like a NIC.
+//!
+//! Where the port cannot steer (no RSS: `net_ring`, `net_af_packet`,
+//! `net_memif`, or a device told to deliver everything to one queue),
+//! the same function names a connection's owner in software: the active
+//! side picks its port with [`Rss::round_robin`] over the workers, and
+//! every worker computes [`Rss::queue_of_frame`] for each TCP frame it
+//! receives and hands the frame over a ring to the worker it names (the
+//! software dispatcher of ARCHITECTURE.md, "Workers, queues and
+//! connections").
 //! The hash itself is `dpdk_bindings::toeplitz` (pure Rust, usable without
 //! EAL); this module keeps the flow's input order and the port search.
 
@@ -27,6 +36,30 @@ pub fn toeplitz(key: &[u8], input: &[u8]) -> u32 {
 /// port — all as they appear in the packet being received.
 pub fn ipv4_tcp_input(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) -> [u8; 12] {
     dpdk_bindings::toeplitz::ipv4_tcp_input(src.octets(), dst.octets(), sport, dport)
+}
+
+/// Source and destination address and port of an untagged IPv4/TCP
+/// frame, as [`Rss::queue_for`] takes them; `None` for anything else (ARP,
+/// other protocols, VLAN-tagged or truncated frames), which the receiving
+/// worker keeps.
+pub fn ipv4_tcp_flow(frame: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, u16, u16)> {
+    if frame.get(12..14)? != [0x08, 0x00] {
+        return None;
+    }
+    let ip = frame.get(14..)?;
+    let ihl = usize::from(*ip.first()? & 0x0f) * 4;
+    if *ip.get(9)? != 6 || ihl < 20 {
+        return None;
+    }
+    let src = <[u8; 4]>::try_from(ip.get(12..16)?).ok()?;
+    let dst = <[u8; 4]>::try_from(ip.get(16..20)?).ok()?;
+    let ports = ip.get(ihl..ihl + 4)?;
+    Some((
+        Ipv4Addr::from(src),
+        Ipv4Addr::from(dst),
+        u16::from_be_bytes([ports[0], ports[1]]),
+        u16::from_be_bytes([ports[2], ports[3]]),
+    ))
 }
 
 /// A port's RSS configuration: key and redirection table.
@@ -56,6 +89,13 @@ impl Rss {
         }
         let h = toeplitz(&self.key, &ipv4_tcp_input(src, dst, sport, dport));
         dpdk_bindings::toeplitz::reta_queue(h, &self.reta).unwrap_or(0)
+    }
+
+    /// The queue a received frame lands on if it is IPv4/TCP
+    /// ([`ipv4_tcp_flow`]), `None` otherwise.
+    pub fn queue_of_frame(&self, frame: &[u8]) -> Option<u16> {
+        let (src, dst, sport, dport) = ipv4_tcp_flow(frame)?;
+        Some(self.queue_for(src, dst, sport, dport))
     }
 
     /// A local port for an active open from `local_ip` to
@@ -157,5 +197,42 @@ mod tests {
             reta: vec![0; 8],
         };
         assert_eq!(one.pick_port(us, them, 1, 1, 0, |_| false), None);
+    }
+
+    /// An Ethernet/IPv4/TCP frame from `src:sport` to `dst:dport`.
+    fn tcp_frame(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 54];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[23] = 6;
+        f[26..30].copy_from_slice(&src.octets());
+        f[30..34].copy_from_slice(&dst.octets());
+        f[34..36].copy_from_slice(&sport.to_be_bytes());
+        f[36..38].copy_from_slice(&dport.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn a_frame_to_a_picked_port_names_the_opener() {
+        let rss = Rss::round_robin(3);
+        let (us, them) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        for q in 0..3 {
+            let p = rss.pick_port(us, them, 4791, q, 49_152, |_| false).unwrap();
+            // The peer's reply, as the receiving worker parses it.
+            let f = tcp_frame(them, us, 4791, p);
+            assert_eq!(ipv4_tcp_flow(&f), Some((them, us, 4791, p)));
+            assert_eq!(rss.queue_of_frame(&f), Some(q));
+        }
+        // Not TCP, not IPv4, truncated: nobody's in particular.
+        let mut udp = tcp_frame(them, us, 1, 2);
+        udp[23] = 17;
+        assert_eq!(rss.queue_of_frame(&udp), None);
+        let mut arp = tcp_frame(them, us, 1, 2);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(rss.queue_of_frame(&arp), None);
+        assert_eq!(rss.queue_of_frame(&tcp_frame(them, us, 1, 2)[..36]), None);
+        let mut bad_ihl = tcp_frame(them, us, 1, 2);
+        bad_ihl[14] = 0x42;
+        assert_eq!(ipv4_tcp_flow(&bad_ihl), None);
     }
 }
