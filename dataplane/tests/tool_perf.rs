@@ -241,7 +241,9 @@ fn num(m: &serde_json::Map<String, Value>, key: &str) -> f64 {
 }
 
 /// Server in one namespace, client in the other, `test` with `extra`
-/// options on both; both must exit 0 with figures for `iters` messages.
+/// options on both; both must exit 0 with figures for `iters` messages
+/// (any number in duration mode, `iters` 0); with `--data_validation` in
+/// `extra`, some side must have checked bytes and found them right.
 fn pair(test: &str, extra: &[&str], iters: u64) {
     if !require_root() {
         return;
@@ -306,6 +308,8 @@ fn pair(test: &str, extra: &[&str], iters: u64) {
     );
 
     let lat = test.ends_with("-lat");
+    let verify = extra.contains(&"--data_validation");
+    let mut verified = 0.0;
     let mut report = Vec::new();
     for (side, out) in [("client", &c), ("server", &s)] {
         let doc: Value = serde_json::from_str(&out.stdout)
@@ -316,7 +320,9 @@ fn pair(test: &str, extra: &[&str], iters: u64) {
         }
         for r in found {
             let n = num(r, "iterations");
-            if lat {
+            if iters == 0 {
+                assert!(n > 0.0, "{side}: no messages in {r:?}");
+            } else if lat {
                 // Latency figures count samples: a ping-pong's n round
                 // trips are timed as the n - 1 intervals between them, as
                 // perftest times them.
@@ -350,8 +356,23 @@ fn pair(test: &str, extra: &[&str], iters: u64) {
                 line +=
                     &format!(", latency min {min:.1} p50 {p50:.1} p99 {p99:.1} max {max:.1} us");
             }
+            let checked = num(r, "verified_bytes");
+            verified += checked;
+            if checked > 0.0 {
+                line += &format!(", {checked} bytes verified");
+            }
             report.push(line);
         }
+        if verify {
+            assert_eq!(
+                doc.get("data_check").and_then(Value::as_str),
+                Some("passed"),
+                "{side}: data check in {doc}"
+            );
+        }
+    }
+    if verify {
+        assert!(verified > 0.0, "--data_validation checked nothing");
     }
     println!(
         "{test} {extra:?}: both sides exited 0; {}",
@@ -388,4 +409,41 @@ fn read_lat_over_veth() {
 #[test]
 fn send_lat_over_veth() {
     pair("send-lat", &["-s", "64", "-n", "200"], 200);
+}
+
+#[test]
+fn write_bw_two_qps_over_veth() {
+    pair("write-bw", &["-s", "4096", "-n", "100", "-q", "2"], 200);
+}
+
+#[test]
+fn read_bw_verified_over_veth() {
+    pair(
+        "read-bw",
+        &["-s", "4096", "-n", "100", "--data_validation"],
+        100,
+    );
+}
+
+#[test]
+fn send_bw_two_qps_verified_over_veth() {
+    pair(
+        "send-bw",
+        &["-s", "4096", "-n", "100", "-q", "2", "--data_validation"],
+        200,
+    );
+}
+
+#[test]
+fn write_lat_verified_over_veth() {
+    pair(
+        "write-lat",
+        &["-s", "64", "-n", "50", "--data_validation"],
+        50,
+    );
+}
+
+#[test]
+fn write_bw_duration_over_veth() {
+    pair("write-bw", &["-s", "4096", "-D", "2"], 0);
 }

@@ -322,6 +322,16 @@ impl PerfOptions {
                 "-q/--qp: latency tests run on one QP".into(),
             ));
         }
+        if self.verify && test == TestKind::WriteBw {
+            // The check reads the destination back by RDMA Read, and
+            // perftest's write test negotiates no Read credits (IRD/ORD 0).
+            return Err(ToolError::Usage(
+                "--data_validation: write-bw cannot read its data back (the session \
+                 negotiates no RDMA Read credits for write tests); use write-lat, \
+                 read-bw or send-bw"
+                    .into(),
+            ));
+        }
         if self.verify && self.all {
             return Err(ToolError::Usage(
                 "--data_validation checks one size per run: not with -a".into(),
@@ -842,6 +852,9 @@ mod tests {
             let m = usage(args(set).plan(TestKind::WriteBw));
             assert!(m.contains(option), "{option}: {m}");
         }
+        let m = usage(args(|a| a.verify = true).plan(TestKind::WriteBw));
+        assert!(m.contains("--data_validation"), "{m}");
+        assert!(args(|a| a.verify = true).plan(TestKind::SendBw).is_ok());
         let m = usage(args(|a| a.outs = Some("200".into())).plan(TestKind::ReadBw));
         assert!(m.contains("between 1 and 128"), "{m}");
     }
