@@ -128,8 +128,12 @@ fn dpdk_steady_state_allocates_nothing_per_packet() {
         .expect("ring pair links");
         let (sa, sb) = (la.stats(), lb.stats());
         let open = |ip, mac, peer, link| {
-            Dataplane::open_with_link(&config(ip, mac, peer, 1500, 1, true), link, DriveMode::Inline)
-                .expect("open")
+            Dataplane::open_with_link(
+                &config(ip, mac, peer, 1500, 1, true),
+                link,
+                DriveMode::Inline,
+            )
+            .expect("open")
         };
         let p = Pair {
             a: open(IP_A, MAC_A, (IP_B, MAC_B), la),

@@ -298,7 +298,7 @@ fn registered_heap_regions_over_net_ring_no_hugepages() {
         print_stats("no-huge b", &sb);
         let registered =
             sa.mem_registered.load(Ordering::Relaxed) + sb.mem_registered.load(Ordering::Relaxed);
-        assert!(registered >= 1 + 2 * 3 * SIZES.len() as u64);
+        assert!(registered > 2 * 3 * SIZES.len() as u64);
         assert!(sa.tx_attached.load(Ordering::Relaxed) > 1000);
         drop(p);
     }

@@ -349,7 +349,11 @@ pub fn port_bus_name(port_id: u16) -> Option<String> {
         return None;
     }
     // SAFETY: non-null, NUL-terminated, static.
-    Some(unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned())
+    Some(
+        unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 /// Anonymous memory backed by hugepages (`mmap` with `MAP_HUGETLB`),

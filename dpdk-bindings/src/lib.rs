@@ -40,7 +40,7 @@ pub mod toeplitz;
 pub use eal::{lcore_id, tsc, Eal, ThreadRegistration};
 pub use error::DpdkError;
 pub use extmem::{
-    is_external_memory, iova_of, phys_addr, port_bus_name, ExtBuf, ExtBufPool, ExtMem, HugeMap,
+    iova_of, is_external_memory, phys_addr, port_bus_name, ExtBuf, ExtBufPool, ExtMem, HugeMap,
     HugeMapError,
 };
 pub use mbuf::{AttachError, CksumStatus, Drain, Mbuf, MbufBurst, Segments, BURST};
