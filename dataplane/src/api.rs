@@ -19,6 +19,14 @@
 //! - [`Qp`] ([`Dataplane::create_qp`]): send and receive submission rings
 //!   ([`Qp::post_send`], [`Qp::post_recv`]) drained by the worker that owns
 //!   the connection. Work may be posted before the connection exists.
+//! - [`Srq`] ([`Dataplane::create_srq`]): a shared receive queue, one ring
+//!   that any application thread posts to ([`Srq::post_recv`]) and the
+//!   workers of every queue pair created on it
+//!   ([`Dataplane::create_qp_with_srq`]) take buffers from.
+//! - [`FastRegMr`] ([`Dataplane::alloc_mr`]): a fast-register region, an
+//!   STag that `FastRegister` work requests bind to memory and
+//!   `LocalInvalidate` work requests (or a peer's Send with Invalidate)
+//!   invalidate.
 //! - Connections: [`Dataplane::listen`], [`Dataplane::connect`], then
 //!   [`CmEvent`]s from [`Dataplane::poll_event`] / [`Dataplane::wait_event`]:
 //!   a [`CmEvent::ConnectRequest`] is answered with [`Dataplane::accept`]
@@ -42,24 +50,58 @@
 //! accesses are atomic words. The buffer of a Send or Write must not
 //! change until its completion (TCP may retransmit from it).
 //!
+//! # STags on several workers
+//!
+//! Each worker checks peers' STags against its own replica of the STag
+//! table, so no lock sits on the data path; the control path's table here
+//! allocates every STag, and `reg_mr` / `alloc_mr` return only once every
+//! worker has the region. Fast registration, local invalidation and remote
+//! invalidation (a peer's Send with Invalidate) change an STag on the
+//! worker that runs them, the one that owns the queue pair; that worker
+//! sends the change to every other worker's replica through a ring and
+//! holds the completion reporting it, and every later completion of the
+//! queue pair, until all of them have applied it. So when a
+//! `LocalInvalidate` completes (or a later completion shows that an
+//! unsignalled one ran), or a receive completion reports
+//! `invalidated_stag`, no worker will place a byte or answer a Read through
+//! that STag any more: a peer gets RDMAP's Terminate for an invalid STag
+//! whichever connection it tries. A freshly fast-registered STag is usable
+//! through every connection once its `FastRegister` completes; before that,
+//! only through the worker that ran it. Ordering across workers beyond
+//! this is the application's (as RDMAP orders nothing across streams):
+//! changing one STag from queue pairs on two workers at once leaves each
+//! replica with the change it received last. The worker module's
+//! documentation has the mechanism.
+//!
+//! # Shared receive queues
+//!
+//! The SRQ's ring (`crossbeam`'s `ArrayQueue`) is multi-producer for the
+//! application and multi-consumer for the workers: a worker pops one
+//! buffer only when a Send begins on one of its queue pairs, and that
+//! buffer is then that queue pair's (completed, or flushed if the
+//! connection fails). No worker holds buffers it does not use, so a Send
+//! finds no buffer (and its stream ends with DDP's Terminate) only when
+//! the ring is empty. [`Srq::arm_limit`] arms the limit event
+//! (`IBV_EVENT_SRQ_LIMIT_REACHED`), read with [`Srq::limit_reached`].
+//!
 //! # Not yet
 //!
-//! Shared receive queues, fast registration and local invalidation work
-//! requests (STag state is replicated per worker; these change it on one),
-//! graceful MPA close (disconnect closes TCP; the peer sees the stream
-//! end), more than one port.
+//! Graceful MPA close (disconnect closes TCP; the peer sees the stream
+//! end), memory windows, more than one port.
 
 use core::net::{Ipv4Addr, SocketAddrV4};
 use core::time::Duration;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use crossbeam_queue::ArrayQueue;
 use rdmap::placement::MemSpan;
-use rdmap::verbs::{CqId, Device, DeviceLimits, QpInitAttr, VerbsError, MAX_SGE};
+use rdmap::verbs::{
+    CqId, Device, DeviceLimits, QpInitAttr, RecvSupply, SrqId, SrqInitAttr, VerbsError, MAX_SGE,
+};
 use tcp_offload::tcp::{ConnId, StackError};
 use tcp_offload::wire::EthernetAddress;
 
@@ -67,8 +109,8 @@ pub use rdmap::engine::{SetupFailure, TerminateOrigin};
 pub use rdmap::error::TerminateCause;
 pub use rdmap::mpa::RtrType;
 pub use rdmap::verbs::{
-    Access, DeregStatus, PdId, PostError, QpNum, RecvWr, SendFlags, SendOp, SendWr, Sge, SgeList,
-    Stag, WcOpcode, WcStatus, WorkCompletion,
+    Access, DeregStatus, FastReg, PdId, PostError, QpNum, RecvWr, SendFlags, SendOp, SendWr, Sge,
+    SgeList, Stag, WcOpcode, WcStatus, WorkCompletion,
 };
 
 pub use crate::memory::Region;
@@ -77,8 +119,8 @@ use crate::config::{Config, ConfigError};
 use crate::link::{Link, LinkQueue, MemLink, MemLinkConfig};
 use crate::memory::MemoryError;
 use crate::worker::{
-    Clock, ConnParams, Ctl, CtlReply, SmallFrame, Worker, WorkerCounters, WorkerMsg, WorkerSetup,
-    WorkerStats, FORWARD_RING,
+    Clock, ConnParams, Ctl, CtlReply, MrSyncLinks, SmallFrame, Worker, WorkerCounters, WorkerMsg,
+    WorkerSetup, WorkerStats, FORWARD_RING,
 };
 
 /// How long the control path waits for a worker's answer.
@@ -229,6 +271,111 @@ impl Cq {
 }
 
 // ---------------------------------------------------------------------
+// Shared receive queues.
+// ---------------------------------------------------------------------
+
+#[derive(Debug)]
+pub(crate) struct SrqShared {
+    id: SrqId,
+    pd: PdId,
+    max_sge: u32,
+    ring: ArrayQueue<RecvWr>,
+    /// Armed limit (0: disarmed).
+    limit: AtomicU32,
+    limit_reached: AtomicBool,
+}
+
+/// A shared receive queue (`ibv_srq`): receive buffers for every queue
+/// pair created on it, whichever worker runs them. Clone it freely; every
+/// clone is the same queue.
+#[derive(Debug, Clone)]
+pub struct Srq {
+    inner: Arc<SrqShared>,
+}
+
+impl Srq {
+    /// Posts a receive (`ibv_post_srq_recv`): a push into the shared ring
+    /// (any thread; no lock). Its SGEs are checked when a Send lands in
+    /// them. A full ring is [`PostError::QueueFull`].
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<(), PostError> {
+        if wr.sges.len() > self.inner.max_sge as usize {
+            return Err(PostError::TooManySges);
+        }
+        if wr.sges.total_len().is_none() {
+            return Err(PostError::InvalidWr);
+        }
+        self.inner.ring.push(*wr).map_err(|_| PostError::QueueFull)
+    }
+
+    /// Its number.
+    pub fn id(&self) -> u32 {
+        self.inner.id.0
+    }
+
+    /// Its protection domain.
+    pub fn pd(&self) -> PdId {
+        self.inner.pd
+    }
+
+    /// Receives posted and not taken yet.
+    pub fn len(&self) -> usize {
+        self.inner.ring.len()
+    }
+
+    /// Whether none is posted.
+    pub fn is_empty(&self) -> bool {
+        self.inner.ring.is_empty()
+    }
+
+    /// Receives it holds at most.
+    pub fn capacity(&self) -> usize {
+        self.inner.ring.capacity()
+    }
+
+    /// Arms the limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): once a
+    /// worker takes a buffer and fewer than `limit` remain,
+    /// [`Srq::limit_reached`] turns true and the limit disarms. 0 disarms.
+    pub fn arm_limit(&self, limit: u32) {
+        self.inner.limit_reached.store(false, Ordering::Relaxed);
+        self.inner.limit.store(limit, Ordering::Release);
+    }
+
+    /// Whether the armed limit was reached since it was armed; reading it
+    /// clears it.
+    pub fn limit_reached(&self) -> bool {
+        self.inner.limit_reached.swap(false, Ordering::AcqRel)
+    }
+}
+
+/// A worker's way into an SRQ's ring, for the queue pair engine (see
+/// `rdmap::verbs::RecvSupply`): one buffer per Send that begins.
+#[derive(Debug)]
+pub(crate) struct SrqSupply(Arc<SrqShared>);
+
+impl SrqSupply {
+    pub(crate) fn new(srq: Arc<SrqShared>) -> SrqSupply {
+        SrqSupply(srq)
+    }
+}
+
+impl RecvSupply for SrqSupply {
+    fn take(&mut self) -> Option<RecvWr> {
+        let s = &*self.0;
+        let wr = s.ring.pop()?;
+        let limit = s.limit.load(Ordering::Relaxed);
+        if limit > 0
+            && s.ring.len() < limit as usize
+            && s.limit
+                .compare_exchange(limit, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            s.limit_reached.store(true, Ordering::Release);
+        }
+        Some(wr)
+    }
+}
+
+// ---------------------------------------------------------------------
 // Queue pairs.
 // ---------------------------------------------------------------------
 
@@ -299,6 +446,8 @@ pub(crate) struct QpShared {
     pub rq: ArrayQueue<RecvWr>,
     pub send_cq: Cq,
     pub recv_cq: Cq,
+    /// Its shared receive queue, if created with one.
+    pub srq: Option<Arc<SrqShared>>,
     status: AtomicU8,
     worker: AtomicUsize,
 }
@@ -353,8 +502,9 @@ impl Qp {
         }
         match wr.op {
             SendOp::RdmaRead { .. } if wr.sges.len() != 1 => return Err(PostError::InvalidWr),
-            // STag state is replicated per worker: see the module docs.
-            SendOp::LocalInvalidate { .. } | SendOp::FastRegister(_) => {
+            // Local memory operations carry no data (see the module docs
+            // for how their STag change reaches every worker).
+            SendOp::LocalInvalidate { .. } | SendOp::FastRegister(_) if !wr.sges.is_empty() => {
                 return Err(PostError::InvalidWr)
             }
             _ => {}
@@ -365,8 +515,13 @@ impl Qp {
         self.inner.sq.push(*wr).map_err(|_| PostError::QueueFull)
     }
 
-    /// Posts a receive (`ibv_post_recv`) for one incoming Send.
+    /// Posts a receive (`ibv_post_recv`) for one incoming Send. A queue
+    /// pair on a shared receive queue takes none
+    /// ([`PostError::SrqAttached`]): post to the [`Srq`].
     pub fn post_recv(&self, wr: &RecvWr) -> Result<(), PostError> {
+        if self.inner.srq.is_some() {
+            return Err(PostError::SrqAttached);
+        }
         if self.status() == QpStatus::Disconnected {
             return Err(PostError::InvalidState);
         }
@@ -453,6 +608,96 @@ impl MemoryRegistration {
             length: len,
             lkey: self.stag,
         }
+    }
+}
+
+/// A fast-register memory region (`ib_alloc_mr`): an STag, invalid until a
+/// `FastRegister` work request binds it to up to `max_len` bytes of its
+/// [`Region`] ([`FastRegMr::fast_reg_wr`]) with a key of the consumer's
+/// choice; a `LocalInvalidate` work request, or a peer's Send with
+/// Invalidate, makes it invalid again. See the module documentation for
+/// how every worker learns of each change.
+#[derive(Debug, Clone)]
+pub struct FastRegMr {
+    stag: Stag,
+    pd: PdId,
+    max_len: u64,
+    region: Region,
+}
+
+impl FastRegMr {
+    /// The STag as allocated (its index; fast registration picks the key).
+    pub fn stag(&self) -> Stag {
+        self.stag
+    }
+
+    /// The STag with `key`, as a fast registration with `key` names it.
+    pub fn stag_with_key(&self, key: u8) -> Stag {
+        self.stag.with_key(key)
+    }
+
+    /// Longest binding.
+    pub fn max_len(&self) -> u64 {
+        self.max_len
+    }
+
+    /// The memory it binds.
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    /// Its protection domain.
+    pub fn pd(&self) -> PdId {
+        self.pd
+    }
+
+    /// A fast registration binding `len` bytes of the region from `offset`
+    /// with `access`, under the STag with `key`; tagged offsets are virtual
+    /// addresses, as for [`Dataplane::reg_mr`].
+    pub fn fast_reg(
+        &self,
+        key: u8,
+        offset: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<FastReg, Error> {
+        match offset.checked_add(len) {
+            Some(end) if len > 0 && end <= self.region.len() && len as u64 <= self.max_len => {}
+            _ => return Err(Error::Memory(MemoryError::OutOfBounds)),
+        }
+        Ok(FastReg {
+            stag: self.stag.with_key(key),
+            mem: MemSpan::new(self.region.handle(), offset as u64, len as u64),
+            iova: self.region.addr() + offset as u64,
+            access,
+        })
+    }
+
+    /// [`FastRegMr::fast_reg`] as a signalled work request.
+    pub fn fast_reg_wr(
+        &self,
+        wr_id: u64,
+        key: u8,
+        offset: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<SendWr, Error> {
+        Ok(SendWr {
+            wr_id,
+            op: SendOp::FastRegister(self.fast_reg(key, offset, len, access)?),
+            sges: SgeList::empty(),
+            flags: SendFlags::SIGNALED,
+        })
+    }
+}
+
+/// A signalled local invalidation of `stag` (`IBV_WR_LOCAL_INV`).
+pub fn local_invalidate_wr(wr_id: u64, stag: Stag) -> SendWr {
+    SendWr {
+        wr_id,
+        op: SendOp::LocalInvalidate { stag },
+        sges: SgeList::empty(),
+        flags: SendFlags::SIGNALED,
     }
 }
 
@@ -745,7 +990,7 @@ impl Dataplane {
         let forward: Vec<Arc<ArrayQueue<SmallFrame>>> = (0..count)
             .map(|_| Arc::new(ArrayQueue::new(FORWARD_RING)))
             .collect();
-        let dispatch = Arc::new(crate::worker::DispatchRings::new(count));
+        let mut mr_sync = MrSyncLinks::mesh(count).into_iter();
         let clock = Clock::new();
         let mut workers = Vec::with_capacity(count);
         let mut inline: Vec<Box<dyn Pollable>> = Vec::new();
@@ -764,6 +1009,9 @@ impl Dataplane {
                 ctl: ctl_rx,
                 out: out_tx.clone(),
                 counters: counters.clone(),
+                mr_sync: mr_sync
+                    .next()
+                    .ok_or(Error::InvalidArgument("worker count"))?,
                 forward_in: forward[i].clone(),
                 forward_out: forward
                     .iter()
@@ -771,7 +1019,6 @@ impl Dataplane {
                     .filter(|&(j, _)| j != i)
                     .map(|(_, q)| q.clone())
                     .collect(),
-                dispatch: dispatch.clone(),
             };
             let thread = match mode {
                 DriveMode::Inline => {
@@ -827,7 +1074,6 @@ impl Dataplane {
             max_mr: l.max_mr,
             max_qp: 1,
             max_cq: 1,
-            max_srq: 1,
             ..DeviceLimits::default()
         });
         Ok(Dataplane {
@@ -979,6 +1225,29 @@ impl Dataplane {
         recv_cq: &Cq,
         opts: QpOptions,
     ) -> Result<Qp, Error> {
+        self.create_qp_with_srq(pd, send_cq, recv_cq, None, opts)
+    }
+
+    /// [`Dataplane::create_qp`] whose receives come from `srq` (of the
+    /// same protection domain) when given: the queue pair then takes no
+    /// receives of its own, and `max_recv_wr` / `max_recv_sge` are
+    /// ignored.
+    pub fn create_qp_with_srq(
+        &self,
+        pd: ProtectionDomain,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        srq: Option<&Srq>,
+        opts: QpOptions,
+    ) -> Result<Qp, Error> {
+        let opts = match srq {
+            Some(s) => QpOptions {
+                max_recv_wr: 0,
+                max_recv_sge: s.inner.max_sge,
+                ..opts
+            },
+            None => opts,
+        };
         let l = &self.limits;
         let sge_ok = |n: u32| n <= MAX_SGE as u32;
         if opts.max_send_wr == 0
@@ -995,6 +1264,9 @@ impl Dataplane {
         if !c.pds.contains(&pd.id) {
             return Err(Error::Verbs(VerbsError::InvalidPd));
         }
+        if srq.is_some_and(|s| s.inner.pd != pd.id) {
+            return Err(Error::Verbs(VerbsError::InvalidSrq));
+        }
         if c.next_qpn > l.max_qp {
             return Err(Error::Verbs(VerbsError::TableFull));
         }
@@ -1004,7 +1276,7 @@ impl Dataplane {
             pd: pd.id,
             send_cq: CqId(send_cq.id()),
             recv_cq: CqId(recv_cq.id()),
-            srq: None,
+            srq: srq.map(|s| s.inner.id),
             max_send_wr: opts.max_send_wr,
             max_recv_wr: opts.max_recv_wr,
             max_send_sge: opts.max_send_sge,
@@ -1021,6 +1293,7 @@ impl Dataplane {
                 rq: ArrayQueue::new(opts.max_recv_wr.max(1) as usize),
                 send_cq: send_cq.clone(),
                 recv_cq: recv_cq.clone(),
+                srq: srq.map(|s| s.inner.clone()),
                 status: AtomicU8::new(QpStatus::Idle as u8),
                 worker: AtomicUsize::new(UNBOUND),
             }),
@@ -1083,6 +1356,107 @@ impl Dataplane {
         let stag = mr.stag;
         let mut pending = 0;
         for r in self.broadcast(|reply| Ctl::DeregMr { stag, reply }) {
+            if let CtlReply::Dereg(DeregStatus::Pending) = r? {
+                pending += 1;
+            }
+        }
+        if pending == 0 {
+            c.device.dereg_mr(stag)?;
+            Ok(DeregStatus::Done)
+        } else {
+            c.deregs.insert(stag.0, pending);
+            Ok(DeregStatus::Pending)
+        }
+    }
+
+    /// Creates a shared receive queue of `max_wr` receives of up to
+    /// `max_sge` SGEs in `pd` (`ibv_create_srq`); queue pairs use it through
+    /// [`Dataplane::create_qp_with_srq`], on any worker.
+    pub fn create_srq(
+        &self,
+        pd: ProtectionDomain,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<Srq, Error> {
+        let mut c = lock(&self.control);
+        if !c.pds.contains(&pd.id) {
+            return Err(Error::Verbs(VerbsError::InvalidPd));
+        }
+        let attr = SrqInitAttr {
+            max_wr,
+            max_sge,
+            srq_limit: 0,
+        };
+        // The control path's device checks the limits and numbers it; the
+        // buffers live in the ring below.
+        let id = c.device.create_srq(pd.id, attr)?.id();
+        Ok(Srq {
+            inner: Arc::new(SrqShared {
+                id,
+                pd: pd.id,
+                max_sge,
+                ring: ArrayQueue::new(max_wr as usize),
+                limit: AtomicU32::new(0),
+                limit_reached: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Allocates a fast-register region of up to `max_len` bytes of
+    /// `region` in `pd` (`ib_alloc_mr`): its STag is known, invalid, to
+    /// every worker when this returns.
+    pub fn alloc_mr(
+        &self,
+        pd: ProtectionDomain,
+        region: &Region,
+        max_len: u64,
+    ) -> Result<FastRegMr, Error> {
+        if max_len == 0 || max_len > region.len() as u64 {
+            return Err(Error::Memory(MemoryError::OutOfBounds));
+        }
+        let mut c = lock(&self.control);
+        if !c.pds.contains(&pd.id) {
+            return Err(Error::Verbs(VerbsError::InvalidPd));
+        }
+        let stag = c.device.alloc_mr(pd.id, max_len)?;
+        let results = self.broadcast(|reply| Ctl::AllocMr {
+            stag,
+            pd: pd.id,
+            max_len,
+            region: region.clone(),
+            reply,
+        });
+        if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+            let handle = region.handle();
+            let _ = self.broadcast(|reply| Ctl::DeallocMr {
+                stag,
+                region: handle,
+                reply,
+            });
+            let _ = c.device.dereg_mr(stag);
+            return Err(e);
+        }
+        Ok(FastRegMr {
+            stag,
+            pd: pd.id,
+            max_len,
+            region: region.clone(),
+        })
+    }
+
+    /// Frees a fast-register region (`ib_dereg_mr`), whatever its state:
+    /// as [`Dataplane::dereg_mr`], [`DeregStatus::Pending`] while data in
+    /// flight still refers to its memory, then
+    /// [`CmEvent::MrDeregistered`].
+    pub fn dealloc_mr(&self, mr: &FastRegMr) -> Result<DeregStatus, Error> {
+        let mut c = lock(&self.control);
+        let (stag, handle) = (mr.stag, mr.region.handle());
+        let mut pending = 0;
+        for r in self.broadcast(|reply| Ctl::DeallocMr {
+            stag,
+            region: handle,
+            reply,
+        }) {
             if let CtlReply::Dereg(DeregStatus::Pending) = r? {
                 pending += 1;
             }

@@ -6,24 +6,16 @@
 //!
 //! 1. Control messages from the application's control path (listen,
 //!    connect, accept, reject, memory registration), at most
-//!    [`CTL_PER_POLL`].
+//!    [`CTL_PER_POLL`], and the STag changes other workers made (fast
+//!    registration, local and remote invalidation), at most
+//!    [`MR_SYNC_PER_POLL`]: see "STag replicas" below.
 //! 2. RX burst of at most [`RX_BURST`] frames; each goes to
 //!    `tcp-offload`'s [`Interface::handle_frame_with`] by reference (the
 //!    TCP engine keeps out-of-order data in the received buffers), with the
 //!    device's checksum verdicts ([`LinkQueue::rx_checksum`]): checksums
 //!    the device found good are not summed again. ARP frames
 //!    are also forwarded to the other workers (a NIC steers them to queue
-//!    0 only, and every worker keeps its own neighbour table). On a port
-//!    that cannot steer TCP flows to queues ([`LinkCaps::rss`] is `None`)
-//!    with several workers, each TCP frame whose connection another worker
-//!    owns is handed to it over that worker's dispatch ring (the buffer
-//!    itself moves, nothing is copied; counted, and dropped when the ring
-//!    is full); then the frames other workers handed over, at most
-//!    [`DISPATCH_PER_POLL`]. The owner is [`Rss::queue_of_frame`] under
-//!    [`Rss::round_robin`] over the workers, the function the active side
-//!    picks its local port with, so each connection stays on its opener,
-//!    and a passive one on the worker its SYN names (whose listener takes
-//!    it, and whose QP is bound there at accept).
+//!    0 only, and every worker keeps its own neighbour table).
 //! 3. TCP and ARP timers.
 //! 4. New passive connections ([`ACCEPT_PER_POLL`]): their MPA request is
 //!    gathered and reported to the application, which accepts or rejects.
@@ -47,6 +39,31 @@
 //! their frames from it (the region stays pinned). Records TCP drops on a
 //! reset come back through [`FpduRecord`]'s `Drop` and return their pins.
 //!
+//! # STag replicas
+//!
+//! Every worker checks peers' STags against its own copy of the STag table
+//! (no lock on the data path); the control path's table in
+//! [`crate::api`] allocates the STags and the workers mirror its
+//! registrations before `reg_mr` returns. Fast registration and local
+//! invalidation are work requests, and a Send with Invalidate arrives on a
+//! connection: all three change an STag's state on the one worker that
+//! runs them. That worker then sends the change to every other worker's
+//! replica ring ([`MrSyncLinks`]) and holds the completion that reports
+//! it (and every later completion of that queue pair) until each of them
+//! has applied it, so once the application sees an invalidation complete,
+//! no worker will place a byte or answer a Read through the old
+//! registration. A fast registration or local invalidation the application
+//! did not signal is signalled to the engine all the same, and its
+//! completion dropped once the others have it. Two workers changing the
+//! same STag at once (concurrent work requests on one STag through queue
+//! pairs on different workers, which the verbs leave to the consumer to
+//! order) end with the change each worker received last.
+//!
+//! Shared receive queues: a queue pair attached to one takes each receive
+//! buffer from the application's multi-consumer ring when a Send begins
+//! (`rdmap::verbs::RecvSupply`), so the worker that pops a buffer owns it
+//! and no worker holds buffers another one needs.
+//!
 //! Allocation happens at connection setup and on the slow path (control
 //! messages, connection requests, ARP holds), never per packet: received
 //! buffers come from the port's pool, frames are reused, records carry
@@ -69,7 +86,11 @@ use rdmap::verbs::{
     Access, CompletionQueue, CqId, DeregStatus, Device, DeviceLimits, MrEvent, PdId, QpInitAttr,
     QpNum, QueuePair, RecvWr, SendWr, Stag, WorkCompletion,
 };
-use tcp_offload::iface::{FrameParts, Interface, InterfaceConfig, RxChecksum};
+use rdmap::verbs::{
+    AccessError, FastReg, MrTable, SendFlags, SendOp, SharedReceiveQueue, SrqInitAttr, VerbsError,
+    WcOpcode, WcStatus,
+};
+use tcp_offload::iface::{FrameParts, Interface, InterfaceConfig};
 use tcp_offload::tcp::{self, ConnId, Event, Record, Stack, StackError};
 use tcp_offload::wire::checksum;
 use tcp_offload::Instant;
@@ -81,7 +102,6 @@ use crate::api::{
 use crate::config::Config;
 use crate::link::{FrameFull, LinkCaps, LinkQueue, TxFrame};
 use crate::memory::{MemoryTable, Region, RegionSlice};
-use crate::steer::Rss;
 
 /// Frames taken from the RX queue per iteration: DPDK's customary burst,
 /// enough to amortise the ring access, small enough that the burst's
@@ -125,20 +145,16 @@ const HDR_BUF: usize = 160;
 /// largest private data a peer may send (RFC 5044 §7.1, 512 bytes).
 const MAX_REQUEST: usize = rdmap::mpa::frame::HEADER_LEN + rdmap::mpa::frame::MAX_PRIVATE_DATA_RECV;
 
+/// STag changes waiting in one worker's replica ring at most: far more
+/// than the fast registrations and invalidations of one iteration.
+pub(crate) const MR_SYNC_RING: usize = 256;
+
+/// STag changes from other workers applied per iteration (the ring is
+/// drained in a few iterations even when full).
+pub const MR_SYNC_PER_POLL: usize = 64;
+
 /// Frames forwarded between workers at most (ARP), per worker.
 pub(crate) const FORWARD_RING: usize = 64;
-
-/// Received frames waiting in one worker's dispatch ring at most: what
-/// other workers handed it on a port that cannot steer. Thirty-two bursts:
-/// a worker drains [`DISPATCH_PER_POLL`] per iteration, so the ring
-/// absorbs the other workers' bursts while it is busy with a long
-/// iteration; a full ring drops (counted) and TCP recovers.
-pub(crate) const DISPATCH_RING: usize = 32 * RX_BURST;
-
-/// Handed-over frames a worker takes from its dispatch ring per
-/// iteration: two bursts, so that one other worker receiving everything
-/// (a port delivering on queue 0 only) cannot outrun it.
-pub const DISPATCH_PER_POLL: usize = 2 * RX_BURST;
 
 // ---------------------------------------------------------------------
 // Time.
@@ -363,6 +379,21 @@ pub(crate) enum Ctl {
         stag: Stag,
         reply: Sender<CtlReply>,
     },
+    /// A fast-register region: `stag` allocated (invalid) by the control
+    /// path, over memory of `region`.
+    AllocMr {
+        stag: Stag,
+        pd: PdId,
+        max_len: u64,
+        region: Region,
+        reply: Sender<CtlReply>,
+    },
+    /// Frees a fast-register region whatever its current key.
+    DeallocMr {
+        stag: Stag,
+        region: RegionHandle,
+        reply: Sender<CtlReply>,
+    },
     Disconnect {
         qpn: QpNum,
         abort: bool,
@@ -377,6 +408,209 @@ pub(crate) enum WorkerMsg {
     Event(CmEvent),
     /// A deregistration that waited for pins finished on this worker.
     MrReleased { stag: Stag },
+}
+
+// ---------------------------------------------------------------------
+// STag replicas (see the module documentation).
+// ---------------------------------------------------------------------
+
+/// A change of an STag's state that one worker made and the others apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MrOp {
+    /// A fast registration of a queue pair in `pd`.
+    FastRegister { fr: FastReg, pd: PdId },
+    /// A local or remote invalidation on a queue pair in `pd`.
+    Invalidate { stag: Stag, pd: PdId },
+}
+
+/// One change on its way to a replica: who made it and its sequence
+/// number among that worker's changes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MrSync {
+    from: usize,
+    seq: u64,
+    op: MrOp,
+}
+
+/// How far each worker has applied each other worker's changes:
+/// `applied[receiver * n + sender]`, the last sequence number applied.
+#[derive(Debug)]
+struct MrAcks {
+    n: usize,
+    applied: Box<[AtomicU64]>,
+}
+
+impl MrAcks {
+    fn slot(&self, receiver: usize, sender: usize) -> &AtomicU64 {
+        &self.applied[receiver * self.n + sender]
+    }
+}
+
+/// A worker's links to the other workers' STag replicas: its own ring
+/// (multi-producer: every other worker pushes), the others' rings, and
+/// the shared table of what has been applied.
+///
+/// Changes from one worker reach a ring in the order that worker made
+/// them (per-peer outboxes keep the order when a ring is full), so "the
+/// peer applied sequence number `s`" means it applied every earlier one.
+#[derive(Debug)]
+pub(crate) struct MrSyncLinks {
+    index: usize,
+    inbox: Arc<ArrayQueue<MrSync>>,
+    peers: Vec<(usize, Arc<ArrayQueue<MrSync>>)>,
+    outbox: Vec<VecDeque<MrSync>>,
+    acks: Arc<MrAcks>,
+    next_seq: u64,
+}
+
+impl MrSyncLinks {
+    /// The links of `n` workers, all allocated now.
+    pub(crate) fn mesh(n: usize) -> Vec<MrSyncLinks> {
+        let inboxes: Vec<_> = (0..n)
+            .map(|_| Arc::new(ArrayQueue::new(MR_SYNC_RING)))
+            .collect();
+        let acks = Arc::new(MrAcks {
+            n,
+            applied: (0..n * n).map(|_| AtomicU64::new(0)).collect(),
+        });
+        (0..n)
+            .map(|i| MrSyncLinks {
+                index: i,
+                inbox: inboxes[i].clone(),
+                peers: (0..n)
+                    .filter(|&j| j != i)
+                    .map(|j| (j, inboxes[j].clone()))
+                    .collect(),
+                outbox: (1..n)
+                    .map(|_| VecDeque::with_capacity(MR_SYNC_RING))
+                    .collect(),
+                acks: acks.clone(),
+                next_seq: 0,
+            })
+            .collect()
+    }
+
+    /// Sends `op` to every other worker; returns its sequence number, to
+    /// wait for with [`MrSyncLinks::acked`].
+    fn broadcast(&mut self, op: MrOp) -> u64 {
+        self.next_seq += 1;
+        let m = MrSync {
+            from: self.index,
+            seq: self.next_seq,
+            op,
+        };
+        for q in &mut self.outbox {
+            q.push_back(m);
+        }
+        self.flush();
+        self.next_seq
+    }
+
+    /// Moves what waits in the outboxes into the peers' rings, in order,
+    /// as far as they have room.
+    fn flush(&mut self) {
+        for ((_, ring), q) in self.peers.iter().zip(self.outbox.iter_mut()) {
+            while let Some(&m) = q.front() {
+                if ring.push(m).is_err() {
+                    break;
+                }
+                q.pop_front();
+            }
+        }
+    }
+
+    /// Whether every other worker has applied change `seq` of this one.
+    fn acked(&self, seq: u64) -> bool {
+        self.peers
+            .iter()
+            .all(|&(j, _)| self.acks.slot(j, self.index).load(Ordering::Acquire) >= seq)
+    }
+
+    /// Applies the other workers' changes to this worker's table (at most
+    /// [`MR_SYNC_PER_POLL`]); whether there were any.
+    fn apply_incoming(&mut self, mrs: &mut MrTable) -> bool {
+        let mut n = 0;
+        while n < MR_SYNC_PER_POLL {
+            let Some(m) = self.inbox.pop() else {
+                break;
+            };
+            n += 1;
+            match m.op {
+                MrOp::FastRegister { fr, pd } => {
+                    if mrs.fast_register(&fr, pd) == Err(AccessError::InvalidOperation) {
+                        // Registered here meanwhile (see the module docs):
+                        // the replica takes the change it received last.
+                        if let Some(cur) = mrs.query_mr(fr.stag).map(|i| i.stag) {
+                            let _ = mrs.invalidate_local(cur, pd);
+                            let _ = mrs.fast_register(&fr, pd);
+                        }
+                    }
+                }
+                MrOp::Invalidate { stag, pd } => {
+                    // It passed the stricter check where it ran; an STag
+                    // already invalid here stays so.
+                    let _ = mrs.invalidate_local(stag, pd);
+                }
+            }
+            // Release: the table above is updated before the sender can
+            // see the acknowledgement (and complete the work request).
+            self.acks
+                .slot(self.index, m.from)
+                .store(m.seq, Ordering::Release);
+        }
+        n > 0
+    }
+}
+
+/// A fast registration or local invalidation posted to a queue pair, in
+/// send-queue order, until its completion comes out of the engine.
+#[derive(Debug, Clone, Copy)]
+struct LocalOp {
+    wr_id: u64,
+    op: MrOp,
+    /// The application asked for a completion on success.
+    signalled: bool,
+}
+
+/// A completion held until every other worker has applied STag change
+/// `seq` (`None`: an unsignalled change, nothing to deliver).
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    seq: u64,
+    wc: Option<(WorkCompletion, bool)>,
+}
+
+/// The request the engine runs for `wr`, and what to replicate when it
+/// completes: a fast registration or local invalidation is always
+/// signalled to the engine (its completion is where the worker learns the
+/// outcome), and a fast registration naming memory this worker does not
+/// know (not registered with [`crate::api::Dataplane::alloc_mr`] or
+/// `reg_mr`) is made to fail with a local protection error.
+fn prepare_local(wr: &SendWr, attr: &QpInitAttr, mem: &MemoryTable) -> (SendWr, Option<LocalOp>) {
+    let pd = attr.pd;
+    let (op, mr_op) = match wr.op {
+        SendOp::FastRegister(mut fr) => {
+            if mem.get(fr.mem.region).is_none() {
+                // Longer than any fast-register region: refused by the
+                // table's own check.
+                fr.mem.len = u64::MAX;
+            }
+            (SendOp::FastRegister(fr), MrOp::FastRegister { fr, pd })
+        }
+        SendOp::LocalInvalidate { stag } => (wr.op, MrOp::Invalidate { stag, pd }),
+        _ => return (*wr, None),
+    };
+    let local = LocalOp {
+        wr_id: wr.wr_id,
+        op: mr_op,
+        signalled: attr.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),
+    };
+    let wr = SendWr {
+        op,
+        flags: wr.flags | SendFlags::SIGNALED,
+        ..*wr
+    };
+    (wr, Some(local))
 }
 
 // ---------------------------------------------------------------------
@@ -590,26 +824,6 @@ impl SmallFrame {
     }
 }
 
-/// The software dispatcher's rings, one per worker: received frames (the
-/// buffers themselves, with the device's checksum verdicts) that another
-/// worker took from its queue for a connection this worker owns.
-/// Allocated once, when the dataplane opens.
-#[derive(Debug)]
-pub(crate) struct DispatchRings<B> {
-    rings: Vec<ArrayQueue<(B, RxChecksum)>>,
-}
-
-impl<B> DispatchRings<B> {
-    /// Rings for `workers` workers, [`DISPATCH_RING`] frames each.
-    pub(crate) fn new(workers: usize) -> DispatchRings<B> {
-        DispatchRings {
-            rings: (0..workers)
-                .map(|_| ArrayQueue::new(DISPATCH_RING))
-                .collect(),
-        }
-    }
-}
-
 /// What the worker's interface receives: a frame of its own queue, or one
 /// forwarded by another worker.
 #[derive(Debug)]
@@ -710,6 +924,9 @@ struct Conn {
     stream_closed: bool,
     /// The engine reported an orderly close.
     closed_in_order: bool,
+    /// The engine asked for TCP to be closed (after an orderly close or a
+    /// Terminate).
+    close_requested: bool,
     /// The application was told the connection is gone.
     reported_down: bool,
     terminated: Option<DisconnectReason>,
@@ -717,6 +934,14 @@ struct Conn {
     /// A send work request the QP could not take yet.
     stash_send: Option<SendWr>,
     stash_recv: Option<RecvWr>,
+    /// This worker's end of the QP's shared receive queue: takes each
+    /// buffer from the application's ring when a Send begins.
+    srq: Option<SharedReceiveQueue>,
+    /// Fast registrations and local invalidations in the engine, oldest
+    /// first.
+    local_ops: VecDeque<LocalOp>,
+    /// A completion waiting for the other workers' STag replicas.
+    hold: Option<Hold>,
 }
 
 impl Conn {
@@ -740,11 +965,15 @@ impl Conn {
             tcp_end: None,
             stream_closed: false,
             closed_in_order: false,
+            close_requested: false,
             reported_down: false,
             terminated: None,
             local_abort: false,
             stash_send: None,
             stash_recv: None,
+            srq: None,
+            local_ops: VecDeque::new(),
+            hold: None,
         }
     }
 
@@ -753,6 +982,22 @@ impl Conn {
         self.cq = CompletionQueue::new(a.send_cq, a.max_send_wr + 8);
         self.rcq = CompletionQueue::new(a.recv_cq, a.max_recv_wr + 8);
         self.backlog = VecDeque::with_capacity((a.max_send_wr + a.max_recv_wr) as usize + 16);
+        // Sends stop draining while a completion is held, so at most two
+        // send queues' worth of local operations are ever tracked.
+        self.local_ops = VecDeque::with_capacity(2 * a.max_send_wr as usize + 8);
+        self.srq = match (&shared.srq, a.srq) {
+            (Some(srq), Some(id)) => Some(SharedReceiveQueue::with_supply(
+                id,
+                a.pd,
+                SrqInitAttr {
+                    max_wr: 1,
+                    max_sge: a.max_recv_sge,
+                    srq_limit: 0,
+                },
+                Box::new(crate::api::SrqSupply::new(srq.clone())),
+            )),
+            _ => None,
+        };
         self.shared = Some(shared);
     }
 
@@ -785,12 +1030,28 @@ struct Cx<'a, B> {
     out: &'a Sender<WorkerMsg>,
     worker: u64,
     index: usize,
+    sync: &'a mut MrSyncLinks,
 }
 
 impl<B: AsRef<[u8]>> Cx<'_, B> {
     fn event(&self, ev: CmEvent) {
         // The control side has gone only when the dataplane is dropped.
         let _ = self.out.send(WorkerMsg::Event(ev));
+    }
+}
+
+/// [`env`] for the receive path of a queue pair with a shared receive
+/// queue (`srq`): only an incoming Send takes a receive buffer.
+fn env_srq<'e>(
+    device: &'e mut Device,
+    mem: &'e mut MemoryTable,
+    cq: &'e mut CompletionQueue,
+    rcq: &'e mut CompletionQueue,
+    srq: Option<&'e mut SharedReceiveQueue>,
+) -> Env<'e, MemoryTable> {
+    Env {
+        srq,
+        ..env(device, mem, cq, rcq)
     }
 }
 
@@ -851,7 +1112,13 @@ impl Conn {
                 (Phase::Running, Some(ep)) => ep.handle_stream(
                     now_e,
                     p.bytes(),
-                    &mut env(cx.device, cx.mem, &mut self.cq, &mut self.rcq),
+                    &mut env_srq(
+                        cx.device,
+                        cx.mem,
+                        &mut self.cq,
+                        &mut self.rcq,
+                        self.srq.as_mut(),
+                    ),
                 ),
                 (Phase::AwaitRequest { .. } | Phase::AwaitDecision, _) => {
                     if self.request.len() + p.len() > MAX_REQUEST + 64 {
@@ -888,7 +1155,7 @@ impl Conn {
         work |= self.engine_events(cx);
         // Events may have queued more (an accept's reply, a Terminate).
         work |= self.send_records(cx, owner);
-        work |= self.deliver();
+        work |= self.deliver(cx.sync);
         if self.closed_in_order && !self.reported_down {
             // An orderly close is complete for the application now; TCP
             // may still linger in TIME-WAIT, and the connection stays here
@@ -899,6 +1166,19 @@ impl Conn {
                 qp: self.qpn(),
                 reason: DisconnectReason::Closed,
             });
+        }
+        if let Some(reason) = self.terminated {
+            if self.close_requested && self.established && !self.reported_down {
+                // A Terminate ended the stream and went out (or came in):
+                // the queue pair is in Error, and the application learns it
+                // now rather than after TCP's close (TIME-WAIT may last).
+                self.reported_down = true;
+                self.set_status(QpStatus::Disconnected);
+                cx.event(CmEvent::Disconnected {
+                    qp: self.qpn(),
+                    reason,
+                });
+            }
         }
         if let Some(end) = self.tcp_end {
             if matches!(self.phase, Phase::TcpConnecting { .. }) {
@@ -993,11 +1273,17 @@ impl Conn {
         };
         let attr = shared.attr;
         let mrs = cx.device.mrs();
+        let mem = &*cx.mem;
         let mut stash_recv = self.stash_recv.take();
         let mut stash_send = self.stash_send.take();
+        // While a completion waits for the other workers' replicas, no
+        // new send work starts (it bounds what completes behind it).
+        let held = self.hold.is_some();
+        let mut local_ops = core::mem::take(&mut self.local_ops);
         let Some(qp) = self.qp_mut() else {
             self.stash_recv = stash_recv;
             self.stash_send = stash_send;
+            self.local_ops = local_ops;
             return false;
         };
         let mut n = 0;
@@ -1011,13 +1297,14 @@ impl Conn {
                 break;
             }
         }
-        while n < MAX_POSTS_PER_POLL && qp.sq_len() < attr.max_send_wr as usize {
+        while !held && n < MAX_POSTS_PER_POLL && qp.sq_len() < attr.max_send_wr as usize {
             let Some(wr) = stash_send.take().or_else(|| shared.sq.pop()) else {
                 break;
             };
             n += 1;
-            match qp.post_send(&wr, mrs) {
-                Ok(_) => {}
+            let (run, local) = prepare_local(&wr, &attr, mem);
+            match qp.post_send(&run, mrs) {
+                Ok(_) => local_ops.extend(local),
                 Err(rdmap::verbs::PostError::InvalidState | rdmap::verbs::PostError::QueueFull) => {
                     stash_send = Some(wr);
                     break;
@@ -1028,6 +1315,7 @@ impl Conn {
         }
         self.stash_recv = stash_recv;
         self.stash_send = stash_send;
+        self.local_ops = local_ops;
         n > 0
     }
 
@@ -1124,6 +1412,7 @@ impl Conn {
                 }
                 EngineEvent::Closed => self.closed_in_order = true,
                 EngineEvent::ReadyToClose => {
+                    self.close_requested = true;
                     if let Some(c) = cx.stack.conn_mut(self.tcp) {
                         c.close(cx.now);
                     }
@@ -1133,22 +1422,75 @@ impl Conn {
         work
     }
 
-    /// Moves completions into the application's CQ rings.
-    fn deliver(&mut self) -> bool {
+    /// Moves completions into the application's CQ rings. A completion
+    /// that reports an STag change (a fast registration, a local
+    /// invalidation, a Send that invalidated one of our STags) first sends
+    /// the change to the other workers, then waits with everything behind
+    /// it until they have applied it (see the module documentation).
+    fn deliver(&mut self, sync: &mut MrSyncLinks) -> bool {
         let Some(shared) = &self.shared else {
             while self.cq.poll_one().is_some() || self.rcq.poll_one().is_some() {}
             return false;
         };
         let mut n = 0;
         loop {
-            let next = self
-                .backlog
-                .pop_front()
-                .or_else(|| self.cq.poll_one().map(|wc| (wc, false)))
-                .or_else(|| self.rcq.poll_one().map(|wc| (wc, true)));
+            if let Some(h) = self.hold {
+                if !sync.acked(h.seq) {
+                    break;
+                }
+                self.hold = None;
+                n += 1;
+                if let Some(entry) = h.wc {
+                    self.backlog.push_front(entry);
+                }
+            }
+            // The backlog was examined before it went there.
+            let (next, fresh) = match self.backlog.pop_front() {
+                Some(e) => (Some(e), false),
+                None => (
+                    self.cq
+                        .poll_one()
+                        .map(|wc| (wc, false))
+                        .or_else(|| self.rcq.poll_one().map(|wc| (wc, true))),
+                    true,
+                ),
+            };
             let Some((wc, recv)) = next else {
                 break;
             };
+            if fresh {
+                let ok = wc.status == WcStatus::Success;
+                let (change, deliver) = match wc.opcode {
+                    WcOpcode::FastRegister | WcOpcode::LocalInvalidate if !recv => {
+                        // One per local operation, in send-queue order.
+                        let op = self.local_ops.pop_front();
+                        debug_assert!(op.map_or(true, |o| o.wr_id == wc.wr_id));
+                        let signalled = op.map_or(true, |o| o.signalled);
+                        (op.filter(|_| ok).map(|o| o.op), signalled || !ok)
+                    }
+                    WcOpcode::Recv if ok => (
+                        wc.invalidated_stag.map(|stag| MrOp::Invalidate {
+                            stag,
+                            pd: shared.attr.pd,
+                        }),
+                        true,
+                    ),
+                    _ => (None, true),
+                };
+                if let Some(op) = change {
+                    let seq = sync.broadcast(op);
+                    if !sync.acked(seq) {
+                        self.hold = Some(Hold {
+                            seq,
+                            wc: deliver.then_some((wc, recv)),
+                        });
+                        continue;
+                    }
+                }
+                if !deliver {
+                    continue;
+                }
+            }
             let ring = if recv {
                 &shared.recv_cq
             } else {
@@ -1193,7 +1535,7 @@ fn return_dropped<B: AsRef<[u8]>>(cx: &mut Cx<'_, B>, owner: Owner, ep: Option<&
 
 /// Everything a worker is built from.
 #[derive(Debug)]
-pub(crate) struct WorkerSetup<Q: LinkQueue> {
+pub(crate) struct WorkerSetup<Q> {
     pub index: usize,
     pub queue: Q,
     pub caps: LinkCaps,
@@ -1202,9 +1544,9 @@ pub(crate) struct WorkerSetup<Q: LinkQueue> {
     pub ctl: Receiver<Ctl>,
     pub out: Sender<WorkerMsg>,
     pub counters: Arc<WorkerCounters>,
+    pub mr_sync: MrSyncLinks,
     pub forward_in: Arc<ArrayQueue<SmallFrame>>,
     pub forward_out: Vec<Arc<ArrayQueue<SmallFrame>>>,
-    pub dispatch: Arc<DispatchRings<Q::RxBuf>>,
 }
 
 /// MPA defaults of the dataplane.
@@ -1238,13 +1580,12 @@ pub struct Worker<Q: LinkQueue> {
     scratch: Vec<u8>,
     forward_in: Arc<ArrayQueue<SmallFrame>>,
     forward_out: Vec<Arc<ArrayQueue<SmallFrame>>>,
-    dispatch: Arc<DispatchRings<Q::RxBuf>>,
-    /// Where the port cannot steer and there are several workers: the
-    /// function naming each TCP frame's owner (see the module
-    /// documentation).
-    dispatch_rss: Option<Rss>,
-    /// Deregistrations waiting for pins: the STag and its region.
+    /// Deregistrations waiting for pins: the STag (as the control path
+    /// names it; a fast-register region's key may have changed since) and
+    /// its region.
     dereg_pending: Vec<(Stag, RegionHandle)>,
+    /// This worker's links to the other workers' STag replicas.
+    mr_sync: MrSyncLinks,
     mpa: MpaDefaults,
     port_cursor: u16,
     retransmits_closed: u64,
@@ -1287,9 +1628,6 @@ impl<Q: LinkQueue> Worker<Q> {
         let frame_len = ic_frame_len(port.mtu);
         let tag = NEXT_TAG.fetch_add(1, Ordering::Relaxed);
         let port_cursor = u16::from_le_bytes([s.key[0], s.key[1]]) ^ (s.index as u16);
-        let workers = s.dispatch.rings.len();
-        let dispatch_rss = (s.caps.rss.is_none() && workers > 1)
-            .then(|| Rss::round_robin(u16::try_from(workers).unwrap_or(u16::MAX)));
         Worker {
             index: s.index,
             tag,
@@ -1310,9 +1648,8 @@ impl<Q: LinkQueue> Worker<Q> {
             scratch: vec![0; frame_len],
             forward_in: s.forward_in,
             forward_out: s.forward_out,
-            dispatch: s.dispatch,
-            dispatch_rss,
             dereg_pending: Vec::new(),
+            mr_sync: s.mr_sync,
             mpa: MpaDefaults {
                 crc: s.config.mpa.crc,
                 markers: s.config.mpa.markers,
@@ -1395,8 +1732,10 @@ impl<Q: LinkQueue> Worker<Q> {
     }
 
     fn control(&mut self, now: Instant) -> bool {
-        let mut n = 0;
-        while n < CTL_PER_POLL {
+        let synced = self.mr_sync.apply_incoming(self.device.mrs_mut());
+        self.mr_sync.flush();
+        let mut n = usize::from(synced);
+        while n < CTL_PER_POLL + usize::from(synced) {
             let Ok(msg) = self.ctl.try_recv() else {
                 break;
             };
@@ -1477,6 +1816,43 @@ impl<Q: LinkQueue> Worker<Q> {
                 };
                 let _ = reply.send(r);
             }
+            Ctl::AllocMr {
+                stag,
+                pd,
+                max_len,
+                region,
+                reply,
+            } => {
+                let r = match self.device.mrs_mut().alloc_mr_at(stag, pd, max_len) {
+                    Ok(_) => {
+                        self.mem.insert(&region);
+                        CtlReply::Done
+                    }
+                    Err(e) => CtlReply::Failed(Error::Verbs(e)),
+                };
+                let _ = reply.send(r);
+            }
+            Ctl::DeallocMr {
+                stag,
+                region,
+                reply,
+            } => {
+                // Whatever key fast registration gave it since.
+                let current = self.device.mrs().query_mr(stag).map(|i| i.stag);
+                let r = match current.map(|s| self.device.dereg_mr(s)) {
+                    Some(Ok(DeregStatus::Done)) => {
+                        self.mem.release(region);
+                        CtlReply::Dereg(DeregStatus::Done)
+                    }
+                    Some(Ok(DeregStatus::Pending)) => {
+                        self.dereg_pending.push((stag, region));
+                        CtlReply::Dereg(DeregStatus::Pending)
+                    }
+                    Some(Err(e)) => CtlReply::Failed(Error::Verbs(e)),
+                    None => CtlReply::Failed(Error::Verbs(VerbsError::InvalidStag)),
+                };
+                let _ = reply.send(r);
+            }
             Ctl::DeregMr { stag, reply } => {
                 let handle = self.device.mrs().query_mr(stag).map(|i| i.mem.region);
                 let r = match (self.device.dereg_mr(stag), handle) {
@@ -1553,20 +1929,14 @@ impl<Q: LinkQueue> Worker<Q> {
         params: ConnParams,
     ) -> Result<(), Error> {
         let local_ip = self.iface.ip();
-        // The port's RSS where it steers; where it cannot, the software
-        // dispatcher's function, which names this worker by its index.
-        let steer = match &self.dispatch_rss {
-            Some(rss) => Some((rss.clone(), self.index as u16)),
-            None => self
-                .caps
-                .rss
-                .clone()
-                .filter(|_| self.caps.queues > 1 && self.queue.index() < self.caps.queues)
-                .map(|rss| (rss, self.queue.index())),
-        };
+        let steer = self
+            .caps
+            .rss
+            .clone()
+            .filter(|_| self.caps.queues > 1 && self.queue.index() < self.caps.queues);
         let id = match steer {
             None => self.iface.stack_mut().connect(now, local_ip, remote)?,
-            Some((rss, queue)) => {
+            Some(rss) => {
                 let mut tries = 0;
                 loop {
                     let port = rss
@@ -1574,7 +1944,7 @@ impl<Q: LinkQueue> Worker<Q> {
                             local_ip,
                             *remote.ip(),
                             remote.port(),
-                            queue,
+                            self.queue.index(),
                             self.port_cursor,
                             |p| self.listening.contains(&p),
                         )
@@ -1671,6 +2041,7 @@ impl<Q: LinkQueue> Worker<Q> {
             out: &self.out,
             worker: self.tag,
             index: self.index,
+            sync: &mut self.mr_sync,
         };
         conn.drain_posts(&mut cx);
         let request = core::mem::take(&mut conn.request);
@@ -1678,7 +2049,13 @@ impl<Q: LinkQueue> Worker<Q> {
             ep.handle_stream(
                 engine_time(now),
                 &request,
-                &mut env(cx.device, cx.mem, &mut conn.cq, &mut conn.rcq),
+                &mut env_srq(
+                    cx.device,
+                    cx.mem,
+                    &mut conn.cq,
+                    &mut conn.rcq,
+                    conn.srq.as_mut(),
+                ),
             );
         }
     }
@@ -1719,6 +2096,7 @@ impl<Q: LinkQueue> Worker<Q> {
             out: &self.out,
             worker: self.tag,
             index: self.index,
+            sync: &mut self.mr_sync,
         };
         for slot in self.conns.iter_mut() {
             let Some(conn) = slot.as_mut() else {
@@ -1754,8 +2132,10 @@ impl<Q: LinkQueue> Worker<Q> {
     /// Deregistrations that waited for pins and have now finished.
     fn mr_events(&mut self) {
         while let Some(MrEvent::Deregistered(stag)) = self.device.mrs_mut().poll_event() {
-            if let Some(i) = self.dereg_pending.iter().position(|(s, _)| *s == stag) {
-                let (_, h) = self.dereg_pending.swap_remove(i);
+            // By index: a fast-register region's key may have changed.
+            let mut pending = self.dereg_pending.iter();
+            if let Some(i) = pending.position(|(s, _)| s.index() == stag.index()) {
+                let (stag, h) = self.dereg_pending.swap_remove(i);
                 self.mem.release(h);
                 let _ = self.out.send(WorkerMsg::MrReleased { stag });
             }
@@ -1766,7 +2146,6 @@ impl<Q: LinkQueue> Worker<Q> {
         let n = self.queue.rx_burst(&mut self.rx_batch, RX_BURST);
         let mut bytes = 0u64;
         let mut punts = 0u64;
-        let (mut dispatched, mut dispatch_drops) = (0u64, 0u64);
         for buf in self.rx_batch.drain(..) {
             let f = buf.as_ref();
             bytes += f.len() as u64;
@@ -1784,22 +2163,6 @@ impl<Q: LinkQueue> Worker<Q> {
                 }
             }
             let cksum = self.queue.rx_checksum(&buf);
-            let owner = self
-                .dispatch_rss
-                .as_ref()
-                .and_then(|rss| rss.queue_of_frame(f))
-                .map(usize::from)
-                .filter(|&o| o != self.index);
-            if let Some(ring) = owner.and_then(|o| self.dispatch.rings.get(o)) {
-                // The buffer moves to its owner; a full ring drops it (the
-                // buffer goes back to the pool) and TCP recovers.
-                if ring.push((buf, cksum)).is_ok() {
-                    dispatched += 1;
-                } else {
-                    dispatch_drops += 1;
-                }
-                continue;
-            }
             self.iface.handle_frame_with(now, RxFrame::Nic(buf), cksum);
         }
         let mut fwd = 0;
@@ -1807,33 +2170,12 @@ impl<Q: LinkQueue> Worker<Q> {
             fwd += 1;
             self.iface.handle_frame(now, RxFrame::Forwarded(sf));
         }
-        let mut handed = 0;
-        if self.dispatch_rss.is_some() {
-            if let Some(ring) = self.dispatch.rings.get(self.index) {
-                while handed < DISPATCH_PER_POLL {
-                    let Some((buf, cksum)) = ring.pop() else {
-                        break;
-                    };
-                    handed += 1;
-                    self.iface.handle_frame_with(now, RxFrame::Nic(buf), cksum);
-                }
-            }
-        }
         if n > 0 {
             bump(&self.counters.rx_packets, n as u64);
             bump(&self.counters.rx_bytes, bytes);
             bump(&self.counters.punts, punts);
-            if dispatched > 0 {
-                bump(&self.counters.dispatched_out, dispatched);
-            }
-            if dispatch_drops > 0 {
-                bump(&self.counters.dispatch_drops, dispatch_drops);
-            }
         }
-        if handed > 0 {
-            bump(&self.counters.dispatched_in, handed as u64);
-        }
-        n + fwd + handed > 0
+        n + fwd > 0
     }
 
     fn transmit(&mut self, now: Instant) -> bool {
@@ -1927,7 +2269,6 @@ impl<Q: LinkQueue> Worker<Q> {
             + s.slow_queue_drops
             + s.tx_too_large
             + self.local_drops
-            + self.counters.dispatch_drops.load(Ordering::Relaxed)
             + self.mem.misses();
         self.counters.drops.store(drops, Ordering::Relaxed);
     }
