@@ -990,6 +990,7 @@ impl Dataplane {
         let forward: Vec<Arc<ArrayQueue<SmallFrame>>> = (0..count)
             .map(|_| Arc::new(ArrayQueue::new(FORWARD_RING)))
             .collect();
+        let dispatch = Arc::new(crate::worker::DispatchRings::new(count));
         let mut mr_sync = MrSyncLinks::mesh(count).into_iter();
         let clock = Clock::new();
         let mut workers = Vec::with_capacity(count);
@@ -1019,6 +1020,7 @@ impl Dataplane {
                     .filter(|&(j, _)| j != i)
                     .map(|(_, q)| q.clone())
                     .collect(),
+                dispatch: dispatch.clone(),
             };
             let thread = match mode {
                 DriveMode::Inline => {

@@ -15,7 +15,17 @@
 //!    device's checksum verdicts ([`LinkQueue::rx_checksum`]): checksums
 //!    the device found good are not summed again. ARP frames
 //!    are also forwarded to the other workers (a NIC steers them to queue
-//!    0 only, and every worker keeps its own neighbour table).
+//!    0 only, and every worker keeps its own neighbour table). On a port
+//!    that cannot steer TCP flows to queues ([`LinkCaps::rss`] is `None`)
+//!    with several workers, each TCP frame whose connection another worker
+//!    owns is handed to it over that worker's dispatch ring (the buffer
+//!    itself moves, nothing is copied; counted, and dropped when the ring
+//!    is full); then the frames other workers handed over, at most
+//!    [`DISPATCH_PER_POLL`]. The owner is [`Rss::queue_of_frame`] under
+//!    [`Rss::round_robin`] over the workers, the function the active side
+//!    picks its local port with, so each connection stays on its opener,
+//!    and a passive one on the worker its SYN names (whose listener takes
+//!    it, and whose QP is bound there at accept).
 //! 3. TCP and ARP timers.
 //! 4. New passive connections ([`ACCEPT_PER_POLL`]): their MPA request is
 //!    gathered and reported to the application, which accepts or rejects.
@@ -90,7 +100,7 @@ use rdmap::verbs::{
     AccessError, FastReg, MrTable, SendFlags, SendOp, SharedReceiveQueue, SrqInitAttr, VerbsError,
     WcOpcode, WcStatus,
 };
-use tcp_offload::iface::{FrameParts, Interface, InterfaceConfig};
+use tcp_offload::iface::{FrameParts, Interface, InterfaceConfig, RxChecksum};
 use tcp_offload::tcp::{self, ConnId, Event, Record, Stack, StackError};
 use tcp_offload::wire::checksum;
 use tcp_offload::Instant;
@@ -102,6 +112,7 @@ use crate::api::{
 use crate::config::Config;
 use crate::link::{FrameFull, LinkCaps, LinkQueue, TxFrame};
 use crate::memory::{MemoryTable, Region, RegionSlice};
+use crate::steer::Rss;
 
 /// Frames taken from the RX queue per iteration: DPDK's customary burst,
 /// enough to amortise the ring access, small enough that the burst's
@@ -155,6 +166,18 @@ pub const MR_SYNC_PER_POLL: usize = 64;
 
 /// Frames forwarded between workers at most (ARP), per worker.
 pub(crate) const FORWARD_RING: usize = 64;
+
+/// Received frames waiting in one worker's dispatch ring at most: what
+/// other workers handed it on a port that cannot steer. Thirty-two bursts:
+/// a worker drains [`DISPATCH_PER_POLL`] per iteration, so the ring
+/// absorbs the other workers' bursts while it is busy with a long
+/// iteration; a full ring drops (counted) and TCP recovers.
+pub(crate) const DISPATCH_RING: usize = 32 * RX_BURST;
+
+/// Handed-over frames a worker takes from its dispatch ring per
+/// iteration: two bursts, so that one other worker receiving everything
+/// (a port delivering on queue 0 only) cannot outrun it.
+pub const DISPATCH_PER_POLL: usize = 2 * RX_BURST;
 
 // ---------------------------------------------------------------------
 // Time.
@@ -821,6 +844,26 @@ impl SmallFrame {
         let mut bytes = [0u8; 64];
         bytes[..frame.len()].copy_from_slice(frame);
         Some(SmallFrame { len, bytes })
+    }
+}
+
+/// The software dispatcher's rings, one per worker: received frames (the
+/// buffers themselves, with the device's checksum verdicts) that another
+/// worker took from its queue for a connection this worker owns.
+/// Allocated once, when the dataplane opens.
+#[derive(Debug)]
+pub(crate) struct DispatchRings<B> {
+    rings: Vec<ArrayQueue<(B, RxChecksum)>>,
+}
+
+impl<B> DispatchRings<B> {
+    /// Rings for `workers` workers, [`DISPATCH_RING`] frames each.
+    pub(crate) fn new(workers: usize) -> DispatchRings<B> {
+        DispatchRings {
+            rings: (0..workers)
+                .map(|_| ArrayQueue::new(DISPATCH_RING))
+                .collect(),
+        }
     }
 }
 
@@ -1535,7 +1578,7 @@ fn return_dropped<B: AsRef<[u8]>>(cx: &mut Cx<'_, B>, owner: Owner, ep: Option<&
 
 /// Everything a worker is built from.
 #[derive(Debug)]
-pub(crate) struct WorkerSetup<Q> {
+pub(crate) struct WorkerSetup<Q: LinkQueue> {
     pub index: usize,
     pub queue: Q,
     pub caps: LinkCaps,
@@ -1547,6 +1590,7 @@ pub(crate) struct WorkerSetup<Q> {
     pub mr_sync: MrSyncLinks,
     pub forward_in: Arc<ArrayQueue<SmallFrame>>,
     pub forward_out: Vec<Arc<ArrayQueue<SmallFrame>>>,
+    pub dispatch: Arc<DispatchRings<Q::RxBuf>>,
 }
 
 /// MPA defaults of the dataplane.
@@ -1580,6 +1624,11 @@ pub struct Worker<Q: LinkQueue> {
     scratch: Vec<u8>,
     forward_in: Arc<ArrayQueue<SmallFrame>>,
     forward_out: Vec<Arc<ArrayQueue<SmallFrame>>>,
+    dispatch: Arc<DispatchRings<Q::RxBuf>>,
+    /// Where the port cannot steer and there are several workers: the
+    /// function naming each TCP frame's owner (see the module
+    /// documentation).
+    dispatch_rss: Option<Rss>,
     /// Deregistrations waiting for pins: the STag (as the control path
     /// names it; a fast-register region's key may have changed since) and
     /// its region.
@@ -1628,6 +1677,9 @@ impl<Q: LinkQueue> Worker<Q> {
         let frame_len = ic_frame_len(port.mtu);
         let tag = NEXT_TAG.fetch_add(1, Ordering::Relaxed);
         let port_cursor = u16::from_le_bytes([s.key[0], s.key[1]]) ^ (s.index as u16);
+        let workers = s.dispatch.rings.len();
+        let dispatch_rss = (s.caps.rss.is_none() && workers > 1)
+            .then(|| Rss::round_robin(u16::try_from(workers).unwrap_or(u16::MAX)));
         Worker {
             index: s.index,
             tag,
@@ -1648,6 +1700,8 @@ impl<Q: LinkQueue> Worker<Q> {
             scratch: vec![0; frame_len],
             forward_in: s.forward_in,
             forward_out: s.forward_out,
+            dispatch: s.dispatch,
+            dispatch_rss,
             dereg_pending: Vec::new(),
             mr_sync: s.mr_sync,
             mpa: MpaDefaults {
@@ -1929,14 +1983,20 @@ impl<Q: LinkQueue> Worker<Q> {
         params: ConnParams,
     ) -> Result<(), Error> {
         let local_ip = self.iface.ip();
-        let steer = self
-            .caps
-            .rss
-            .clone()
-            .filter(|_| self.caps.queues > 1 && self.queue.index() < self.caps.queues);
+        // The port's RSS where it steers; where it cannot, the software
+        // dispatcher's function, which names this worker by its index.
+        let steer = match &self.dispatch_rss {
+            Some(rss) => Some((rss.clone(), self.index as u16)),
+            None => self
+                .caps
+                .rss
+                .clone()
+                .filter(|_| self.caps.queues > 1 && self.queue.index() < self.caps.queues)
+                .map(|rss| (rss, self.queue.index())),
+        };
         let id = match steer {
             None => self.iface.stack_mut().connect(now, local_ip, remote)?,
-            Some(rss) => {
+            Some((rss, queue)) => {
                 let mut tries = 0;
                 loop {
                     let port = rss
@@ -1944,7 +2004,7 @@ impl<Q: LinkQueue> Worker<Q> {
                             local_ip,
                             *remote.ip(),
                             remote.port(),
-                            self.queue.index(),
+                            queue,
                             self.port_cursor,
                             |p| self.listening.contains(&p),
                         )
@@ -2146,6 +2206,7 @@ impl<Q: LinkQueue> Worker<Q> {
         let n = self.queue.rx_burst(&mut self.rx_batch, RX_BURST);
         let mut bytes = 0u64;
         let mut punts = 0u64;
+        let (mut dispatched, mut dispatch_drops) = (0u64, 0u64);
         for buf in self.rx_batch.drain(..) {
             let f = buf.as_ref();
             bytes += f.len() as u64;
@@ -2163,6 +2224,22 @@ impl<Q: LinkQueue> Worker<Q> {
                 }
             }
             let cksum = self.queue.rx_checksum(&buf);
+            let owner = self
+                .dispatch_rss
+                .as_ref()
+                .and_then(|rss| rss.queue_of_frame(f))
+                .map(usize::from)
+                .filter(|&o| o != self.index);
+            if let Some(ring) = owner.and_then(|o| self.dispatch.rings.get(o)) {
+                // The buffer moves to its owner; a full ring drops it (the
+                // buffer goes back to the pool) and TCP recovers.
+                if ring.push((buf, cksum)).is_ok() {
+                    dispatched += 1;
+                } else {
+                    dispatch_drops += 1;
+                }
+                continue;
+            }
             self.iface.handle_frame_with(now, RxFrame::Nic(buf), cksum);
         }
         let mut fwd = 0;
@@ -2170,12 +2247,33 @@ impl<Q: LinkQueue> Worker<Q> {
             fwd += 1;
             self.iface.handle_frame(now, RxFrame::Forwarded(sf));
         }
+        let mut handed = 0;
+        if self.dispatch_rss.is_some() {
+            if let Some(ring) = self.dispatch.rings.get(self.index) {
+                while handed < DISPATCH_PER_POLL {
+                    let Some((buf, cksum)) = ring.pop() else {
+                        break;
+                    };
+                    handed += 1;
+                    self.iface.handle_frame_with(now, RxFrame::Nic(buf), cksum);
+                }
+            }
+        }
         if n > 0 {
             bump(&self.counters.rx_packets, n as u64);
             bump(&self.counters.rx_bytes, bytes);
             bump(&self.counters.punts, punts);
+            if dispatched > 0 {
+                bump(&self.counters.dispatched_out, dispatched);
+            }
+            if dispatch_drops > 0 {
+                bump(&self.counters.dispatch_drops, dispatch_drops);
+            }
         }
-        n + fwd > 0
+        if handed > 0 {
+            bump(&self.counters.dispatched_in, handed as u64);
+        }
+        n + fwd + handed > 0
     }
 
     fn transmit(&mut self, now: Instant) -> bool {
@@ -2269,6 +2367,7 @@ impl<Q: LinkQueue> Worker<Q> {
             + s.slow_queue_drops
             + s.tx_too_large
             + self.local_drops
+            + self.counters.dispatch_drops.load(Ordering::Relaxed)
             + self.mem.misses();
         self.counters.drops.store(drops, Ordering::Relaxed);
     }
