@@ -9,7 +9,11 @@
 //! pattern of repeats, so that a sync is sent where perftest sends one and
 //! a per-QP round where it sends one); fed the server's, our client must
 //! do likewise. Any message perftest does not send, or a missing one,
-//! fails.
+//! fails, and so does a data connection or a run that starts after a
+//! different number of exchanges than in the capture (read off the
+//! capture's frame order). The control streams are embedded
+//! (`perftest_replay/golden.rs`), so this runs from a clean clone; where
+//! the captures are present, the copies are checked against them.
 //!
 //! Then the whole session end to end: two dataplanes over an in-memory
 //! link, `Session::server` and `Session::client` on two threads, every
@@ -17,6 +21,9 @@
 //! buffers the other advertised.
 
 mod runtime_common;
+
+#[path = "perftest_replay/golden.rs"]
+mod golden;
 
 use std::net::SocketAddrV4;
 use std::path::{Path, PathBuf};
@@ -176,7 +183,8 @@ struct Control {
     data_connections: usize,
 }
 
-fn control(name: &str) -> Option<Control> {
+/// The control connection of capture `name`, read from the capture.
+fn captured(name: &str) -> Option<Control> {
     let dir = captures_dir()?;
     let bytes = std::fs::read(dir.join(name)).ok()?;
     let records = Reader::read_all(&bytes).expect("capture reads");
@@ -204,6 +212,59 @@ fn control(name: &str) -> Option<Control> {
     };
     c.timeline = Some(timeline(&records, &c));
     Some(c)
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// The control connection of capture `name`, from the embedded copy.
+fn control(name: &str) -> Control {
+    let g = golden::GOLDEN
+        .iter()
+        .find(|g| g.name == name)
+        .unwrap_or_else(|| panic!("{name}: no golden copy"));
+    let msgs = |l: &[&str]| l.iter().map(|m| unhex(m)).collect::<Vec<_>>();
+    Control {
+        client: msgs(g.client),
+        server: msgs(g.server),
+        client_ends: Vec::new(),
+        server_ends: Vec::new(),
+        ports: (0, 0),
+        timeline: Some(Timeline {
+            connect_at: g.connect_at,
+            run_at: g.run_at,
+        }),
+        complete: g.complete,
+        data_connections: 1,
+    }
+}
+
+/// The embedded copies are what the captures hold (when they are here).
+#[test]
+fn golden_matches_the_captures() {
+    for g in &golden::GOLDEN {
+        let Some(c) = captured(g.name) else {
+            println!("{}: capture not found, the embedded copy is used", g.name);
+            continue;
+        };
+        let e = control(g.name);
+        assert_eq!(c.client, e.client, "{}: client", g.name);
+        assert_eq!(c.server, e.server, "{}: server", g.name);
+        let (t, u) = (c.timeline.unwrap(), e.timeline.unwrap());
+        assert_eq!(
+            (t.connect_at, t.run_at),
+            (u.connect_at, u.run_at),
+            "{}",
+            g.name
+        );
+        assert_eq!(c.complete, e.complete, "{}", g.name);
+        assert_eq!(c.data_connections, 1, "{}: one data connection", g.name);
+        println!("{}: the embedded copy matches the capture", g.name);
+    }
 }
 
 /// Our side's dests in the replay: values no capture has.
@@ -321,10 +382,7 @@ fn replay(side: Side, test: TestKind, peer_msgs: &[Vec<u8>], out_reads: u32) -> 
 }
 
 fn replay_capture(name: &str, test: TestKind) {
-    let Some(c) = control(name) else {
-        println!("{name}: capture not found, skipped");
-        return;
-    };
+    let c = control(name);
     let out_reads = if matches!(test, TestKind::ReadBw | TestKind::ReadLat) {
         128
     } else {
@@ -427,10 +485,6 @@ fn replay_send_lat() {
 /// alike; where the run starts and what follows it differ).
 #[test]
 fn a_foreign_script_fails_the_replay() {
-    if captures_dir().is_none() {
-        println!("captures not found, skipped");
-        return;
-    }
     for (name, wrong) in [
         ("send_bw.pcap", TestKind::WriteBw),
         ("write_bw.pcap", TestKind::SendBw),
