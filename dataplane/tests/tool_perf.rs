@@ -447,3 +447,80 @@ fn write_lat_verified_over_veth() {
 fn write_bw_duration_over_veth() {
     pair("write-bw", &["-s", "4096", "-D", "2"], 0);
 }
+
+/// A server waiting for a client, then a client in the middle of its run,
+/// each stopped by SIGINT: one line, exit 130, no runtime directory left.
+#[test]
+fn interrupted_runs_leave_nothing_over_veth() {
+    if !require_root() {
+        return;
+    }
+    let net = TwoNs::create().expect("two namespaces and a veth pair");
+    let names = net.ns.to_vec();
+    let prefixes = [unique_prefix("perf-int-s"), unique_prefix("perf-int-c")];
+    let dirs = prefixes.clone().map(|p| RuntimeDir(runtime_dir(&p)));
+    let command = |side: usize, peer: Option<&str>| {
+        let device = format!("net_af_packet0,iface={}", net.ifs[side]);
+        let ip = ["10.79.1.1", "10.79.1.2"][side];
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &net.ns[side], IWARP, "perf", "send-bw"]);
+        c.args(peer);
+        c.args(["--device", &device, "--ip", ip])
+            .args(["--mac", ["02:1a:fb:00:01:01", "02:1a:fb:00:01:02"][side]])
+            .args(["--eal", &eal_args(&prefixes[side])])
+            .args(["--set", "idle.spin=200", "--set", "idle.sleep_us=20"])
+            .args(["-s", "4096", "-D", "60"]);
+        c
+    };
+    let deadline = Instant::now() + LIMIT;
+    let mut server = Proc::spawn("server", command(0, None));
+    server
+        .wait_stderr("waiting for a client", deadline)
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut client = Proc::spawn("client", command(1, Some("10.79.1.1")));
+    // Progress lines begin after two seconds of measuring.
+    client
+        .wait_stderr("messages", deadline)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let t0 = Instant::now();
+    client.interrupt();
+    let c = client.wait(deadline).unwrap_or_else(|e| panic!("{e}"));
+    let client_took = t0.elapsed();
+    let t0 = Instant::now();
+    server.interrupt();
+    let s = server.wait(deadline).unwrap_or_else(|e| panic!("{e}"));
+    let server_took = t0.elapsed();
+    for (side, end, took) in [("client", &c, client_took), ("server", &s, server_took)] {
+        assert_eq!(
+            end.status.code(),
+            Some(130),
+            "{side}: {} {:?}",
+            end.status,
+            end.stderr
+        );
+        let ours: Vec<&String> = end
+            .stderr
+            .iter()
+            .filter(|l| l.starts_with("iwarp: "))
+            .collect();
+        assert_eq!(ours.len(), 1, "{side}: {:?}", end.stderr);
+        assert!(ours[0].contains("interrupted"), "{side}: {}", ours[0]);
+        println!(
+            "{side}: SIGINT -> {} after {:.2} s: {:?}",
+            end.status,
+            took.as_secs_f64(),
+            ours[0]
+        );
+    }
+    for d in &dirs {
+        assert!(!d.0.exists(), "{} left behind", d.0.display());
+    }
+    drop(net);
+    assert_eq!(
+        TwoNs::names_left(&names),
+        Vec::<String>::new(),
+        "namespaces left"
+    );
+    println!("runtime directories and namespaces removed");
+}

@@ -14,11 +14,12 @@
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
 
-use super::common::{open_dataplane, EndpointArgs};
+use super::common::{catch_interrupts, eal_runtime_dir, interrupted, open_dataplane, EndpointArgs};
 use super::perftest::{BwFigures, Session, SessionParams};
 use super::report::{self, BwUnits, PerfReport};
 use super::runner::{Progress, RemoteBuf, Resources, Role, RunResult, RunSpec, TestKind, MB};
@@ -519,6 +520,7 @@ pub fn run(test: TestKind, args: &PerfArgs) -> Result<(), ToolError> {
     let config = args.options.endpoint.config()?;
     let link_mtu = config.ports[0].mtu;
     let local = SocketAddrV4::new(config.ports[0].ip, plan.port);
+    watch_interrupts(eal_runtime_dir(&config).filter(|d| !d.exists()));
     let dp = open_dataplane(&config)?;
     let outcome = run_on(&dp, &plan, link_mtu);
     drop(dp);
@@ -554,6 +556,34 @@ pub fn run(test: TestKind, args: &PerfArgs) -> Result<(), ToolError> {
     match outcome.mismatch {
         Some(m) => Err(ToolError::DataMismatch(m)),
         None => Ok(()),
+    }
+}
+
+/// How often the interrupt watcher looks at the flag.
+const INTERRUPT_POLL: Duration = Duration::from_millis(50);
+
+/// SIGINT or SIGTERM ends the run at once, from any phase (waiting for a
+/// client, connecting, measuring): the loops and the session do not poll
+/// for signals, so a thread does. It removes EAL's runtime directory
+/// (`runtime`, when this process made it), which a process that exits
+/// without dropping its dataplane would leave behind, says so in one line
+/// and exits with 130 (128 + SIGINT, as a shell reports it).
+fn watch_interrupts(runtime: Option<PathBuf>) {
+    let spawned = std::thread::Builder::new()
+        .name("iwarp-signals".into())
+        .spawn(move || loop {
+            if interrupted() {
+                if let Some(dir) = &runtime {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                eprintln!("iwarp: interrupted: run abandoned");
+                std::process::exit(130);
+            }
+            std::thread::sleep(INTERRUPT_POLL);
+        });
+    // Without the watcher, signals keep their default action.
+    if spawned.is_ok() {
+        catch_interrupts();
     }
 }
 

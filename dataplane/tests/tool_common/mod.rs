@@ -320,6 +320,15 @@ impl Proc {
         }
     }
 
+    /// Sends SIGINT (to the program itself: `ip netns exec` execs it).
+    pub fn interrupt(&self) {
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: kill has no memory effects; `pid` is our own child,
+            // not yet reaped (its `Child` is alive and not waited for).
+            unsafe { libc::kill(pid, libc::SIGINT) };
+        }
+    }
+
     /// SIGINT, then SIGKILL two seconds later if still running.
     fn stop(&mut self) {
         if !matches!(self.child.try_wait(), Ok(None)) {
