@@ -58,6 +58,15 @@ pub const CONN_DEPTH: u16 = 1;
 const SQ_DEPTH: u32 = 16;
 /// Receive queue depth, as rping's.
 const RQ_DEPTH: u32 = 2;
+/// How long the client lets the server settle between the MPA reply and
+/// its first Send. Linux siw as responder sends its reply before it hands
+/// the socket to the queue pair (`siw_accept`); bytes arriving in between
+/// are left in the socket unread until more bytes come, and rping's server
+/// sends nothing until it has the first advertisement: the run stalls. An
+/// rping client takes milliseconds to get there (about 10 ms in the siw
+/// capture); a dataplane answers within microseconds, seen to hit the
+/// window against a siw guest. Once per run.
+const FIRST_SEND_DELAY: Duration = Duration::from_millis(20);
 
 /// The buffer one side advertises to the other: rping's
 /// `struct rping_rdma_info`, 16 bytes in network byte order.
@@ -921,6 +930,7 @@ fn ping(
     dp.connect(&c.qp, c.peer, &params)
         .map_err(|e| ToolError::Peer(format!("cannot connect to {}: {e}", c.peer)))?;
     c.wait_established(Instant::now() + c.timeout)?;
+    std::thread::sleep(FIRST_SEND_DELAY);
     let started = Instant::now();
     let mut s = RpingSummary {
         role: RpingRole::Client,
