@@ -21,7 +21,18 @@
 //!   read (up to and including its NUL) into it and sends a second
 //!   go-ahead; the client compares the sink with what it sent (`-V`).
 //! - End: the client disconnects after `-C` pings; the server ends when the
-//!   connection does, between pings.
+//!   connection does, between pings. Under [`run`], SIGINT or SIGTERM ends
+//!   either side between pings too, with its summary.
+//!
+//! Where it differs from rping without a difference on the wire: the
+//! server sends its second go-ahead right behind the RDMA Write instead of
+//! after the Write's completion (RDMAP delivers them in order; our Write
+//! completes only when TCP has acknowledged it, which would cost a delayed
+//! ACK per ping); the server takes any ping size up to [`MAX_SIZE`]
+//! whatever its own `-S`; `-q` means quiet (rping's `-q`, a queue pair the
+//! program moves through its states itself, changes nothing on the wire);
+//! rping's `-P` (persistent server) and `-I` (client source address) are
+//! not offered: the source address is the endpoint's `--ip`.
 
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddrV4, ToSocketAddrs};
