@@ -20,7 +20,7 @@ mod dpdk_common;
 mod runtime_common;
 
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -87,6 +87,23 @@ fn assert_registered(eal: &Eal, region: &Region) {
     }
 }
 
+/// Sources whose payload crossed a page boundary where the IOVAs are not
+/// adjacent: their FPDUs must have been split there.
+static GAPS_CROSSED: AtomicU64 = AtomicU64::new(0);
+
+/// Whether `[offset, offset + len)` of `region` spans two pages whose
+/// registered IOVAs are not adjacent.
+fn crosses_a_gap(region: &Region, offset: usize, len: usize) -> bool {
+    let Some(reg) = region.dpdk_registration() else {
+        return false;
+    };
+    let ps = reg.page_size();
+    let (first, last) = (offset / ps, (offset + len - 1) / ps);
+    reg.iovas()[first..=last]
+        .windows(2)
+        .any(|w| w[1] != w[0].wrapping_add(ps as u64))
+}
+
 /// Runs `op` of `len` bytes between regions made by `alloc`, both
 /// registered with DPDK while it runs (checked when `registered`), the
 /// bytes verified; then deregisters and drops them and waits until EAL no
@@ -115,6 +132,9 @@ fn exchange_on(
     if registered {
         assert_registered(eal, &src);
         assert_registered(eal, &dst);
+        if crosses_a_gap(&src, GUARD, len) {
+            GAPS_CROSSED.fetch_add(1, Ordering::Relaxed);
+        }
     } else {
         assert!(src.dpdk_registration().is_none() && dst.dpdk_registration().is_none());
         assert!(!is_external_memory(eal, src.as_ptr()));
@@ -447,6 +467,12 @@ fn hugepage_child() {
         if !eal.iova_is_va() {
             assert!(sa.mem_not_registered.load(Ordering::Relaxed) > 0);
             assert!(sa.tx_copied.load(Ordering::Relaxed) > 0);
+        }
+        let gaps = GAPS_CROSSED.load(Ordering::Relaxed);
+        let split = sa.tx_split.load(Ordering::Relaxed) + sb.tx_split.load(Ordering::Relaxed);
+        println!("hugepages: {gaps} sources crossed a gap between physical pages; {split} payloads split there");
+        if gaps > 0 {
+            assert!(split > 0, "payload across non-adjacent pages was split");
         }
         drop(p);
     }

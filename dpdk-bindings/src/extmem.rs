@@ -197,37 +197,12 @@ impl ExtMem {
         if start >= self.len {
             return None;
         }
-        let want = len.min(self.len - start);
-        let ps = self.page_size;
-        let mut p = start / ps;
-        let iova = self.iovas[p] + (start % ps) as u64;
-        let mut run = ps - start % ps;
-        while run < want && p + 1 < self.iovas.len() {
-            if self.iovas[p + 1] != self.iovas[p].wrapping_add(ps as u64) {
-                break;
-            }
-            run += ps;
-            p += 1;
-        }
-        Some((iova, run.min(want)))
+        Some(contiguous_run(&self.iovas, self.page_size, start, len))
     }
 
     /// The IOVA-contiguous runs of the region: (offset, IOVA, length).
     fn runs(&self) -> impl Iterator<Item = (usize, u64, usize)> + '_ {
-        let ps = self.page_size;
-        let n = self.iovas.len();
-        let mut at = 0;
-        std::iter::from_fn(move || {
-            if at >= n {
-                return None;
-            }
-            let first = at;
-            at += 1;
-            while at < n && self.iovas[at] == self.iovas[at - 1].wrapping_add(ps as u64) {
-                at += 1;
-            }
-            Some((first * ps, self.iovas[first], (at - first) * ps))
-        })
+        iova_runs(&self.iovas, self.page_size)
     }
 
     /// Maps the region for DMA by `port`'s device (`rte_dev_dma_map`), as a
@@ -281,6 +256,42 @@ impl ExtMem {
         mapped.push((port_id, dev));
         Ok(true)
     }
+}
+
+/// The IOVA of byte `start` of memory whose pages of `ps` bytes have the
+/// IOVAs `iovas`, and how many of the `len` bytes from there are
+/// IOVA-contiguous (never past the last page). `start` lies in the memory.
+fn contiguous_run(iovas: &[u64], ps: usize, start: usize, len: usize) -> (u64, usize) {
+    let want = len.min(iovas.len() * ps - start);
+    let mut p = start / ps;
+    let iova = iovas[p] + (start % ps) as u64;
+    let mut run = ps - start % ps;
+    while run < want && p + 1 < iovas.len() {
+        if iovas[p + 1] != iovas[p].wrapping_add(ps as u64) {
+            break;
+        }
+        run += ps;
+        p += 1;
+    }
+    (iova, run.min(want))
+}
+
+/// The maximal IOVA-contiguous runs of pages of `ps` bytes with the IOVAs
+/// `iovas`: (offset, IOVA, length).
+fn iova_runs(iovas: &[u64], ps: usize) -> impl Iterator<Item = (usize, u64, usize)> + '_ {
+    let n = iovas.len();
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at >= n {
+            return None;
+        }
+        let first = at;
+        at += 1;
+        while at < n && iovas[at] == iovas[at - 1].wrapping_add(ps as u64) {
+            at += 1;
+        }
+        Some((first * ps, iovas[first], (at - first) * ps))
+    })
 }
 
 impl Drop for ExtMem {
@@ -701,4 +712,54 @@ unsafe extern "C" fn ext_free_cb(_addr: *mut c_void, opaque: *mut c_void) {
     // SAFETY: gives back the count taken in `try_arm`; may free the pool, so
     // nothing of it is touched after this.
     unsafe { Arc::decrement_strong_count(pool) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PS: usize = 2 << 20;
+    /// Pages 0-1 physically adjacent, page 2 elsewhere, page 3 after it.
+    const IOVAS: [u64; 4] = [0x4000_0000, 0x4020_0000, 0x9000_0000, 0x9020_0000];
+
+    #[test]
+    fn runs_end_where_the_next_page_is_not_adjacent() {
+        // Inside one page.
+        assert_eq!(contiguous_run(&IOVAS, PS, 100, 1000), (0x4000_0064, 1000));
+        // Across the adjacent boundary 0 → 1.
+        assert_eq!(contiguous_run(&IOVAS, PS, PS - 10, 20), (0x401f_fff6, 20));
+        // Up to the boundary 1 → 2 only: the caller splits there.
+        assert_eq!(
+            contiguous_run(&IOVAS, PS, 2 * PS - 10, 9000),
+            (0x403f_fff6, 10)
+        );
+        // The rest from the next page.
+        assert_eq!(
+            contiguous_run(&IOVAS, PS, 2 * PS, 8990),
+            (0x9000_0000, 8990)
+        );
+        // Never past the memory's end.
+        assert_eq!(
+            contiguous_run(&IOVAS, PS, 4 * PS - 4, 100),
+            (0x903f_fffc, 4)
+        );
+        // IOVA-as-VA: one run however long.
+        let va: Vec<u64> = (0..4).map(|i| 0x7f00_0000_0000 + i * 4096).collect();
+        assert_eq!(
+            contiguous_run(&va, 4096, 5, 16_000),
+            (0x7f00_0000_0005, 16_000)
+        );
+    }
+
+    #[test]
+    fn dma_runs_cover_the_memory_once() {
+        let runs: Vec<_> = iova_runs(&IOVAS, PS).collect();
+        assert_eq!(
+            runs,
+            [(0, 0x4000_0000, 2 * PS), (2 * PS, 0x9000_0000, 2 * PS)]
+        );
+        let one: Vec<_> = iova_runs(&[7 * 4096, 8 * 4096, 9 * 4096], 4096).collect();
+        assert_eq!(one, [(0, 7 * 4096, 3 * 4096)]);
+        assert_eq!(iova_runs(&[], 4096).count(), 0);
+    }
 }
