@@ -58,7 +58,7 @@
 //! invalidation are work requests, and a Send with Invalidate arrives on a
 //! connection: all three change an STag's state on the one worker that
 //! runs them. That worker then sends the change to every other worker's
-//! replica ring ([`MrSyncLinks`]) and holds the completion that reports
+//! replica ring (`MrSyncLinks`) and holds the completion that reports
 //! it (and every later completion of that queue pair) until each of them
 //! has applied it, so once the application sees an invalidation complete,
 //! no worker will place a byte or answer a Read through the old
@@ -1242,13 +1242,16 @@ impl Conn {
                     (None, TcpEnd::Reset) => DisconnectReason::Reset,
                     (None, TcpEnd::TimedOut) => DisconnectReason::TimedOut,
                 };
+                self.reported_down = true;
                 self.set_status(QpStatus::Disconnected);
                 cx.event(CmEvent::Disconnected {
                     qp: self.qpn(),
                     reason,
                 });
             }
-            *finished = true;
+            // A completion still waiting for the other workers' STag
+            // replicas keeps the connection until it is delivered.
+            *finished = self.hold.is_none();
         }
         work
     }
