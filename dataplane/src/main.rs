@@ -11,7 +11,7 @@ use dataplane::tool::{demo, perf, rping, runner::TestKind};
 /// Software iWARP RNIC on DPDK: perftest-compatible perf tests, rping,
 /// and a self-contained demo. With no subcommand, runs the demo.
 #[derive(Debug, Parser)]
-#[command(name = "iwarp", version, about, long_about = None)]
+#[command(name = "iwarp", version)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
