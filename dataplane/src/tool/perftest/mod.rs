@@ -430,7 +430,9 @@ impl<'dp> Session<'dp> {
             }
         }
         match self.x.action() {
-            Action::Run => self.x.proceed(),
+            // After the measured loop of the only size, or of the last
+            // size of an `-a` run.
+            Action::Run | Action::NextSize => self.x.proceed(),
             Action::Done => {}
             _ => {
                 return Err(ToolError::Usage(format!(
