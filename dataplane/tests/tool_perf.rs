@@ -316,7 +316,8 @@ fn pair(test: &str, extra: &[&str], iters: u64) {
             .unwrap_or_else(|e| panic!("{side}'s --json is not JSON ({e}): {}", out.stdout));
         let found = runs(&doc);
         if side == "client" {
-            assert!(!found.is_empty(), "no figures in the client's JSON: {doc}");
+            let want = if extra.contains(&"-a") { 23 } else { 1 };
+            assert_eq!(found.len(), want, "sizes in the client's JSON: {doc}");
         }
         for r in found {
             let n = num(r, "iterations");
@@ -523,4 +524,11 @@ fn interrupted_runs_leave_nothing_over_veth() {
         "namespaces left"
     );
     println!("runtime directories and namespaces removed");
+}
+
+/// `-a`: every size from 2 B to 8 MiB, a line each on the client; the
+/// server shows the client's report of the last.
+#[test]
+fn write_bw_all_sizes_over_veth() {
+    pair("write-bw", &["-a", "-n", "5"], 5);
 }
