@@ -1721,6 +1721,51 @@ mod tests {
     }
 
     #[test]
+    fn send_bw_for_a_duration_on_two_qps() {
+        let (a, b) = pair();
+        let mut sc = spec(TestKind::SendBw, Role::Client, 4096, 0, 2);
+        sc.duration = Some(Duration::from_millis(300));
+        sc.rx_depth = 64;
+        // Completions every 16 Sends: counts close to what was sent.
+        sc.tx_depth = 16;
+        let ss = RunSpec {
+            role: Role::Server,
+            ..sc.clone()
+        };
+        let rc = Resources::new(&a, &sc).unwrap();
+        let rs = Resources::new(&b, &ss).unwrap();
+        connect_direct(&a, &rc, &b, &rs, SocketAddrV4::new(IP_B, 5007), 0).unwrap();
+        let to_s: Vec<RemoteBuf> = (0..2).map(|i| rs.local_buf(i)).collect();
+        let to_c: Vec<RemoteBuf> = (0..2).map(|i| rc.local_buf(i)).collect();
+        // Each side advertises its credit words, not its data buffer.
+        assert_eq!(to_c[1].addr, to_c[0].addr + 4);
+        let mut calls = 0;
+        let (c, s) = std::thread::scope(|t| {
+            let server = t.spawn(|| rs.run(&b, &ss, &to_c, &mut |_| {}));
+            let c = rc.run(&a, &sc, &to_s, &mut |_| calls += 1);
+            (c.unwrap(), server.join().unwrap().unwrap())
+        });
+        assert!(c.iterations > 0, "{c:?}");
+        // The server wrote its receive counts into both of the client's
+        // credit words (every 21 receives of 64).
+        for i in 0..2 {
+            assert!(
+                rc.credit_word(2 + i) >= 21,
+                "QP {i}: {}",
+                rc.credit_word(2 + i)
+            );
+        }
+        assert!(c.elapsed >= Duration::from_millis(300));
+        assert!(
+            s.iterations > 0 && s.verified_bytes == s.iterations * 4096,
+            "{s:?}"
+        );
+        let _ = calls;
+        rc.close(&a);
+        rs.close(&b);
+    }
+
+    #[test]
     fn write_lat_verified_over_memory_links() {
         let (c, s) = round(TestKind::WriteLat, 100, 200, 1, 5004);
         assert_eq!(c.verified_bytes, 200 * 100);
