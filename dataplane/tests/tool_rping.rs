@@ -751,14 +751,19 @@ fn two_processes(client_args: &[&str], interrupt_after: Option<usize>) -> Outcom
             }
             println!("[{who}] {line}");
             seen.push((who, line));
-        }
-        if interrupt_after.is_some_and(|n| shown >= n) && !signalled && status[1].is_none() {
-            let pid = libc::pid_t::try_from(cli.child.id()).expect("a pid");
-            // SAFETY: kill has no memory effects; `pid` is our child
-            // (iwarp itself: ip netns exec execs it), not yet reaped.
-            assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-            println!("SIGINT sent to the client after {shown} pings shown");
-            signalled = true;
+            // Signalled as soon as the count is seen: the lines keep coming.
+            if interrupt_after.is_some_and(|n| shown >= n) && !signalled && status[1].is_none() {
+                let pid = libc::pid_t::try_from(cli.child.id()).expect("a pid");
+                // SAFETY: kill has no memory effects; `pid` is our child
+                // (iwarp itself: ip netns exec execs it), not yet reaped
+                // (its status is taken only in the outer loop).
+                assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+                println!("SIGINT sent to the client after {shown} pings shown");
+                signalled = true;
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
         }
     }
     std::thread::sleep(Duration::from_millis(200));
