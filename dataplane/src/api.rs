@@ -358,6 +358,13 @@ impl SrqSupply {
     }
 }
 
+impl SrqShared {
+    /// Receives it holds at most.
+    pub(crate) fn capacity(&self) -> usize {
+        self.ring.capacity()
+    }
+}
+
 impl RecvSupply for SrqSupply {
     fn take(&mut self) -> Option<RecvWr> {
         let s = &*self.0;

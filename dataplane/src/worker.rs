@@ -985,6 +985,9 @@ struct Conn {
     local_ops: VecDeque<LocalOp>,
     /// A completion waiting for the other workers' STag replicas.
     hold: Option<Hold>,
+    /// Completions taken out of the engine's bounded CQs while one is
+    /// held (so that those cannot overflow meanwhile), not examined yet.
+    unexamined: VecDeque<(WorkCompletion, bool)>,
 }
 
 impl Conn {
@@ -1017,17 +1020,25 @@ impl Conn {
             srq: None,
             local_ops: VecDeque::new(),
             hold: None,
+            unexamined: VecDeque::new(),
         }
     }
 
     fn bind(&mut self, shared: Arc<QpShared>) {
         let a = shared.attr;
+        // Receives that can complete between two deliveries: those posted
+        // to the queue pair, or to its shared receive queue.
+        let recvs = shared
+            .srq
+            .as_ref()
+            .map_or(a.max_recv_wr, |s| s.capacity() as u32);
         self.cq = CompletionQueue::new(a.send_cq, a.max_send_wr + 8);
-        self.rcq = CompletionQueue::new(a.recv_cq, a.max_recv_wr + 8);
+        self.rcq = CompletionQueue::new(a.recv_cq, recvs + 8);
         self.backlog = VecDeque::with_capacity((a.max_send_wr + a.max_recv_wr) as usize + 16);
         // Sends stop draining while a completion is held, so at most two
         // send queues' worth of local operations are ever tracked.
         self.local_ops = VecDeque::with_capacity(2 * a.max_send_wr as usize + 8);
+        self.unexamined = VecDeque::with_capacity((a.max_send_wr + recvs) as usize + 16);
         self.srq = match (&shared.srq, a.srq) {
             (Some(srq), Some(id)) => Some(SharedReceiveQueue::with_supply(
                 id,
@@ -1482,6 +1493,12 @@ impl Conn {
         loop {
             if let Some(h) = self.hold {
                 if !sync.acked(h.seq) {
+                    while let Some(wc) = self.cq.poll_one() {
+                        self.unexamined.push_back((wc, false));
+                    }
+                    while let Some(wc) = self.rcq.poll_one() {
+                        self.unexamined.push_back((wc, true));
+                    }
                     break;
                 }
                 self.hold = None;
@@ -1494,9 +1511,9 @@ impl Conn {
             let (next, fresh) = match self.backlog.pop_front() {
                 Some(e) => (Some(e), false),
                 None => (
-                    self.cq
-                        .poll_one()
-                        .map(|wc| (wc, false))
+                    self.unexamined
+                        .pop_front()
+                        .or_else(|| self.cq.poll_one().map(|wc| (wc, false)))
                         .or_else(|| self.rcq.poll_one().map(|wc| (wc, true))),
                     true,
                 ),

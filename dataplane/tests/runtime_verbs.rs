@@ -136,7 +136,9 @@ fn rw() -> Access {
 // ---------------------------------------------------------------------
 
 const SLOT: usize = 8192;
-const MSGS: usize = 24;
+/// Sends through the SRQ: the first 24 of up to 8 KiB, then 40 of a few
+/// bytes that arrive many to a segment.
+const MSGS: usize = 64;
 
 fn srq_shared_by_two_qps(mode: DriveMode, label: &str) {
     let p = pair(mode);
@@ -192,7 +194,18 @@ fn srq_shared_by_two_qps(mode: DriveMode, label: &str) {
     // is `len(k)` bytes of pattern k.
     let src = Region::new(MSGS * SLOT).unwrap();
     let src_mr = p.a.reg_mr(a.pd, &src, 0, src.len(), rw()).unwrap();
-    let len = |k: usize| 1 + (k * 977) % (SLOT - 1);
+    let len = |k: usize| {
+        if k < 24 {
+            1 + (k * 977) % (SLOT - 1)
+        } else {
+            4 + k - 24
+        }
+    };
+    // Every message has its own length: the receiver tells them apart by it.
+    let mut lens: Vec<usize> = (0..MSGS).map(len).collect();
+    lens.sort_unstable();
+    lens.dedup();
+    assert_eq!(lens.len(), MSGS);
     for k in 0..MSGS {
         src.write(k * SLOT, &pattern(k as u64, len(k))).unwrap();
     }
@@ -221,6 +234,7 @@ fn srq_shared_by_two_qps(mode: DriveMode, label: &str) {
         (recvs.len() >= MSGS).then_some(())
     });
     let mut slots_used = [false; MSGS];
+    let mut msgs_seen = [false; MSGS];
     let mut per_qp = [0usize; 2];
     let mut verified = 0;
     for wc in &recvs {
@@ -241,6 +255,8 @@ fn srq_shared_by_two_qps(mode: DriveMode, label: &str) {
             .filter(|k| k % 2 == q && len(*k) == wc.byte_len as usize)
             .find(|&k| got == pattern(k as u64, len(k)))
             .unwrap_or_else(|| panic!("slot {slot}: bytes of no message sent on qp {q}"));
+        assert!(!msgs_seen[k], "message {k} received twice");
+        msgs_seen[k] = true;
         // Nothing written past the message.
         let tail = dst.to_vec(slot * SLOT + len(k), SLOT - len(k)).unwrap();
         assert!(
