@@ -42,13 +42,18 @@ fn assert_one_line(what: &str, stderr: &[String]) -> String {
 
 #[test]
 fn bad_numbers_fail_in_one_line() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["perf", "write-bw", "-s", "0"], "bad size"),
         (&["perf", "send-bw", "--size", "3G"], "bad size"),
         (&["perf", "read-lat", "-s", "lots"], "bad size"),
         (&["perf", "write-bw", "-q", "0"], "-q/--qp"),
         (&["perf", "send-lat", "10.0.0.2", "-n", "1"], "-n/--iters"),
         (&["perf", "read-bw", "not-an-address"], "bad peer address"),
+        (
+            &["perf", "write-bw", "-n", "10", "-D", "2"],
+            "cannot be used with",
+        ),
+        (&["perf", "write-bw", "-o", "4"], "-o/--outs"),
     ];
     for (args, want) in cases {
         let end = iwarp("iwarp", args, Duration::from_secs(20));

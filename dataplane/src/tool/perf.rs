@@ -854,6 +854,41 @@ mod tests {
     }
 
     #[test]
+    fn reports_cross_in_perftest_units() {
+        let r = RunResult {
+            size: 65_536,
+            bytes: 65_536 * 1000,
+            iterations: 1000,
+            elapsed: Duration::from_millis(500),
+            bw_peak_mbps: 150.0,
+            bw_avg_mbps: 125.0,
+            msg_rate_mpps: 0.002,
+            latency: None,
+            verified_bytes: 0,
+        };
+        let mib = PerfOptions::default()
+            .plan(TestKind::WriteBw)
+            .expect("plan");
+        let gbit = args(|a| a.report_gbits = true)
+            .plan(TestKind::WriteBw)
+            .expect("plan");
+        let f = figures_of(&r, &mib);
+        assert_eq!(
+            (f.size, f.iters, f.bw_avg, f.bw_peak),
+            (65_536, 1000, 125.0, 150.0)
+        );
+        let f = figures_of(&r, &gbit);
+        // 125 MiB/s = 131.072 MB/s = 1.048576 Gbit/s.
+        assert!((f.bw_avg - 1.048_576).abs() < 1e-9, "{f:?}");
+        let back = result_of(&f, &gbit);
+        assert!((back.bw_avg_mbps - 125.0).abs() < 1e-9, "{back:?}");
+        assert!((back.bw_peak_mbps - 150.0).abs() < 1e-9, "{back:?}");
+        assert_eq!((back.bytes, back.iterations), (r.bytes, 1000));
+        // The time the bytes and the average imply.
+        assert!((back.elapsed.as_secs_f64() - 0.5).abs() < 1e-6, "{back:?}");
+    }
+
+    #[test]
     fn all_sizes_run_two_bytes_to_eight_mib() {
         let p = args(|a| a.all = true)
             .plan(TestKind::WriteBw)
