@@ -524,7 +524,7 @@ pub fn table(r: &DemoReport) -> String {
     ));
     for b in &r.bandwidth {
         out.push_str(&format!(
-            " {:<10} {:>8} {:>11} {:>12.1} {:>12.1} {:>13.1} MB/s {:>7.2} {:>16}\n",
+            " {:<10} {:>8} {:>11} {:>12.1} {:>12.1} {:>13.1} MB/s {:>7.3} {:>16}\n",
             b.test.to_string(),
             b.size,
             b.iterations,
@@ -634,7 +634,7 @@ mod tests {
         };
         let t = table(&r);
         assert!(t.contains("write-bw"), "{t}");
-        assert!(t.contains("6.2") && t.contains("100.0 MB/s") && t.contains("0.06"));
+        assert!(t.contains("6.2") && t.contains("100.0 MB/s") && t.contains("0.062"));
         assert!(t.contains("send-lat") && t.contains("12.00"));
         assert!(t.contains("data check: passed (78336 bytes verified)"));
         let j: serde_json::Value = serde_json::from_str(&to_json(&r)).unwrap();
