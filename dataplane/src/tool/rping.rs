@@ -45,7 +45,7 @@ use super::ToolError;
 use crate::api::{
     Access, CmEvent, ConnectFailure, ConnectParams, ConnectRequest, Cq, Dataplane,
     DisconnectReason, MemoryRegistration, ProtectionDomain, Qp, QpOptions, QpStatus, RecvWr,
-    Region, SendWr, SgeList, Stag, WcOpcode, WcStatus, WorkCompletion,
+    Region, SendWr, SgeList, Stag, TerminateOrigin, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// rping's default port.
@@ -969,8 +969,23 @@ fn ping(
             .map_err(|e| ToolError::Dataplane(e.into()))?;
         let r = c.send(&adv_start, "the start buffer advertisement");
         lift(peer, ping, "the start buffer advertisement", r)?;
-        let r = c.recv_info("the go-ahead after the RDMA Read");
-        lift(peer, ping, "the go-ahead after the RDMA Read", r)?;
+        let what = "the go-ahead after the RDMA Read";
+        match c.recv_info(what) {
+            // rping's server registers only its own -S, and terminates a
+            // Read of more.
+            Err(Stop::Gone(
+                reason @ DisconnectReason::Terminated {
+                    origin: TerminateOrigin::Peer,
+                    ..
+                },
+            )) => {
+                return Err(ToolError::Peer(format!(
+                    "{} (a server started with a smaller -S than {size} refuses the ping)",
+                    gone(peer, ping, what, reason)
+                )))
+            }
+            r => lift(peer, ping, what, r)?,
+        };
         // A sink holding last ping's echo would hide a missing Write.
         sink.region
             .fill(0, size, 0)
