@@ -289,7 +289,9 @@ pub struct DpdkLinkStats {
     pub tx_split: AtomicU64,
     /// Regions this port's queues registered with EAL.
     pub mem_registered: AtomicU64,
-    /// DMA mappings of a region for this port.
+    /// Registrations of memory whose DMA mapping for this port is in place
+    /// (made then, or already made for an earlier registration of the
+    /// same region).
     pub mem_dma_mapped: AtomicU64,
     /// Regions whose DMA mapping this port's bus does not support (no
     /// IOMMU to program: the registered IOVAs are used as they are).

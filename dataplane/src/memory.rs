@@ -411,7 +411,7 @@ impl Region {
         if !eal.iova_is_va() && !self.is_hugepage_backed() {
             return Err(DpdkError::with_message(
                 "rte_extmem_register",
-                22,
+                libc::EINVAL,
                 "heap memory has no stable physical address (IOVA-as-PA): use hugepages",
             ));
         }
@@ -426,7 +426,7 @@ impl Region {
             Some(m) => Ok((m, true)),
             None => Err(DpdkError::with_message(
                 "rte_extmem_register",
-                22,
+                libc::EINVAL,
                 "registration lost",
             )),
         }
