@@ -291,7 +291,8 @@ impl PerfOptions {
                 }
                 r
             }
-            None if test.is_send() && !lat => 512,
+            // perftest 4.5: 512 for every send test, latency included.
+            None if test.is_send() => 512,
             None => 1,
         };
         let outstanding_reads = match &self.outs {
@@ -682,14 +683,26 @@ fn run_on(dp: &Dataplane, plan: &Plan, link_mtu: usize) -> Result<Outcome, ToolE
     })
 }
 
-/// A client that could not set the session up: most often, nobody
-/// answered at that address and port.
+/// A client that could not set the session up, in one line that names
+/// the peer: no answer at all on the control connection is an unreachable
+/// peer; a message that names the address already (a refused connection)
+/// stays as it is; anything else gets the address in front.
 fn client_error(peer: SocketAddrV4, e: ToolError) -> ToolError {
-    match e {
-        ToolError::Peer(m) => ToolError::Peer(format!("peer {peer} unreachable: {m}")),
-        ToolError::Dataplane(d) => ToolError::Peer(format!("peer {peer} unreachable: {d}")),
-        other => other,
-    }
+    let m = match e {
+        ToolError::Peer(m) => m,
+        ToolError::Dataplane(d) => d.to_string(),
+        other => return other,
+    };
+    let addr = peer.to_string();
+    ToolError::Peer(
+        if m.contains("nothing within") && m.contains("the control connection") {
+            format!("peer {addr} unreachable: {m}")
+        } else if m.contains(&addr) {
+            m
+        } else {
+            format!("peer {addr}: {m}")
+        },
+    )
 }
 
 /// A server that could not set the session up.
@@ -806,6 +819,10 @@ mod tests {
         assert_eq!(p.outstanding_reads, 0);
         let p = PerfOptions::default().plan(TestKind::SendBw).expect("plan");
         assert_eq!((p.iterations, p.tx_depth, p.rx_depth), (1000, 128, 512));
+        let p = args(|a| a.iters = Some("200".into()))
+            .plan(TestKind::SendLat)
+            .expect("plan");
+        assert_eq!((p.size, p.tx_depth, p.rx_depth), (2, 1, 200));
         let p = PerfOptions::default()
             .plan(TestKind::ReadLat)
             .expect("plan");
@@ -886,6 +903,29 @@ mod tests {
         assert_eq!((back.bytes, back.iterations), (r.bytes, 1000));
         // The time the bytes and the average imply.
         assert!((back.elapsed.as_secs_f64() - 0.5).abs() < 1e-6, "{back:?}");
+    }
+
+    #[test]
+    fn client_errors_name_the_peer_once() {
+        let peer: SocketAddrV4 = "10.0.0.2:18515".parse().expect("addr");
+        let line = |m: &str| client_error(peer, ToolError::Peer(m.into())).to_string();
+        assert_eq!(
+            line("perftest peer: nothing within 2 s at the control connection"),
+            "peer 10.0.0.2:18515 unreachable: perftest peer: nothing within 2 s at the \
+             control connection"
+        );
+        let refused = "the control connection: nothing listens on 10.0.0.2:18515 \
+                       (connection refused)";
+        assert_eq!(line(refused), refused);
+        assert_eq!(
+            line("perftest peer closed the control connection at the version exchange"),
+            "peer 10.0.0.2:18515: perftest peer closed the control connection at the \
+             version exchange"
+        );
+        assert!(matches!(
+            client_error(peer, ToolError::Usage("x".into())),
+            ToolError::Usage(_)
+        ));
     }
 
     #[test]
