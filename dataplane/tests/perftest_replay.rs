@@ -576,6 +576,8 @@ fn end_to_end(test: TestKind, n: usize) {
             assert_eq!(sess.peer_version(), "6.06");
             assert!(sb.qps.iter().all(|q| q.status() == QpStatus::Connected));
             let report = sess.finish(None).unwrap();
+            // finish closed the data connections and saw them closed.
+            assert!(sb.qps.iter().all(|q| q.status() == QpStatus::Disconnected));
             (remote, report)
         });
         let client = s.spawn(|| {
@@ -602,6 +604,7 @@ fn end_to_end(test: TestKind, n: usize) {
             let remote = sess.remote();
             assert!(sa.qps.iter().all(|q| q.status() == QpStatus::Connected));
             let report = sess.finish(Some(&figures)).unwrap();
+            assert!(sa.qps.iter().all(|q| q.status() == QpStatus::Disconnected));
             (remote, report)
         });
         (server.join().unwrap(), client.join().unwrap())

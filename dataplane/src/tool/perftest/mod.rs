@@ -177,6 +177,9 @@ const DATA_CONNECT_DELAY: Duration = Duration::from_millis(200);
 /// is slower to speak, and `ib_write_bw` sleeps a second there.
 const FIRST_MESSAGE_DELAY: Duration = Duration::from_millis(500);
 
+/// How long [`Session::finish`] waits for the peer to close its side.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
 /// Receive buffers kept posted on the control connection.
 const RECV_SLOTS: usize = 8;
 /// Bytes per control buffer: the longest message is 64.
@@ -459,16 +462,37 @@ impl<'dp> Session<'dp> {
                 self.x.step()
             )));
         }
-        for qp in self.data.iter().chain([&self.ctrl.qp]) {
-            if qp.status() == QpStatus::Connected {
-                let _ = self.dp.disconnect(qp, false);
-            }
-        }
+        self.close();
         // Freed once the last message has left (DeregStatus::Pending).
         let _ = self.dp.dereg_mr(&self.ctrl.mr);
         let report =
             matches!(self.test, TestKind::WriteBw | TestKind::ReadBw) && self.side == Side::Server;
         Ok(report.then(|| self.x.peer().report))
+    }
+
+    /// Closes every connection of the session and waits (a little) for
+    /// the peer's side of each close, as perftest waits for its
+    /// disconnect events: a process that exits at once would reset
+    /// connections the peer is still closing.
+    fn close(&mut self) {
+        let qps: Vec<Qp> = self
+            .data
+            .iter()
+            .chain([&self.ctrl.qp])
+            .filter(|q| q.status() == QpStatus::Connected)
+            .cloned()
+            .collect();
+        for qp in &qps {
+            let _ = self.dp.disconnect(qp, false);
+        }
+        let deadline = Instant::now() + self.timeout.min(CLOSE_WAIT);
+        while qps.iter().any(|q| q.status() != QpStatus::Disconnected) && Instant::now() < deadline
+        {
+            self.take_events();
+            if !self.dp.poll() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
 
     fn deadline(&self) -> Instant {
