@@ -320,6 +320,13 @@ fn pair(test: &str, extra: &[&str], iters: u64) {
         let doc: Value = serde_json::from_str(&out.stdout)
             .unwrap_or_else(|e| panic!("{side}'s --json is not JSON ({e}): {}", out.stdout));
         let found = runs(&doc);
+        let by = doc.get("measured_by").and_then(Value::as_str);
+        let want_by = match (side, test) {
+            ("server", "write-bw" | "read-bw") => "peer",
+            ("server", "read-lat") => "none",
+            _ => "local",
+        };
+        assert_eq!(by, Some(want_by), "{side}: measured_by in {doc}");
         if side == "client" {
             let want = if extra.contains(&"-a") { 23 } else { 1 };
             assert_eq!(found.len(), want, "sizes in the client's JSON: {doc}");

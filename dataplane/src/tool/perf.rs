@@ -602,7 +602,7 @@ struct PerfJson<'a> {
     peer_version: String,
     /// `local`: this side measured the results; `peer`: the client did
     /// (a write or read bandwidth server prints the client's figures, as
-    /// perftest's does); empty results on a read latency server.
+    /// perftest's does); `none`: no results (a read latency server).
     measured_by: &'static str,
     /// `passed`, `failed` or `off` (without `--data_validation`).
     data_check: &'static str,
@@ -673,6 +673,7 @@ fn run_on(dp: &Dataplane, plan: &Plan, link_mtu: usize) -> Result<Outcome, ToolE
             results.push(result_of(&f, plan));
             "peer"
         }
+        _ if results.is_empty() => "none",
         _ => "local",
     };
     Ok(Outcome {
