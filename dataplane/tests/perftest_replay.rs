@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dataplane::api::{Access, Dataplane, DriveMode, Qp, QpOptions, QpStatus, Region};
-use dataplane::tool::perftest::exchange::{script, Action, Exchange, Local, Side};
+use dataplane::tool::perftest::exchange::{script, Action, Exchange, Local, Side, ALL_SIZES};
 use dataplane::tool::perftest::wire::{Dest, DestLayout};
 use dataplane::tool::perftest::{BwFigures, Session, SessionParams};
 use dataplane::tool::runner::{RemoteBuf, TestKind};
@@ -551,6 +551,12 @@ fn side(dp: &Dataplane, n: usize, ord: u32) -> Ends {
 }
 
 fn end_to_end(test: TestKind, n: usize) {
+    end_to_end_sizes(test, n, false);
+}
+
+/// With `all_sizes`, each side goes through the sizes of an `-a` run
+/// (`next_size` between two) before finishing.
+fn end_to_end_sizes(test: TestKind, n: usize, all_sizes: bool) {
     let pair = Pair::new(&PairOptions {
         mode: DriveMode::Threads,
         ..PairOptions::default()
@@ -558,6 +564,8 @@ fn end_to_end(test: TestKind, n: usize) {
     let mut p = SessionParams::new(test, 65536, 100);
     p.qps = n;
     p.outstanding_reads = 8;
+    p.all_sizes = all_sizes;
+    let between = if all_sizes { ALL_SIZES - 1 } else { 0 };
     let ord = 8;
     let (sa, sb) = (side(&pair.a, n, ord), side(&pair.b, n, ord));
     let timeout = Duration::from_secs(10);
@@ -570,11 +578,14 @@ fn end_to_end(test: TestKind, n: usize) {
     };
     let (server_got, client_got) = std::thread::scope(|s| {
         let server = s.spawn(|| {
-            let sess = Session::server(&pair.b, PORT, &p, &sb.qps, &sb.bufs, timeout)
+            let mut sess = Session::server(&pair.b, PORT, &p, &sb.qps, &sb.bufs, timeout)
                 .unwrap_or_else(|e| panic!("{test:?} server: {e}"));
             let remote = sess.remote();
             assert_eq!(sess.peer_version(), "6.06");
             assert!(sb.qps.iter().all(|q| q.status() == QpStatus::Connected));
+            for _ in 0..between {
+                sess.next_size().unwrap();
+            }
             let report = sess.finish(None).unwrap();
             // finish closed the data connections and saw them closed.
             assert!(sb.qps.iter().all(|q| q.status() == QpStatus::Disconnected));
@@ -584,7 +595,7 @@ fn end_to_end(test: TestKind, n: usize) {
             // The server thread may not listen yet: perftest's client gives
             // up at once then, this one tries again.
             let mut tries = 0;
-            let sess = loop {
+            let mut sess = loop {
                 match Session::client(
                     &pair.a,
                     SocketAddrV4::new(IP_B, PORT),
@@ -603,6 +614,9 @@ fn end_to_end(test: TestKind, n: usize) {
             };
             let remote = sess.remote();
             assert!(sa.qps.iter().all(|q| q.status() == QpStatus::Connected));
+            for _ in 0..between {
+                sess.next_size().unwrap();
+            }
             let report = sess.finish(Some(&figures)).unwrap();
             assert!(sa.qps.iter().all(|q| q.status() == QpStatus::Disconnected));
             (remote, report)
@@ -713,5 +727,14 @@ fn a_silent_or_foreign_peer_fails_cleanly() {
                 "{msg}"
             );
         }
+    }
+}
+
+/// `-a`: the send tests sync between sizes, the others do not; either
+/// way both sides agree through all 23 sizes and the close.
+#[test]
+fn sessions_end_to_end_all_sizes() {
+    for test in [TestKind::SendBw, TestKind::SendLat, TestKind::WriteBw] {
+        end_to_end_sizes(test, 1, true);
     }
 }
