@@ -161,6 +161,13 @@ pub fn open_dataplane(config: &Config) -> Result<Dataplane, ToolError> {
             let _ = std::fs::remove_dir_all(dir);
         }
         match e {
+            // The defaults are for virtual devices (`--no-pci`).
+            Error::Device(m) if config.eal.args.is_empty() && !device.starts_with("net_") => {
+                ToolError::Usage(format!(
+                    "cannot open device {device:?}: {m} (the default EAL arguments exclude \
+                     PCI ports: give --eal or [eal] args, see deploy/REAL-NIC.md)"
+                ))
+            }
             Error::Device(m) => ToolError::Usage(format!("cannot open device {device:?}: {m}")),
             other => ToolError::Dataplane(other),
         }
