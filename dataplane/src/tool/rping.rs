@@ -76,8 +76,9 @@ const RQ_DEPTH: u32 = 2;
 /// sends nothing until it has the first advertisement: the run stalls. An
 /// rping client takes milliseconds to get there (about 10 ms in the siw
 /// capture); a dataplane answers within microseconds, seen to hit the
-/// window against a siw guest. Once per run.
-const FIRST_SEND_DELAY: Duration = Duration::from_millis(20);
+/// window against a siw guest. The margin covers a guest whose CPU is
+/// descheduled in the window. Once per run.
+const FIRST_SEND_DELAY: Duration = Duration::from_millis(100);
 
 /// The buffer one side advertises to the other: rping's
 /// `struct rping_rdma_info`, 16 bytes in network byte order.
