@@ -761,6 +761,143 @@ fn header(plan: &Plan, local: SocketAddrV4, o: &Outcome) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::DriveMode;
+    use crate::config::Config;
+    use crate::link::{MemLink, MemLinkConfig};
+    use tcp_offload::wire::EthernetAddress;
+
+    const MAC_C: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0x5e, 1]);
+    const MAC_S: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0x5e, 2]);
+    const IP_C: Ipv4Addr = Ipv4Addr::new(10, 94, 0, 1);
+    const IP_S: Ipv4Addr = Ipv4Addr::new(10, 94, 0, 2);
+
+    /// A client's and a server's dataplane over a memory link.
+    fn pair() -> (Dataplane, Dataplane) {
+        let (lc, ls) = MemLink::pair(&MemLinkConfig::default(), MAC_C, MAC_S);
+        let cfg = |ip, mac| {
+            let mut c = Config::single("mem:perf", ip, mac);
+            c.idle.spin = 200;
+            c.idle.sleep_us = 20;
+            c
+        };
+        let c = Dataplane::open_with_link(&cfg(IP_C, MAC_C), lc, DriveMode::Threads)
+            .expect("client dataplane");
+        let s = Dataplane::open_with_link(&cfg(IP_S, MAC_S), ls, DriveMode::Threads)
+            .expect("server dataplane");
+        (c, s)
+    }
+
+    /// `run_on` as server and as client of `test` with the options `set`
+    /// gives both; the client tries again while nothing listens yet (the
+    /// server's thread may not have reached its listen).
+    fn both(test: TestKind, set: impl Fn(&mut PerfOptions)) -> (Outcome, Outcome) {
+        let (c, s) = pair();
+        let server = args(|a| {
+            set(a);
+            a.timeout = Some("20".into());
+        })
+        .plan(test)
+        .expect("server plan");
+        let client = args(|a| {
+            set(a);
+            a.timeout = Some("20".into());
+            a.peer = Some(IP_S.to_string());
+        })
+        .plan(test)
+        .expect("client plan");
+        std::thread::scope(|scope| {
+            let srv = scope.spawn(|| run_on(&s, &server, 1500));
+            let mut tries = 0;
+            let cli = loop {
+                match run_on(&c, &client, 1500) {
+                    Err(e) if e.to_string().contains("nothing listens") && tries < 100 => {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    r => break r,
+                }
+            };
+            let cli = cli.unwrap_or_else(|e| panic!("{test} client: {e}"));
+            let srv = srv
+                .join()
+                .expect("server thread")
+                .unwrap_or_else(|e| panic!("{test} server: {e}"));
+            (cli, srv)
+        })
+    }
+
+    /// Every test between two `run_on`s: the figures each side keeps, the
+    /// bandwidth report the write and read servers get from the client.
+    #[test]
+    fn every_test_over_a_memory_link() {
+        for test in [
+            TestKind::WriteBw,
+            TestKind::ReadBw,
+            TestKind::SendBw,
+            TestKind::WriteLat,
+            TestKind::ReadLat,
+            TestKind::SendLat,
+        ] {
+            let (c, s) = both(test, |a| {
+                a.iters = Some("40".into());
+                a.size = Some(if test.is_latency() { "64" } else { "8K" }.into());
+            });
+            assert_eq!(c.peer_version, "6.06", "{test}");
+            assert_eq!(c.measured_by, "local", "{test}");
+            assert_eq!(c.results.len(), 1, "{test}");
+            let r = &c.results[0];
+            let samples = if test.is_latency() && test != TestKind::ReadLat {
+                39
+            } else {
+                40
+            };
+            assert_eq!(r.iterations, samples, "{test}: {r:?}");
+            assert!(r.bw_avg_mbps > 0.0 && r.bytes > 0, "{test}: {r:?}");
+            assert_eq!(r.latency.is_some(), test.is_latency(), "{test}: {r:?}");
+            match test {
+                TestKind::WriteBw | TestKind::ReadBw => {
+                    // The client's report, crossed in perftest's units.
+                    assert_eq!(s.measured_by, "peer", "{test}");
+                    let got = &s.results[0];
+                    assert_eq!((got.size, got.iterations), (8192, 40), "{test}");
+                    assert!((got.bw_avg_mbps - r.bw_avg_mbps).abs() < 1e-6, "{test}");
+                    assert!((got.bw_peak_mbps - r.bw_peak_mbps).abs() < 1e-6, "{test}");
+                }
+                TestKind::ReadLat => {
+                    assert_eq!(s.measured_by, "none", "{test}");
+                    assert!(s.results.is_empty(), "{test}");
+                }
+                _ => {
+                    assert_eq!(s.measured_by, "local", "{test}");
+                    assert_eq!(s.results[0].iterations, samples, "{test}");
+                }
+            }
+            assert!(c.mismatch.is_none() && s.mismatch.is_none(), "{test}");
+            println!(
+                "{test}: client {} x {} B, {:.1} MB/s; server {} ({})",
+                r.iterations,
+                r.size,
+                r.bw_avg_mbps,
+                s.results.len(),
+                s.measured_by
+            );
+        }
+    }
+
+    /// Two QPs, data checked by the receiving side.
+    #[test]
+    fn send_bw_two_qps_verified_over_a_memory_link() {
+        let (c, s) = both(TestKind::SendBw, |a| {
+            a.iters = Some("30".into());
+            a.size = Some("4K".into());
+            a.qps = Some("2".into());
+            a.verify = true;
+        });
+        assert_eq!(c.results[0].iterations, 60);
+        assert_eq!(s.results[0].iterations, 60);
+        assert_eq!(s.results[0].verified_bytes, 60 * 4096);
+        assert!(c.mismatch.is_none() && s.mismatch.is_none());
+    }
 
     fn args(f: impl FnOnce(&mut PerfOptions)) -> PerfOptions {
         let mut a = PerfOptions::default();
