@@ -5,7 +5,10 @@
 //! Both dataplanes run inline on this thread (the only test in this
 //! binary, so nothing else allocates meanwhile). After a warm-up that
 //! lets every pool, ring and queue reach its working size, RDMA WRITEs,
-//! READs and SENDs of 256 KiB run while allocations are counted.
+//! READs and SENDs of 256 KiB run while allocations are counted. Then the
+//! same with two workers per side over a link that delivers every frame
+//! on queue 0, so that the software dispatcher hands most frames from one
+//! worker to the other.
 
 mod runtime_common;
 
@@ -13,6 +16,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use dataplane::api::{Access, RecvWr, SendWr, SgeList, WcStatus, WorkCompletion};
+use dataplane::link::{MemLinkConfig, Steering};
+use dataplane::worker::WorkerStats;
 use runtime_common::*;
 
 struct Counting;
@@ -107,10 +112,42 @@ fn round(p: &Pair, a: &End, b: &End, bufs: &[Buf; 4], id: u64) -> u64 {
 
 #[test]
 fn steady_state_allocates_nothing_per_packet() {
-    let p = Pair::new(&PairOptions {
-        static_arp: true,
-        ..PairOptions::default()
-    });
+    measure(
+        "one worker",
+        &PairOptions {
+            static_arp: true,
+            ..PairOptions::default()
+        },
+    );
+    let dispatched = measure(
+        "two workers, all frames on queue 0",
+        &PairOptions {
+            static_arp: true,
+            workers: 2,
+            link: MemLinkConfig {
+                steering: Steering::Queue0,
+                ..MemLinkConfig::default()
+            },
+            ..PairOptions::default()
+        },
+    );
+    assert!(dispatched > 1000, "only {dispatched} frames dispatched");
+}
+
+/// Frames received, and frames handed from one worker to another, over
+/// both sides' workers.
+fn frames(p: &Pair) -> (u64, u64) {
+    let all: Vec<WorkerStats> = p.a.stats().into_iter().chain(p.b.stats()).collect();
+    (
+        all.iter().map(|w| w.rx_packets).sum(),
+        all.iter().map(|w| w.dispatched_out).sum(),
+    )
+}
+
+/// Runs the measured rounds over a pair made with `o`; returns the frames
+/// dispatched while measuring.
+fn measure(label: &str, o: &PairOptions) -> u64 {
+    let p = Pair::new(o);
     let (a, b) = connect(&p);
     let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let bufs = [
@@ -127,7 +164,7 @@ fn steady_state_allocates_nothing_per_packet() {
         round(&p, &a, &b, &bufs, id);
         id += 3;
     }
-    let before = p.a.stats()[0].rx_packets + p.b.stats()[0].rx_packets;
+    let before = frames(&p);
     let (allocs0, bytes0) = (
         ALLOCS.load(Ordering::Relaxed),
         BYTES.load(Ordering::Relaxed),
@@ -141,14 +178,16 @@ fn steady_state_allocates_nothing_per_packet() {
     TRACE.store(false, Ordering::Relaxed);
     let allocs = ALLOCS.load(Ordering::Relaxed) - allocs0;
     let bytes = BYTES.load(Ordering::Relaxed) - bytes0;
-    let packets = p.a.stats()[0].rx_packets + p.b.stats()[0].rx_packets - before;
+    let after = frames(&p);
+    let (packets, dispatched) = (after.0 - before.0, after.1 - before.1);
     println!(
-        "steady state: {moved} bytes moved in {packets} frames; {allocs} allocations ({bytes} bytes)"
+        "steady state, {label}: {moved} bytes moved in {packets} frames ({dispatched} dispatched); {allocs} allocations ({bytes} bytes)"
     );
     assert!(packets > 1000, "only {packets} frames");
     assert!(bufs[1].bytes() == bufs[0].bytes() && bufs[3].bytes() == bufs[2].bytes());
     assert_eq!(
         allocs, 0,
-        "allocations in the steady state (ALLOC_TRACE=1 shows where)"
+        "{label}: allocations in the steady state (ALLOC_TRACE=1 shows where)"
     );
+    dispatched
 }
