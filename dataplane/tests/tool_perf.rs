@@ -425,8 +425,12 @@ fn send_lat_over_veth() {
 }
 
 #[test]
-fn write_bw_two_qps_over_veth() {
-    pair("write-bw", &["-s", "4096", "-n", "100", "-q", "2"], 200);
+fn write_bw_two_qps_verified_over_veth() {
+    pair(
+        "write-bw",
+        &["-s", "4096", "-n", "100", "-q", "2", "--data_validation"],
+        200,
+    );
 }
 
 #[test]

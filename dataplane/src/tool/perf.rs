@@ -303,6 +303,8 @@ impl PerfOptions {
             }
             Some(o) => parse_num(o, "-o/--outs", 1, u64::from(MAX_OUTS))? as u32,
             None if test.is_read() => DEFAULT_OUTS,
+            // The data check of write-bw reads the destination back.
+            None if self.verify && test == TestKind::WriteBw => DEFAULT_OUTS,
             None => 0,
         };
         // perftest: with a fixed number of iterations, no more in flight
@@ -322,16 +324,6 @@ impl PerfOptions {
         if lat && qps > 1 {
             return Err(ToolError::Usage(
                 "-q/--qp: latency tests run on one QP".into(),
-            ));
-        }
-        if self.verify && test == TestKind::WriteBw {
-            // The check reads the destination back by RDMA Read, and
-            // perftest's write test negotiates no Read credits (IRD/ORD 0).
-            return Err(ToolError::Usage(
-                "--data_validation: write-bw cannot read its data back (the session \
-                 negotiates no RDMA Read credits for write tests); use write-lat, \
-                 read-bw or send-bw"
-                    .into(),
             ));
         }
         if self.verify && self.all {
@@ -400,6 +392,8 @@ impl Plan {
             all_sizes: self.all_sizes,
             outstanding_reads: self.outstanding_reads,
             link_mtu,
+            // write-bw's data check reads the destination back.
+            read_back: self.verify && self.test == TestKind::WriteBw,
         }
     }
 
@@ -1095,9 +1089,6 @@ mod tests {
             let m = usage(args(set).plan(TestKind::WriteBw));
             assert!(m.contains(option), "{option}: {m}");
         }
-        let m = usage(args(|a| a.verify = true).plan(TestKind::WriteBw));
-        assert!(m.contains("--data_validation"), "{m}");
-        assert!(args(|a| a.verify = true).plan(TestKind::SendBw).is_ok());
         let m = usage(args(|a| a.outs = Some("200".into())).plan(TestKind::ReadBw));
         assert!(m.contains("between 1 and 128"), "{m}");
     }

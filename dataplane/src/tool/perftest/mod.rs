@@ -111,6 +111,11 @@ pub struct SessionParams {
     pub outstanding_reads: u32,
     /// The port's MTU in bytes: sent as perftest's IB MTU code.
     pub link_mtu: usize,
+    /// Negotiate `outstanding_reads` as IRD and ORD on the data
+    /// connections of the other tests too (perftest: 0 and 0), so that a
+    /// data check of `write-bw` between two `iwarp`s may read the
+    /// destination back.
+    pub read_back: bool,
 }
 
 impl SessionParams {
@@ -126,6 +131,7 @@ impl SessionParams {
             all_sizes: false,
             outstanding_reads: 16,
             link_mtu: 1500,
+            read_back: false,
         }
     }
 
@@ -358,7 +364,7 @@ impl<'dp> Session<'dp> {
         for slot in 0..RECV_SLOTS {
             post_slot(&ctrl, slot)?;
         }
-        let rd = if p.is_read() {
+        let rd = if p.is_read() || p.read_back {
             u16::try_from(p.outstanding_reads).unwrap_or(u16::MAX)
         } else {
             0
