@@ -38,15 +38,17 @@ pub fn ipv4_tcp_input(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) -> [
     dpdk_bindings::toeplitz::ipv4_tcp_input(src.octets(), dst.octets(), sport, dport)
 }
 
-/// Source and destination address and port of an untagged IPv4/TCP
-/// frame, as [`Rss::queue_for`] takes them; `None` for anything else (ARP,
-/// other protocols, VLAN-tagged or truncated frames), which the receiving
-/// worker keeps.
+/// Source and destination address and port of an IPv4/TCP frame,
+/// untagged or with one 802.1Q tag, as [`Rss::queue_for`] takes them;
+/// `None` for anything else (ARP, other protocols, truncated frames),
+/// which the receiving worker keeps.
 pub fn ipv4_tcp_flow(frame: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, u16, u16)> {
-    if frame.get(12..14)? != [0x08, 0x00] {
-        return None;
-    }
-    let ip = frame.get(14..)?;
+    let l3 = match frame.get(12..14)? {
+        [0x08, 0x00] => 14,
+        [0x81, 0x00] if frame.get(16..18)? == [0x08, 0x00] => 18,
+        _ => return None,
+    };
+    let ip = frame.get(l3..)?;
     let ihl = usize::from(*ip.first()? & 0x0f) * 4;
     if *ip.get(9)? != 6 || ihl < 20 {
         return None;
@@ -234,5 +236,13 @@ mod tests {
         let mut bad_ihl = tcp_frame(them, us, 1, 2);
         bad_ihl[14] = 0x42;
         assert_eq!(ipv4_tcp_flow(&bad_ihl), None);
+        // One 802.1Q tag (VLAN 5) before the IPv4 header.
+        let plain = tcp_frame(them, us, 4791, 50_000);
+        let mut tagged = plain[..12].to_vec();
+        tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+        tagged.extend_from_slice(&plain[12..]);
+        assert_eq!(ipv4_tcp_flow(&tagged), Some((them, us, 4791, 50_000)));
+        tagged[16] = 0x86;
+        assert_eq!(ipv4_tcp_flow(&tagged), None);
     }
 }
