@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 use rdmap::engine::{Endpoint, EngineEvent, Env, OutRecord};
 use rdmap::mpa::{Config, RtrSet, RtrType};
-use rdmap::placement::{RegionHandle, VecMemory};
+use rdmap::placement::{Placement, RegionHandle, VecMemory};
 use rdmap::verbs::{
     Access, CompletionQueue, Device, DeviceLimits, PdId, QpInitAttr, RegOptions, Stag,
     WorkCompletion,
@@ -96,6 +96,8 @@ pub struct Side {
     pub log: Option<Vec<(u64, Vec<u8>)>>,
     /// Accept connection requests as they come (else reject them).
     pub auto_accept: bool,
+    /// Records whose stored payload checksum sum was checked.
+    pub payload_sums: u64,
 }
 
 pub fn qp_attr(pd: PdId, cq: &CompletionQueue) -> QpInitAttr {
@@ -183,6 +185,7 @@ impl Side {
             bufs: Vec::new(),
             log: None,
             auto_accept: true,
+            payload_sums: 0,
         }
     }
 
@@ -281,6 +284,19 @@ impl Side {
             );
             assert!(!r.is_empty());
             let bytes = r.to_vec(&self.mem);
+            // The payload's checksum sum kept from the CRC pass is the
+            // sum of the payload bytes.
+            if let (Some(p), Some(sum)) = (r.payload(), r.payload_sum()) {
+                let mut payload = vec![0u8; p.len() as usize];
+                self.mem.read(p.range(), &mut payload);
+                assert_eq!(
+                    sum,
+                    rdmap::placement::internet_sum(&payload),
+                    "{}: stored payload sum",
+                    self.name
+                );
+                self.payload_sums += 1;
+            }
             if let Some(log) = self.log.as_mut() {
                 log.push((r.end_offset(), bytes.clone()));
             }
