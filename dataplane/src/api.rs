@@ -33,6 +33,27 @@
 //!   (binding a QP to the worker that received the request) or
 //!   [`Dataplane::reject`], with private data either way.
 //!
+//! # Several users of one dataplane
+//!
+//! Connection-management events are the dataplane's, not a thread's: any
+//! [`Dataplane::poll_event`] may return any event. A program that runs
+//! several independent users on threads (a service with one responder per
+//! port) gives each thread an [`EventScope`]: the thread's `poll_event` /
+//! `wait_event` then return only the events of the ports it names and of
+//! the queue pairs and registrations it created, and leave the others
+//! queued for their threads. [`Dataplane::poll_event_where`] and
+//! [`Dataplane::wait_event_where`] take an explicit filter instead.
+//! Listening again on a port the dataplane listens on already is not an
+//! error, so that such a user can take one client after another.
+//!
+//! # Observing a running dataplane
+//!
+//! [`Dataplane::stats`] reads each worker's counters and
+//! [`Dataplane::qp_snapshots`] each queue pair's (bytes, retransmits,
+//! outstanding Reads, what its connection negotiated): the workers publish
+//! them into atomics every [`crate::worker::STATS_PERIOD`], so reading
+//! takes no lock that a worker could wait on.
+//!
 //! # Data path and control path
 //!
 //! Posting work and polling completions touch only lock-free rings
@@ -91,9 +112,10 @@
 
 use core::net::{Ipv4Addr, SocketAddrV4};
 use core::time::Duration;
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
@@ -457,6 +479,59 @@ pub(crate) struct QpShared {
     pub srq: Option<Arc<SrqShared>>,
     status: AtomicU8,
     worker: AtomicUsize,
+    /// Published by the owning worker (see [`QpCounters`]).
+    pub counters: QpCounters,
+    /// What the connection negotiated, recorded by the control path when
+    /// its `Established` event passes (never touched by a worker).
+    connection: Mutex<Option<ConnectionInfo>>,
+}
+
+/// Per-queue-pair figures the owning worker publishes every
+/// [`crate::worker::STATS_PERIOD`] (plain stores of relaxed atomics: the
+/// data path takes no lock and no locked instruction for them).
+#[derive(Debug, Default)]
+pub(crate) struct QpCounters {
+    /// TCP payload bytes sent on the connection (MPA framing included).
+    pub bytes_sent: AtomicU64,
+    /// TCP payload bytes received.
+    pub bytes_received: AtomicU64,
+    /// TCP segments retransmitted.
+    pub retransmits: AtomicU64,
+    /// RDMA Reads sent whose Response has not completed.
+    pub outstanding_reads: AtomicU64,
+}
+
+impl QpCounters {
+    /// The owning worker's publication.
+    pub(crate) fn publish(&self, sent: u64, received: u64, retransmits: u64, reads: u64) {
+        self.bytes_sent.store(sent, Ordering::Relaxed);
+        self.bytes_received.store(received, Ordering::Relaxed);
+        self.retransmits.store(retransmits, Ordering::Relaxed);
+        self.outstanding_reads.store(reads, Ordering::Relaxed);
+    }
+}
+
+/// A queue pair as the control path sees it, from
+/// [`Dataplane::qp_snapshots`]: the figures are the owning worker's last
+/// publication.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QpSnapshot {
+    /// Its number.
+    pub qpn: QpNum,
+    /// The worker that owns its connection, once bound.
+    pub worker: Option<usize>,
+    /// Where it stands.
+    pub status: QpStatus,
+    /// What its connection negotiated, once established.
+    pub connection: Option<ConnectionInfo>,
+    /// TCP payload bytes sent (MPA framing included).
+    pub bytes_sent: u64,
+    /// TCP payload bytes received.
+    pub bytes_received: u64,
+    /// TCP segments retransmitted.
+    pub retransmits: u64,
+    /// RDMA Reads sent whose Response has not completed.
+    pub outstanding_reads: u64,
 }
 
 const UNBOUND: usize = usize::MAX;
@@ -891,6 +966,8 @@ struct Control {
     /// Deregistrations waiting for workers: STag → workers still pinning.
     deregs: HashMap<u32, usize>,
     events: VecDeque<CmEvent>,
+    /// Ports listened on (a second `listen` on one of them is a no-op).
+    listening: Vec<u16>,
 }
 
 /// A running dataplane: its workers and the control path to them. See the
@@ -904,6 +981,9 @@ pub struct Dataplane {
     mac: EthernetAddress,
     limits: crate::config::LimitsConfig,
     next_connect: AtomicUsize,
+    /// Every queue pair created, for the control path's snapshots (locked
+    /// on creation and when read, never by a worker).
+    qps: Mutex<Vec<Weak<QpShared>>>,
 }
 
 impl core::fmt::Debug for Dataplane {
@@ -1096,11 +1176,13 @@ impl Dataplane {
                 next_cq: 1,
                 deregs: HashMap::new(),
                 events: VecDeque::new(),
+                listening: Vec::new(),
             }),
             ip: port.ip,
             mac: port.mac.map_or(caps.mac, |m| m.0),
             limits: *l,
             next_connect: AtomicUsize::new(0),
+            qps: Mutex::new(Vec::new()),
         })
     }
 
@@ -1294,7 +1376,7 @@ impl Dataplane {
             max_ird: opts.max_ird,
             sq_sig_all: opts.sq_sig_all,
         };
-        Ok(Qp {
+        let qp = Qp {
             inner: Arc::new(QpShared {
                 qpn,
                 attr,
@@ -1305,8 +1387,18 @@ impl Dataplane {
                 srq: srq.map(|s| s.inner.clone()),
                 status: AtomicU8::new(QpStatus::Idle as u8),
                 worker: AtomicUsize::new(UNBOUND),
+                counters: QpCounters::default(),
+                connection: Mutex::new(None),
             }),
-        })
+        };
+        drop(c);
+        let mut reg = lock(&self.qps);
+        // Forget the queue pairs the application dropped.
+        reg.retain(|w| w.strong_count() > 0);
+        reg.push(Arc::downgrade(&qp.inner));
+        drop(reg);
+        EventScope::claim_qp(qpn);
+        Ok(qp)
     }
 
     /// Registers `len` bytes of `region` from `offset` in `pd` with
@@ -1347,6 +1439,7 @@ impl Dataplane {
             let _ = c.device.dereg_mr(stag);
             return Err(e);
         }
+        EventScope::claim_stag(stag);
         Ok(MemoryRegistration {
             stag,
             addr: iova,
@@ -1445,6 +1538,7 @@ impl Dataplane {
             let _ = c.device.dereg_mr(stag);
             return Err(e);
         }
+        EventScope::claim_stag(stag);
         Ok(FastRegMr {
             stag,
             pd: pd.id,
@@ -1480,9 +1574,15 @@ impl Dataplane {
     }
 
     /// Listens for connections on `port` on every worker (the passive
-    /// side's connection lands on the worker its packets reach).
+    /// side's connection lands on the worker its packets reach). Listening
+    /// on a port this dataplane listens on already changes nothing and is
+    /// not an error: a server that takes one client after another may call
+    /// it before each (requests that arrive in between stay queued).
     pub fn listen(&self, port: u16, backlog: usize) -> Result<(), Error> {
-        let _c = lock(&self.control);
+        let mut c = lock(&self.control);
+        if c.listening.contains(&port) {
+            return Ok(());
+        }
         for r in self.broadcast(|reply| Ctl::Listen {
             port,
             backlog,
@@ -1490,6 +1590,7 @@ impl Dataplane {
         }) {
             r?;
         }
+        c.listening.push(port);
         Ok(())
     }
 
@@ -1586,7 +1687,12 @@ impl Dataplane {
 
     fn take_msg(&self, c: &mut Control, msg: WorkerMsg) {
         match msg {
-            WorkerMsg::Event(e) => c.events.push_back(e),
+            WorkerMsg::Event(e) => {
+                if let CmEvent::Established { qp, info } = &e {
+                    self.record_connection(*qp, info);
+                }
+                c.events.push_back(e)
+            }
             WorkerMsg::MrReleased { stag } => {
                 let left = c.deregs.get_mut(&stag.0).map(|n| {
                     *n -= 1;
@@ -1601,8 +1707,12 @@ impl Dataplane {
         }
     }
 
-    /// The next connection-management event, if any.
+    /// The next connection-management event, if any (within the calling
+    /// thread's [`EventScope`], if it has one).
     pub fn poll_event(&self) -> Option<CmEvent> {
+        if EventScope::active() {
+            return self.poll_event_where(EventScope::claims);
+        }
         let mut c = lock(&self.control);
         while let Ok(msg) = self.events.try_recv() {
             self.take_msg(&mut c, msg);
@@ -1610,12 +1720,34 @@ impl Dataplane {
         c.events.pop_front()
     }
 
+    /// The first queued event `want` takes, if any; the others stay queued
+    /// in their order.
+    pub fn poll_event_where(&self, want: impl Fn(&CmEvent) -> bool) -> Option<CmEvent> {
+        let mut c = lock(&self.control);
+        while let Ok(msg) = self.events.try_recv() {
+            self.take_msg(&mut c, msg);
+        }
+        let i = c.events.iter().position(want)?;
+        c.events.remove(i)
+    }
+
     /// Waits up to `timeout` for the next event (running the workers in
-    /// [`DriveMode::Inline`]).
+    /// [`DriveMode::Inline`]), within the calling thread's
+    /// [`EventScope`], if it has one.
     pub fn wait_event(&self, timeout: Duration) -> Option<CmEvent> {
+        self.wait_event_where(timeout, |e| !EventScope::active() || EventScope::claims(e))
+    }
+
+    /// Waits up to `timeout` for the first event `want` takes; the others
+    /// stay queued.
+    pub fn wait_event_where(
+        &self,
+        timeout: Duration,
+        want: impl Fn(&CmEvent) -> bool,
+    ) -> Option<CmEvent> {
         let deadline = std::time::Instant::now() + timeout;
         loop {
-            if let Some(e) = self.poll_event() {
+            if let Some(e) = self.poll_event_where(&want) {
                 return Some(e);
             }
             let now = std::time::Instant::now();
@@ -1632,6 +1764,140 @@ impl Dataplane {
                 self.take_msg(&mut c, msg);
             }
         }
+    }
+}
+
+impl Dataplane {
+    fn record_connection(&self, qpn: QpNum, info: &ConnectionInfo) {
+        let reg = lock(&self.qps);
+        if let Some(q) = reg.iter().filter_map(Weak::upgrade).find(|q| q.qpn == qpn) {
+            *lock(&q.connection) = Some(info.clone());
+        }
+    }
+
+    /// Every live queue pair (one the application still holds), in order
+    /// of creation, with the figures its worker last published.
+    pub fn qp_snapshots(&self) -> Vec<QpSnapshot> {
+        let live: Vec<Arc<QpShared>> = lock(&self.qps).iter().filter_map(Weak::upgrade).collect();
+        live.iter()
+            .map(|q| {
+                let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+                let worker = q.worker.load(Ordering::Acquire);
+                QpSnapshot {
+                    qpn: q.qpn,
+                    worker: (worker != UNBOUND).then_some(worker),
+                    status: QpStatus::from_u8(q.status.load(Ordering::Acquire)),
+                    connection: lock(&q.connection).clone(),
+                    bytes_sent: g(&q.counters.bytes_sent),
+                    bytes_received: g(&q.counters.bytes_received),
+                    retransmits: g(&q.counters.retransmits),
+                    outstanding_reads: g(&q.counters.outstanding_reads),
+                }
+            })
+            .collect()
+    }
+
+    /// Ends the connection of every live queue pair that has one or is
+    /// setting one up (`abort`: reset at once), as a service does before
+    /// it stops; how many it asked to end.
+    pub fn disconnect_all(&self, abort: bool) -> usize {
+        let live: Vec<Arc<QpShared>> = lock(&self.qps).iter().filter_map(Weak::upgrade).collect();
+        live.into_iter()
+            .map(|inner| Qp { inner })
+            .filter(|q| matches!(q.status(), QpStatus::Connected | QpStatus::Connecting))
+            .filter(|q| self.disconnect(q, abort).is_ok())
+            .count()
+    }
+}
+
+// ---------------------------------------------------------------------
+// Event scopes.
+// ---------------------------------------------------------------------
+
+/// What the calling thread's scope claims.
+#[derive(Debug, Default)]
+struct ScopeState {
+    ports: Vec<u16>,
+    qps: HashSet<u32>,
+    stags: HashSet<u32>,
+}
+
+thread_local! {
+    static EVENT_SCOPE: RefCell<Option<ScopeState>> = const { RefCell::new(None) };
+}
+
+/// While alive, the calling thread's [`Dataplane::poll_event`] and
+/// [`Dataplane::wait_event`] return only the events it claims: connection
+/// requests to its ports, events of the queue pairs it created and
+/// deregistrations of the memory it registered (STag index), on this
+/// thread while the scope lives. Other events stay queued for the threads they belong to.
+/// Scopes do not nest: a new one replaces the thread's current one until
+/// it is dropped.
+#[derive(Debug)]
+pub struct EventScope {
+    previous: Option<ScopeState>,
+    /// Tied to its thread.
+    _thread: core::marker::PhantomData<*const ()>,
+}
+
+impl EventScope {
+    /// A scope on this thread claiming connection requests to `ports`.
+    pub fn enter(ports: &[u16]) -> EventScope {
+        let state = ScopeState {
+            ports: ports.to_vec(),
+            ..ScopeState::default()
+        };
+        let previous = EVENT_SCOPE.with(|s| s.borrow_mut().replace(state));
+        EventScope {
+            previous,
+            _thread: core::marker::PhantomData,
+        }
+    }
+
+    fn active() -> bool {
+        EVENT_SCOPE.with(|s| s.borrow().is_some())
+    }
+
+    /// Whether the calling thread's scope (if any) claims `e`.
+    fn claims(e: &CmEvent) -> bool {
+        EVENT_SCOPE.with(|s| {
+            let s = s.borrow();
+            let Some(s) = s.as_ref() else {
+                return true;
+            };
+            match e {
+                CmEvent::ConnectRequest(r) => s.ports.contains(&r.local_port),
+                CmEvent::Established { qp, .. }
+                | CmEvent::Rejected { qp, .. }
+                | CmEvent::ConnectFailed { qp, .. }
+                | CmEvent::Disconnected { qp, .. } => s.qps.contains(&qp.0),
+                CmEvent::MrDeregistered(stag) => s.stags.contains(&(stag.0 >> 8)),
+            }
+        })
+    }
+
+    fn claim_qp(qpn: QpNum) {
+        EVENT_SCOPE.with(|s| {
+            if let Some(s) = s.borrow_mut().as_mut() {
+                s.qps.insert(qpn.0);
+            }
+        });
+    }
+
+    fn claim_stag(stag: Stag) {
+        EVENT_SCOPE.with(|s| {
+            if let Some(s) = s.borrow_mut().as_mut() {
+                // By index: a fast-register STag's key may change.
+                s.stags.insert(stag.0 >> 8);
+            }
+        });
+    }
+}
+
+impl Drop for EventScope {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        EVENT_SCOPE.with(|s| *s.borrow_mut() = previous);
     }
 }
 

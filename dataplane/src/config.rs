@@ -143,6 +143,145 @@ pub struct Config {
     /// Sizes of the verbs object tables.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// `iwarp serve`: control socket and always-on responders (read by the
+    /// service only; the runtime ignores it).
+    #[serde(default)]
+    pub serve: ServeConfig,
+    /// `iwarp serve`: the Prometheus endpoint.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+/// `[serve]`: the service's control socket, logs and responders (see
+/// `deploy/iwarp.toml` for each key).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServeConfig {
+    /// Path of the control socket.
+    pub control_socket: String,
+    /// Its permissions, octal digits.
+    pub socket_mode: String,
+    /// Group to give the socket (empty: the service's).
+    pub socket_group: String,
+    /// Where captures with a relative file name go.
+    pub capture_dir: String,
+    /// Largest capture file in bytes.
+    pub capture_max_bytes: u64,
+    /// Frames queued per worker towards the capture writer.
+    pub capture_ring_frames: u64,
+    /// Seconds a stop waits for the queue pairs to close.
+    pub shutdown_timeout_s: u64,
+    /// `text` or `json`.
+    pub log_format: String,
+    /// `error`, `warn`, `info` or `debug`.
+    pub log_level: String,
+    /// perftest responders, one per port.
+    pub perf: Vec<PerfResponderConfig>,
+    /// rping responders, one per port.
+    pub rping: Vec<RpingResponderConfig>,
+}
+
+impl Default for ServeConfig {
+    fn default() -> ServeConfig {
+        ServeConfig {
+            control_socket: "/run/iwarp/control.sock".into(),
+            socket_mode: "0660".into(),
+            socket_group: String::new(),
+            capture_dir: "/var/lib/iwarp/captures".into(),
+            capture_max_bytes: 1 << 30,
+            capture_ring_frames: 8192,
+            shutdown_timeout_s: 10,
+            log_format: "text".into(),
+            log_level: "info".into(),
+            perf: Vec::new(),
+            rping: Vec::new(),
+        }
+    }
+}
+
+/// A size: a number of bytes, or text with a `K`/`M`/`G` suffix.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum SizeValue {
+    /// Bytes.
+    Bytes(u64),
+    /// perftest's notation, such as `"64K"`.
+    Text(String),
+}
+
+/// `[[serve.perf]]`: a perftest responder's port and profile (the keys
+/// are `iwarp perf`'s options; perftest does not announce its test).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PerfResponderConfig {
+    /// TCP port.
+    pub port: u16,
+    /// `write-bw`, `read-bw`, `send-bw`, `write-lat`, `read-lat`,
+    /// `send-lat`.
+    pub test: String,
+    /// `-s`.
+    #[serde(default)]
+    pub size: Option<SizeValue>,
+    /// `-n`.
+    #[serde(default)]
+    pub iters: Option<u64>,
+    /// `-D`, seconds.
+    #[serde(default)]
+    pub duration: Option<u64>,
+    /// `-q`.
+    #[serde(default)]
+    pub qps: Option<u64>,
+    /// `-t`.
+    #[serde(default)]
+    pub tx_depth: Option<u64>,
+    /// `-r` (send tests; ignored by the others).
+    #[serde(default)]
+    pub rx_depth: Option<u64>,
+    /// `-o` (read tests; ignored by the others).
+    #[serde(default)]
+    pub outs: Option<u64>,
+    /// `-a`.
+    #[serde(default)]
+    pub all_sizes: bool,
+    /// `--data_validation`.
+    #[serde(default)]
+    pub data_validation: bool,
+    /// `--report_gbits`.
+    #[serde(default)]
+    pub report_gbits: bool,
+}
+
+/// `[[serve.rping]]`: an rping responder.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RpingResponderConfig {
+    /// TCP port.
+    pub port: u16,
+    /// `-S`: the largest ping accepted.
+    #[serde(default)]
+    pub size: Option<u64>,
+    /// `-V`.
+    #[serde(default)]
+    pub validate: bool,
+}
+
+/// `[metrics]`: the Prometheus endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// `ADDRESS:PORT` to listen on; empty: no endpoint.
+    pub listen: String,
+    /// URL path.
+    pub path: String,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> MetricsConfig {
+        MetricsConfig {
+            listen: "127.0.0.1:9478".into(),
+            path: "/metrics".into(),
+        }
+    }
 }
 
 /// EAL arguments, passed through as given (after the ones the runtime
@@ -412,6 +551,8 @@ impl Config {
             mpa: MpaConfig::default(),
             tcp: TcpConfig::default(),
             limits: LimitsConfig::default(),
+            serve: ServeConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 

@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use dataplane::tool::{demo, perf, rping, runner::TestKind};
+use dataplane::tool::{control, demo, perf, rping, runner::TestKind, serve};
 
 /// Software iWARP RNIC on DPDK: perftest-compatible perf tests, rping,
 /// and a self-contained demo. With no subcommand, runs the demo.
@@ -38,6 +38,25 @@ enum Command {
     /// rping-compatible ping-pong (Send, RDMA Read, RDMA Write), data
     /// verified.
     Rping(rping::RpingArgs),
+    /// Run as a service: always-on perf and rping responders from the
+    /// configuration file, a control socket and a Prometheus endpoint;
+    /// stops cleanly on SIGTERM or SIGINT.
+    Serve(serve::ServeArgs),
+    /// A running service's counters, per worker and per port (through its
+    /// control socket).
+    Stats(control::StatsArgs),
+    /// A running service's queue pairs.
+    Qp {
+        #[command(subcommand)]
+        command: QpCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum QpCommand {
+    /// Each queue pair: peer, state, negotiated MPA options, bytes,
+    /// retransmits, outstanding reads.
+    List(control::QpListArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +87,11 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo::run(&a),
         Command::Perf { test, args } => perf::run(test, &args),
         Command::Rping(a) => rping::run(&a),
+        Command::Serve(a) => serve::run(&a),
+        Command::Stats(a) => control::run_stats(&a),
+        Command::Qp {
+            command: QpCommand::List(a),
+        } => control::run_qp_list(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2376,6 +2376,17 @@ impl<Q: LinkQueue> Worker<Q> {
             .filter_map(|c| stack.conn(c.tcp))
             .map(|c| c.stats().retransmits)
             .sum();
+        // Each queue pair's figures, for the control path's snapshots.
+        for c in self.conns.iter().flatten() {
+            if let (Some(q), Some(t)) = (&c.shared, stack.conn(c.tcp)) {
+                let st = t.stats();
+                let reads =
+                    c.ep.as_ref()
+                        .map_or(0, |e| e.qp().outstanding_reads() as u64);
+                q.counters
+                    .publish(st.bytes_out, st.bytes_in, st.retransmits, reads);
+            }
+        }
         self.counters
             .retransmits
             .store(self.retransmits_closed + live, Ordering::Relaxed);

@@ -1,0 +1,443 @@
+//! The service's control socket and the subcommands that talk to it
+//! (`iwarp stats`, `iwarp qp list`).
+//!
+//! A Unix stream socket (path and mode from `[serve]`), removed when the
+//! service stops. The protocol is line-oriented JSON: the client sends one
+//! request object and reads one response object, each on one line:
+//!
+//! ```text
+//! > {"cmd":"stats"}
+//! < {"ok":true,"data":{"workers":[…],"ports":[…],"responders":[…],…}}
+//! > {"cmd":"qp_list"}
+//! < {"ok":true,"data":{"qps":[…]}}
+//! > {"cmd":"nonsense"}
+//! < {"ok":false,"error":"unknown command \"nonsense\""}
+//! ```
+//!
+//! Everything served is read from what the workers publish into atomics
+//! ([`Dataplane::stats`], [`Dataplane::qp_snapshots`]): a request never
+//! waits for a worker and a worker never waits for a request.
+
+use std::io::{BufRead, BufReader, Read as _, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::{json, Value};
+
+use super::serve::Service;
+use super::ToolError;
+use crate::api::{Dataplane, QpStatus};
+use crate::worker::WorkerStats;
+
+/// Where `iwarp stats` and `iwarp qp list` look without `--socket`.
+pub const DEFAULT_SOCKET: &str = "/run/iwarp/control.sock";
+/// Longest request line taken.
+const MAX_REQUEST: usize = 4096;
+/// How long a connection may take to send its request, and a client to
+/// get its answer.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Octal permissions such as `"0660"`.
+pub fn parse_mode(text: &str) -> Result<u32, ToolError> {
+    let t = text.trim();
+    u32::from_str_radix(t, 8)
+        .ok()
+        .filter(|m| !t.is_empty() && *m <= 0o777)
+        .ok_or_else(|| {
+            ToolError::Usage(format!(
+                "serve.socket_mode {text:?}: expected octal permissions such as \"0660\""
+            ))
+        })
+}
+
+/// The service's end of the socket.
+#[derive(Debug)]
+pub struct Server {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl Server {
+    /// Binds `path` with permissions `mode`. A stale socket (nobody
+    /// answers on it) is replaced; a live one is refused, so that two
+    /// services do not share a path.
+    pub fn bind(path: &Path, mode: u32) -> std::io::Result<Server> {
+        if path.exists() {
+            if UnixStream::connect(path).is_ok() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    "another service answers on it",
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
+        let listener = UnixListener::bind(path)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+        listener.set_nonblocking(true)?;
+        Ok(Server {
+            listener,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Answers requests until the service stops, one connection at a time
+    /// (requests are short), then removes the socket.
+    pub fn serve(&self, svc: &Service) {
+        while !svc.stop.load(Ordering::Acquire) {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    if let Err(e) = answer(svc, stream) {
+                        svc.log.emit(
+                            super::serve::Level::Debug,
+                            "control_error",
+                            &[("error", e.to_string())],
+                        );
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn answer(svc: &Service, stream: UnixStream) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let mut reader = BufReader::new(stream.try_clone()?).take(MAX_REQUEST as u64);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let reply = match handle(svc, &line) {
+        Ok(data) => json!({ "ok": true, "data": data }),
+        Err(e) => json!({ "ok": false, "error": e }),
+    };
+    let mut w = stream;
+    writeln!(w, "{reply}")?;
+    w.flush()
+}
+
+/// The answer to one request line.
+fn handle(svc: &Service, line: &str) -> Result<Value, String> {
+    let req: Value = serde_json::from_str(line.trim()).map_err(|e| format!("bad request: {e}"))?;
+    let cmd = req
+        .get("cmd")
+        .and_then(Value::as_str)
+        .ok_or("bad request: no \"cmd\"")?;
+    match cmd {
+        "stats" => Ok(stats_json(svc)),
+        "qp_list" => Ok(json!({ "qps": qps_json(&svc.dp) })),
+        other => Err(format!("unknown command {other:?}")),
+    }
+}
+
+fn worker_json(i: usize, s: &WorkerStats) -> Value {
+    json!({
+        "worker": i,
+        "rx_packets": s.rx_packets,
+        "rx_bytes": s.rx_bytes,
+        "tx_packets": s.tx_packets,
+        "tx_bytes": s.tx_bytes,
+        "punts": s.punts,
+        "retransmits": s.retransmits,
+        "drops": s.drops,
+        "terminates": s.terminates,
+        "forwarded": s.forwarded,
+        "connections": s.connections,
+        "loops": s.loops,
+        "idle_sleeps": s.idle_sleeps,
+        "dispatched_out": s.dispatched_out,
+        "dispatched_in": s.dispatched_in,
+        "dispatch_drops": s.dispatch_drops,
+    })
+}
+
+/// The `stats` answer: per worker, per port (the workers' sums: each
+/// worker owns one queue of the port), the responders and queue pairs.
+pub fn stats_json(svc: &Service) -> Value {
+    let dp = &svc.dp;
+    let stats = dp.stats();
+    let sum = |f: fn(&WorkerStats) -> u64| stats.iter().map(f).sum::<u64>();
+    let qps = dp.qp_snapshots();
+    let connected = qps
+        .iter()
+        .filter(|q| q.status == QpStatus::Connected)
+        .count();
+    let port = &svc.config.ports[0];
+    json!({
+        "uptime_s": svc.started.elapsed().as_secs_f64(),
+        "workers": stats.iter().enumerate().map(|(i, s)| worker_json(i, s)).collect::<Vec<_>>(),
+        "ports": [{
+            "port": 0,
+            "device": port.device,
+            "ip": dp.ip().to_string(),
+            "mac": dp.mac().to_string(),
+            "mtu": port.mtu,
+            "rx_packets": sum(|s| s.rx_packets),
+            "rx_bytes": sum(|s| s.rx_bytes),
+            "tx_packets": sum(|s| s.tx_packets),
+            "tx_bytes": sum(|s| s.tx_bytes),
+            "drops": sum(|s| s.drops),
+        }],
+        "qps": { "total": qps.len(), "connected": connected },
+        "responders": svc.responders.iter().map(|r| {
+            let last = r.last_run().map(|l| json!({
+                "peer": l.peer,
+                "bytes": l.bytes,
+                "iterations": l.iterations,
+                "bw_mbps": l.bw_mbps,
+                "latency_us": l.latency.map(|x| json!({
+                    "min": x.min_us, "p50": x.p50_us, "p99": x.p99_us,
+                    "p999": x.p999_us, "max": x.max_us, "avg": x.avg_us,
+                })),
+            }));
+            json!({
+                "name": r.name,
+                "kind": r.kind,
+                "sessions": r.sessions.load(Ordering::Relaxed),
+                "failures": r.failures.load(Ordering::Relaxed),
+                "active": r.active.load(Ordering::Relaxed),
+                "last": last,
+            })
+        }).collect::<Vec<_>>(),
+    })
+}
+
+fn status_name(s: QpStatus) -> &'static str {
+    match s {
+        QpStatus::Idle => "idle",
+        QpStatus::Connecting => "connecting",
+        QpStatus::Connected => "connected",
+        QpStatus::Disconnected => "disconnected",
+    }
+}
+
+/// The `qp_list` answer: every live queue pair.
+pub fn qps_json(dp: &Dataplane) -> Vec<Value> {
+    dp.qp_snapshots()
+        .iter()
+        .map(|q| {
+            let c = q.connection.as_ref();
+            json!({
+                "qpn": q.qpn.0,
+                "worker": q.worker,
+                "state": status_name(q.status),
+                "peer": c.map(|c| c.remote.to_string()),
+                "mpa": c.map(|c| json!({
+                    "crc": c.crc,
+                    "markers_rx": c.markers_rx,
+                    "markers_tx": c.markers_tx,
+                    "rtr": c.rtr.map(|r| format!("{r:?}").to_lowercase()),
+                    "ird": c.ird,
+                    "ord": c.ord,
+                })),
+                "bytes_sent": q.bytes_sent,
+                "bytes_received": q.bytes_received,
+                "retransmits": q.retransmits,
+                "outstanding_reads": q.outstanding_reads,
+            })
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------
+// The client side.
+// ---------------------------------------------------------------------
+
+/// Options of `iwarp stats`.
+#[derive(Debug, Clone, Args)]
+pub struct StatsArgs {
+    /// The service's control socket.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// Print the service's JSON answer instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `iwarp qp list`.
+pub type QpListArgs = StatsArgs;
+
+/// Sends `cmd` to the service at `socket`; its `data`.
+pub fn request(socket: &Path, cmd: &str) -> Result<Value, ToolError> {
+    let unreachable = |e: std::io::Error| {
+        ToolError::Peer(format!(
+            "cannot reach the service at {}: {e} (is `iwarp serve` running?)",
+            socket.display()
+        ))
+    };
+    let mut s = UnixStream::connect(socket).map_err(unreachable)?;
+    s.set_read_timeout(Some(IO_TIMEOUT)).map_err(unreachable)?;
+    s.set_write_timeout(Some(IO_TIMEOUT)).map_err(unreachable)?;
+    writeln!(s, "{}", json!({ "cmd": cmd })).map_err(unreachable)?;
+    let mut line = String::new();
+    BufReader::new(&s)
+        .read_line(&mut line)
+        .map_err(unreachable)?;
+    let v: Value = serde_json::from_str(line.trim())
+        .map_err(|e| ToolError::Peer(format!("the service's answer is not JSON: {e}")))?;
+    if v.get("ok").and_then(Value::as_bool) == Some(true) {
+        Ok(v.get("data").cloned().unwrap_or(Value::Null))
+    } else {
+        Err(ToolError::Peer(format!(
+            "the service refused {cmd}: {}",
+            v.get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("no reason")
+        )))
+    }
+}
+
+fn n(v: &Value, k: &str) -> String {
+    match v.get(k) {
+        Some(Value::Number(x)) => x.to_string(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Bool(b)) => b.to_string(),
+        _ => "-".into(),
+    }
+}
+
+/// `iwarp stats`.
+pub fn run_stats(a: &StatsArgs) -> Result<(), ToolError> {
+    let data = request(&a.socket, "stats")?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{data}")?;
+        return Ok(());
+    }
+    let cols = [
+        "rx_packets",
+        "rx_bytes",
+        "tx_packets",
+        "tx_bytes",
+        "retransmits",
+        "drops",
+        "terminates",
+        "connections",
+    ];
+    writeln!(
+        out,
+        "{:<8}{}",
+        "worker",
+        cols.iter().map(|c| format!("{c:>14}")).collect::<String>()
+    )?;
+    for w in data["workers"].as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "{:<8}{}",
+            n(w, "worker"),
+            cols.iter()
+                .map(|c| format!("{:>14}", n(w, c)))
+                .collect::<String>()
+        )?;
+    }
+    for p in data["ports"].as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "port {} {} {} {}: rx {} packets {} bytes, tx {} packets {} bytes, {} drops",
+            n(p, "port"),
+            n(p, "device"),
+            n(p, "ip"),
+            n(p, "mac"),
+            n(p, "rx_packets"),
+            n(p, "rx_bytes"),
+            n(p, "tx_packets"),
+            n(p, "tx_bytes"),
+            n(p, "drops")
+        )?;
+    }
+    writeln!(
+        out,
+        "queue pairs: {} connected of {}",
+        n(&data["qps"], "connected"),
+        n(&data["qps"], "total")
+    )?;
+    for r in data["responders"].as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "responder {:<12} {:<10} sessions {:>6} failures {:>4}{}",
+            n(r, "name"),
+            n(r, "kind"),
+            n(r, "sessions"),
+            n(r, "failures"),
+            if r["active"].as_bool() == Some(true) {
+                "  (serving)"
+            } else {
+                ""
+            }
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// `iwarp qp list`.
+pub fn run_qp_list(a: &QpListArgs) -> Result<(), ToolError> {
+    let data = request(&a.socket, "qp_list")?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{data}")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:>6} {:>6} {:<13} {:<21} {:<5} {:<7} {:<6} {:>7} {:>14} {:>14} {:>8} {:>6}",
+        "qpn",
+        "worker",
+        "state",
+        "peer",
+        "crc",
+        "markers",
+        "rtr",
+        "ird/ord",
+        "bytes_sent",
+        "bytes_recv",
+        "retrans",
+        "reads"
+    )?;
+    for q in data["qps"].as_array().into_iter().flatten() {
+        let m = &q["mpa"];
+        let markers = match (m["markers_rx"].as_bool(), m["markers_tx"].as_bool()) {
+            (Some(rx), Some(tx)) => format!("{}/{}", u8::from(rx), u8::from(tx)),
+            _ => "-".into(),
+        };
+        let ird_ord = if m.is_object() {
+            format!("{}/{}", n(m, "ird"), n(m, "ord"))
+        } else {
+            "-".into()
+        };
+        writeln!(
+            out,
+            "{:>6} {:>6} {:<13} {:<21} {:<5} {:<7} {:<6} {:>7} {:>14} {:>14} {:>8} {:>6}",
+            n(q, "qpn"),
+            n(q, "worker"),
+            n(q, "state"),
+            n(q, "peer"),
+            if m.is_object() {
+                n(m, "crc")
+            } else {
+                "-".into()
+            },
+            markers,
+            if m.is_object() {
+                n(m, "rtr")
+            } else {
+                "-".into()
+            },
+            ird_ord,
+            n(q, "bytes_sent"),
+            n(q, "bytes_received"),
+            n(q, "retransmits"),
+            n(q, "outstanding_reads")
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}

@@ -1,0 +1,376 @@
+//! The service's Prometheus endpoint: the text exposition format, version
+//! 0.0.4 (`text/plain; version=0.0.4`), served by a small HTTP/1.1
+//! responder on a standard `TcpListener` thread (`GET /metrics`, one
+//! request per connection).
+//!
+//! Every figure comes from what the workers publish into atomics
+//! ([`Dataplane::stats`], [`Dataplane::qp_snapshots`]) or from the
+//! responders' last runs: a scrape takes no lock a worker could wait on
+//! and sends nothing to the workers, so scraping does not slow the data
+//! path (the `scrape` benchmark in `benches/` measures it).
+//!
+//! Names: `iwarp_<what>_total` counters and gauges labelled by `worker`,
+//! queue-pair gauges labelled by `state`, responder figures labelled by
+//! `responder` (`perf:18515`, `rping:7174`), and the perf latency tests'
+//! last run as a summary, `iwarp_perf_latency_seconds{quantile=…}`.
+
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read as _, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::serve::Service;
+use super::ToolError;
+use crate::api::{Dataplane, QpStatus};
+use crate::worker::WorkerStats;
+
+/// The content type of the text exposition format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// How long a scraper may take to send its request.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest request head read.
+const MAX_HEAD: u64 = 8192;
+
+/// `ADDRESS:PORT`, or empty for no endpoint.
+pub fn parse_listen(text: &str) -> Result<Option<SocketAddr>, ToolError> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Ok(None);
+    }
+    t.parse().map(Some).map_err(|_| {
+        ToolError::Usage(format!(
+            "metrics.listen {text:?}: expected ADDRESS:PORT such as 127.0.0.1:9478, or \"\""
+        ))
+    })
+}
+
+/// Serves scrapes until the service stops.
+pub fn serve(svc: &Service, listener: TcpListener, path: &str) {
+    if listener.set_nonblocking(true).is_err() {
+        return;
+    }
+    while !svc.stop.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let _ = answer(svc, stream, path);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+fn answer(svc: &Service, stream: TcpStream, path: &str) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let mut reader = BufReader::new(stream.try_clone()?).take(MAX_HEAD);
+    let mut request = String::new();
+    reader.read_line(&mut request)?;
+    // The rest of the head: read up to the blank line.
+    let mut line = String::new();
+    while reader.read_line(&mut line)? > 0 && line.trim_end() != "" {
+        line.clear();
+    }
+    let mut parts = request.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let target = target.split('?').next().unwrap_or("");
+    let (status, ctype, body) = match (method, target == path) {
+        ("GET", true) => ("200 OK", CONTENT_TYPE, render_service(svc)),
+        ("GET", false) => (
+            "404 Not Found",
+            "text/plain",
+            format!("not found; metrics are at {path}\n"),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "only GET\n".to_string(),
+        ),
+    };
+    let mut w = stream;
+    write!(
+        w,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    w.flush()
+}
+
+/// One metric family: its help, type and samples.
+struct Family<'a> {
+    out: &'a mut String,
+}
+
+impl Family<'_> {
+    fn head<'a>(out: &'a mut String, name: &str, kind: &str, help: &str) -> Family<'a> {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        Family { out }
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        let _ = write!(self.out, "{name}");
+        if !labels.is_empty() {
+            let l: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
+                .collect();
+            let _ = write!(self.out, "{{{}}}", l.join(","));
+        }
+        let _ = writeln!(self.out, " {}", number(value));
+    }
+}
+
+/// A label value escaped as the format asks (backslash, quote, newline).
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// A sample value: integers without a fraction, others as Go's
+/// `strconv.FormatFloat` would, `NaN` and `±Inf` by name.
+fn number(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
+    } else if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+/// A per-worker counter: its name, help and where it is read.
+type WorkerCounter = (&'static str, &'static str, fn(&WorkerStats) -> u64);
+
+/// The worker and queue-pair families of `dp` (what a dataplane alone
+/// can say; the service adds its responders).
+pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
+    let stats = dp.stats();
+    let counters: [WorkerCounter; 10] = [
+        ("iwarp_rx_packets_total", "Frames received.", |s| {
+            s.rx_packets
+        }),
+        (
+            "iwarp_rx_bytes_total",
+            "Bytes of the frames received.",
+            |s| s.rx_bytes,
+        ),
+        ("iwarp_tx_packets_total", "Frames transmitted.", |s| {
+            s.tx_packets
+        }),
+        (
+            "iwarp_tx_bytes_total",
+            "Bytes of the frames transmitted.",
+            |s| s.tx_bytes,
+        ),
+        (
+            "iwarp_punts_total",
+            "Frames that took the slow path (ARP, ICMP, TCP control).",
+            |s| s.punts,
+        ),
+        (
+            "iwarp_retransmits_total",
+            "TCP segments retransmitted.",
+            |s| s.retransmits,
+        ),
+        (
+            "iwarp_drops_total",
+            "Frames dropped (malformed, not for us, no room, unresolved).",
+            |s| s.drops,
+        ),
+        (
+            "iwarp_terminates_total",
+            "Streams ended by an RDMAP/DDP/MPA Terminate.",
+            |s| s.terminates,
+        ),
+        (
+            "iwarp_dispatch_drops_total",
+            "Frames dropped because the owning worker's dispatch ring was full.",
+            |s| s.dispatch_drops,
+        ),
+        ("iwarp_loops_total", "Poll-loop iterations.", |s| s.loops),
+    ];
+    for (name, help, get) in counters {
+        let mut f = Family::head(out, name, "counter", help);
+        for (i, s) in stats.iter().enumerate() {
+            f.sample(name, &[("worker", &i.to_string())], get(s) as f64);
+        }
+    }
+    let mut f = Family::head(
+        out,
+        "iwarp_worker_connections",
+        "gauge",
+        "Connections a worker owns.",
+    );
+    for (i, s) in stats.iter().enumerate() {
+        f.sample(
+            "iwarp_worker_connections",
+            &[("worker", &i.to_string())],
+            s.connections as f64,
+        );
+    }
+    let qps = dp.qp_snapshots();
+    let mut f = Family::head(out, "iwarp_qps", "gauge", "Queue pairs by state.");
+    for (state, st) in [
+        ("idle", QpStatus::Idle),
+        ("connecting", QpStatus::Connecting),
+        ("connected", QpStatus::Connected),
+        ("disconnected", QpStatus::Disconnected),
+    ] {
+        let n = qps.iter().filter(|q| q.status == st).count();
+        f.sample("iwarp_qps", &[("state", state)], n as f64);
+    }
+}
+
+/// Everything the service exposes.
+pub fn render_service(svc: &Service) -> String {
+    let mut out = String::new();
+    render_dataplane(&svc.dp, &mut out);
+    let name = "iwarp_uptime_seconds";
+    Family::head(
+        &mut out,
+        name,
+        "gauge",
+        "Seconds since the service started.",
+    )
+    .sample(name, &[], svc.started.elapsed().as_secs_f64());
+    let rs = &svc.responders;
+    let name = "iwarp_responder_sessions_total";
+    let mut f = Family::head(
+        &mut out,
+        name,
+        "counter",
+        "Sessions a responder served to the end.",
+    );
+    for r in rs {
+        f.sample(
+            name,
+            &[("responder", r.name.as_str()), ("test", r.kind.as_str())],
+            r.sessions.load(Ordering::Relaxed) as f64,
+        );
+    }
+    let name = "iwarp_responder_failures_total";
+    let mut f = Family::head(
+        &mut out,
+        name,
+        "counter",
+        "Sessions that failed after a client came.",
+    );
+    for r in rs {
+        f.sample(
+            name,
+            &[("responder", r.name.as_str()), ("test", r.kind.as_str())],
+            r.failures.load(Ordering::Relaxed) as f64,
+        );
+    }
+    let name = "iwarp_responder_active";
+    let mut f = Family::head(
+        &mut out,
+        name,
+        "gauge",
+        "1 while a responder serves a client.",
+    );
+    for r in rs {
+        f.sample(
+            name,
+            &[("responder", r.name.as_str()), ("test", r.kind.as_str())],
+            f64::from(u8::from(r.active.load(Ordering::Relaxed))),
+        );
+    }
+    let lasts: Vec<_> = rs.iter().map(|r| (r, r.last_run())).collect();
+    let name = "iwarp_perf_bandwidth_bytes_per_second";
+    let mut f = Family::head(
+        &mut out,
+        name,
+        "gauge",
+        "Average bandwidth of a perf responder's last bandwidth run.",
+    );
+    for (r, l) in &lasts {
+        if let Some(bw) = l.as_ref().and_then(|l| l.bw_mbps) {
+            f.sample(
+                name,
+                &[("responder", r.name.as_str()), ("test", r.kind.as_str())],
+                bw * 1e6,
+            );
+        }
+    }
+    let name = "iwarp_perf_latency_seconds";
+    let mut f = Family::head(
+        &mut out,
+        name,
+        "summary",
+        "Latency of a perf responder's last latency run.",
+    );
+    for (r, l) in &lasts {
+        let Some((lat, iters)) = l
+            .as_ref()
+            .and_then(|l| l.latency.map(|x| (x, l.iterations)))
+        else {
+            continue;
+        };
+        for (q, us) in [
+            ("0.5", lat.p50_us),
+            ("0.99", lat.p99_us),
+            ("0.999", lat.p999_us),
+        ] {
+            f.sample(
+                name,
+                &[
+                    ("responder", r.name.as_str()),
+                    ("test", r.kind.as_str()),
+                    ("quantile", q),
+                ],
+                us / 1e6,
+            );
+        }
+        let labels = [("responder", r.name.as_str()), ("test", r.kind.as_str())];
+        f.sample(
+            "iwarp_perf_latency_seconds_sum",
+            &labels,
+            lat.avg_us / 1e6 * iters as f64,
+        );
+        f.sample("iwarp_perf_latency_seconds_count", &labels, iters as f64);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_labels_follow_the_format() {
+        assert_eq!(number(3.0), "3");
+        assert_eq!(number(0.25), "0.25");
+        assert_eq!(number(f64::INFINITY), "+Inf");
+        assert_eq!(number(f64::NAN), "NaN");
+        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        let mut out = String::new();
+        Family::head(&mut out, "x_total", "counter", "An x.").sample(
+            "x_total",
+            &[("worker", "0")],
+            7.0,
+        );
+        assert_eq!(
+            out,
+            "# HELP x_total An x.\n# TYPE x_total counter\nx_total{worker=\"0\"} 7\n"
+        );
+    }
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(parse_listen("").unwrap(), None);
+        assert_eq!(
+            parse_listen("127.0.0.1:9478").unwrap(),
+            Some("127.0.0.1:9478".parse().unwrap())
+        );
+        assert!(parse_listen("localhost").is_err());
+    }
+}
