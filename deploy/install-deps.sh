@@ -15,6 +15,7 @@ pkgs=(
     iproute2               # ip netns / ip link for the veth tests
     ethtool                # turning the kernel side's offloads off
     iputils-ping           # the kernel pings the dataplane
+    tshark                 # decodes the dataplane's packet captures as iWARP
 )
 
 missing=()
@@ -37,6 +38,9 @@ fi
 
 echo "install-deps.sh: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
+# tshark's package asks whether non-root users may capture: answer no
+# beforehand (the tests only read files).
+echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
 # A fresh machine has no package lists; an old list may name gone versions.
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -180,6 +180,8 @@ pub enum Error {
     Thread(String),
     /// The DPDK device (or EAL) could not be set up.
     Device(String),
+    /// A packet capture could not start or finish.
+    Capture(crate::capture::CaptureError),
 }
 
 impl core::fmt::Display for Error {
@@ -197,6 +199,7 @@ impl core::fmt::Display for Error {
             Error::Timeout => f.write_str("a worker did not answer in time"),
             Error::Thread(m) => write!(f, "worker thread: {m}"),
             Error::Device(m) => write!(f, "device: {m}"),
+            Error::Capture(e) => write!(f, "{e}"),
         }
     }
 }
@@ -984,6 +987,8 @@ pub struct Dataplane {
     /// Every queue pair created, for the control path's snapshots (locked
     /// on creation and when read, never by a worker).
     qps: Mutex<Vec<Weak<QpShared>>>,
+    /// The packet capture, when one runs ([`Dataplane::capture_start`]).
+    capture: crate::capture::Capture,
 }
 
 impl core::fmt::Debug for Dataplane {
@@ -1183,6 +1188,7 @@ impl Dataplane {
             limits: *l,
             next_connect: AtomicUsize::new(0),
             qps: Mutex::new(Vec::new()),
+            capture: crate::capture::Capture::default(),
         })
     }
 
@@ -1916,5 +1922,47 @@ impl Drop for Dataplane {
                 w.shutdown();
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------
+// Packet capture.
+// ---------------------------------------------------------------------
+
+impl Dataplane {
+    /// Starts capturing every frame each worker receives and transmits
+    /// into the pcap file `path` (created, or truncated), written by a
+    /// thread of its own off the workers' path (see [`crate::capture`]).
+    /// Start it before the connections to look at: Wireshark recognises
+    /// MPA from the connection's MPA request. One capture at a time.
+    pub fn capture_start(
+        &self,
+        path: &std::path::Path,
+        opts: &crate::capture::CaptureOptions,
+    ) -> Result<(), Error> {
+        let taps: Vec<&crate::capture::CaptureTap> =
+            self.workers.iter().map(|w| &w.counters.capture).collect();
+        self.capture
+            .start(&taps, path, opts)
+            .map_err(Error::Capture)
+    }
+
+    /// Stops the capture: waits for each worker to let go of its ring
+    /// (running the loops meanwhile in [`DriveMode::Inline`]), writes what
+    /// the rings hold, closes the file, and says per worker how many
+    /// frames were written and how many were dropped for want of a slot.
+    pub fn capture_stop(&self) -> Result<crate::capture::CaptureSummary, Error> {
+        let taps: Vec<&crate::capture::CaptureTap> =
+            self.workers.iter().map(|w| &w.counters.capture).collect();
+        self.capture
+            .stop(&taps, || {
+                self.poll();
+            })
+            .map_err(Error::Capture)
+    }
+
+    /// Whether a capture runs.
+    pub fn capturing(&self) -> bool {
+        self.capture.running()
     }
 }

@@ -20,6 +20,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod api;
+pub mod capture;
 pub mod config;
 pub mod dpdk_link;
 pub mod link;

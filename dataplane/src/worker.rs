@@ -267,6 +267,10 @@ pub struct WorkerCounters {
     pub dispatched_in: AtomicU64,
     /// Frames dropped because the owner's dispatch ring was full.
     pub dispatch_drops: AtomicU64,
+    /// The worker's packet-capture point, armed by the control path
+    /// ([`crate::capture`]); it rides here as the other state a worker
+    /// shares with the control path.
+    pub capture: crate::capture::CaptureTap,
 }
 
 /// A copy of [`WorkerCounters`].
@@ -1661,6 +1665,8 @@ pub struct Worker<Q: LinkQueue> {
     last_publish: Instant,
     local_drops: u64,
     stopping: bool,
+    /// The running capture's ring, refreshed once per receive burst.
+    capture: crate::capture::TapState,
 }
 
 /// Unique tags of workers in this process (records name their owner).
@@ -1700,6 +1706,9 @@ impl<Q: LinkQueue> Worker<Q> {
         let workers = s.dispatch.rings.len();
         let dispatch_rss = (s.caps.rss.is_none() && workers > 1)
             .then(|| Rss::round_robin(u16::try_from(workers).unwrap_or(u16::MAX)));
+        s.counters
+            .capture
+            .set_frame_cap(ic_frame_len(port.mtu.max(s.caps.mtu)));
         Worker {
             index: s.index,
             tag,
@@ -1735,6 +1744,7 @@ impl<Q: LinkQueue> Worker<Q> {
             last_publish: Instant::ZERO,
             local_drops: 0,
             stopping: false,
+            capture: crate::capture::TapState::default(),
         }
     }
 
@@ -2223,7 +2233,15 @@ impl<Q: LinkQueue> Worker<Q> {
     }
 
     fn receive(&mut self, now: Instant) -> bool {
+        // Before the burst: a capture starts or stops on a burst's edge.
+        self.capture.refresh(&self.counters.capture);
         let n = self.queue.rx_burst(&mut self.rx_batch, RX_BURST);
+        if let Some(ring) = self.capture.ring() {
+            let ts = ring.now_ns();
+            for buf in &self.rx_batch {
+                ring.record_bytes(ts, buf.as_ref());
+            }
+        }
         let mut bytes = 0u64;
         let mut punts = 0u64;
         let (mut dispatched, mut dispatch_drops) = (0u64, 0u64);
@@ -2299,6 +2317,7 @@ impl<Q: LinkQueue> Worker<Q> {
     fn transmit(&mut self, now: Instant) -> bool {
         let offload = self.caps.tx_checksum_offload;
         let attach = self.caps.multi_seg_tx;
+        let capture_ts = self.capture.ring().map(crate::capture::Ring::now_ns);
         while self.tx_batch.len() < TX_BURST {
             let frame = match self.spare_frame.take() {
                 Some(f) => f,
@@ -2313,7 +2332,12 @@ impl<Q: LinkQueue> Worker<Q> {
             let mut frame = frame;
             if let Some(n) = self.iface.poll_slow_frame(now, &mut self.scratch) {
                 match frame.append(&self.scratch[..n]) {
-                    Ok(()) => self.tx_batch.push(frame),
+                    Ok(()) => {
+                        if let (Some(ring), Some(ts)) = (self.capture.ring(), capture_ts) {
+                            ring.record_bytes(ts, &self.scratch[..n]);
+                        }
+                        self.tx_batch.push(frame)
+                    }
                     Err(_) => self.local_drops += 1,
                 }
                 continue;
@@ -2342,11 +2366,15 @@ impl<Q: LinkQueue> Worker<Q> {
                     pad,
                     ..
                 }) => {
+                    let captured = capture_ts.map(|ts| (ts, payload.clone()));
                     let ok = frame.append(&hdr[..header_len]).is_ok()
                         && payload
                             .map_or(true, |(r, range)| r.emit(&mut frame, range, attach).is_ok())
                         && frame.append_zeros(pad).is_ok();
                     if ok {
+                        if let (Some(ring), Some((ts, p))) = (self.capture.ring(), captured) {
+                            ring.record_segment(ts, &hdr[..header_len], p, pad);
+                        }
                         self.tx_batch.push(frame);
                     } else {
                         self.local_drops += 1;
