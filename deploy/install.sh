@@ -201,7 +201,7 @@ if [ "$build" -eq 1 ]; then
             builder=$SUDO_USER
         fi
     fi
-    [ -n "$cargo" ] || die "cargo not found: install a Rust toolchain (https://rustup.rs, 1.75 or later), or build elsewhere and pass --binary FILE"
+    [ -n "$cargo" ] || die "cargo not found: install a Rust toolchain (https://rustup.rs, Rust 1.80 or later), or build elsewhere and pass --binary FILE"
     cmd=("$cargo" build --release --locked -p dataplane --bin iwarp)
     if [ "$dry" -eq 1 ]; then
         say "would run (in $repo): ${builder:+runuser -u $builder -- }CARGO_TARGET_DIR=$target_dir ${cmd[*]}"
