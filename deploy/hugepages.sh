@@ -229,7 +229,8 @@ persist() {
     local def
     def=$(default_kb)
     if [ "$kb" = "$def" ] && [ -z "$node" ]; then
-        local want="# Written by deploy/hugepages.sh: $count pages of $size ($(human "$count" "$kb")) at every boot.
+        local want
+        want="# Written by deploy/hugepages.sh: $count pages of $size ($(human "$count" "$kb")) at every boot.
 vm.nr_hugepages = $count"
         if [ -f "$sysctl_file" ] && [ "$(cat "$sysctl_file")" = "$want" ]; then
             say "unchanged: $sysctl_file"

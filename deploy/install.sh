@@ -120,6 +120,7 @@ state_dir="$root/var/lib/iwarp"
 
 changed=0
 unit_changed=0
+problems=0
 [ "$dry" -eq 1 ] && say "dry run: nothing will be changed"
 
 # Runs a command that changes the system, or prints it under --dry-run.
@@ -201,7 +202,14 @@ if [ "$build" -eq 1 ]; then
             builder=$SUDO_USER
         fi
     fi
-    [ -n "$cargo" ] || die "cargo not found: install a Rust toolchain (https://rustup.rs, Rust 1.80 or later), or build elsewhere and pass --binary FILE"
+    no_cargo="cargo not found: install a Rust toolchain (https://rustup.rs, Rust 1.80 or later), or build elsewhere and pass --binary FILE"
+    if [ -z "$cargo" ]; then
+        [ "$dry" -eq 1 ] || die "$no_cargo"
+        # A dry run goes on, to show the rest; the real run would stop here.
+        say "problem: $no_cargo"
+        problems=$((problems + 1))
+        cargo=cargo
+    fi
     cmd=("$cargo" build --release --locked -p dataplane --bin iwarp)
     if [ "$dry" -eq 1 ]; then
         say "would run (in $repo): ${builder:+runuser -u $builder -- }CARGO_TARGET_DIR=$target_dir ${cmd[*]}"
@@ -337,7 +345,7 @@ dropin() {
             act rm -f "$dest"
             unit_changed=1
         else
-            say "unchanged: no $dest needed"
+            say "unchanged: $dest not needed"
         fi
         return
     fi
@@ -403,7 +411,11 @@ fi
 if [ "$changed" -eq 0 ]; then
     say "nothing to change: everything is installed and up to date"
 elif [ "$dry" -eq 1 ]; then
-    say "dry run done: the actions above were not taken"
+    if [ "$problems" -gt 0 ]; then
+        say "dry run done: the actions above were not taken; $problems problem(s) above would stop the real run"
+    else
+        say "dry run done: the actions above were not taken"
+    fi
 else
     say "installed. Next: deploy/hugepages.sh --count 256, deploy/nic-bind.sh bind <PCI>, edit $conf_dest, systemctl enable --now iwarp.service"
 fi

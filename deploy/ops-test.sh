@@ -40,6 +40,7 @@ skip() {
     fi
 }
 is_root() { [ "$(id -u)" -eq 0 ]; }
+indent() { while IFS= read -r l; do echo "    $l"; done <<<"$1"; }
 # expect_rc WANT LABEL CMD...: runs CMD, output in $out, checks its status.
 out=
 expect_rc() {
@@ -50,7 +51,7 @@ expect_rc() {
         return 0
     fi
     fail "$label: exit status $rc, expected $want; output:"
-    sed 's/^/    /' <<<"$out"
+    indent "$out"
     return 1
 }
 # has TEXT LABEL: the last output contains TEXT.
@@ -59,7 +60,7 @@ has() {
         ok "$2"
     else
         fail "$2: no '$1' in the output:"
-        sed 's/^/    /' <<<"$out"
+        indent "$out"
     fi
 }
 
@@ -195,11 +196,11 @@ test_install() {
     stand_in_binary
     local root="$work/install-root"
     if expect_rc 0 "install.sh --root (first)" deploy/install.sh --root "$root" --binary "$work/iwarp"; then
-        local f mode missing=
+        local f path want mode missing=
         for f in "usr/local/bin/iwarp 755" "etc/systemd/system/iwarp.service 644" "etc/iwarp/iwarp.toml 644" "var/lib/iwarp 750"; do
-            set -- $f
-            mode=$(stat -c %a "$root/$1" 2>/dev/null || echo absent)
-            [ "$mode" = "$2" ] || missing+=" $1($mode, want $2)"
+            read -r path want <<<"$f"
+            mode=$(stat -c %a "$root/$path" 2>/dev/null || echo absent)
+            [ "$mode" = "$want" ] || missing+=" $path($mode, want $want)"
         done
         if [ -z "$missing" ]; then
             ok "staged install: binary 755, unit 644, config 644, state dir 750"
