@@ -3,7 +3,7 @@
 # runtime packages, the `iwarp` binary (built here in release mode, or one
 # given), the systemd unit, the example configuration, the state directory,
 # and the unit's drop-ins derived from the configuration (CPU affinity; the
-# capabilities IOVA-as-PA needs).
+# capabilities IOVA-as-PA needs; the control socket's group).
 #
 # Idempotent: every step compares what is there with what it would put
 # there and does nothing when they agree; a second run says "nothing to
@@ -286,8 +286,9 @@ fi
 
 # ---------------------------------------------------------------------------
 # 5. Drop-ins derived from the configuration: CPUAffinity= (systemd cannot
-#    take it from an environment file) and, for IOVA-as-PA, the two extra
-#    capabilities (see the unit's comments).
+#    take it from an environment file), SupplementaryGroups= for
+#    serve.socket_group, and for IOVA-as-PA the two extra capabilities (see
+#    the unit's comments).
 read_conf() {
     python3 - "$1" <<'EOF'
 import sys, tomllib
@@ -331,6 +332,8 @@ except (TypeError, ValueError):
 cpus = sorted(set(cpus + cores)) if cores else []
 pa = any(a == "--iova-mode=pa" for a in args) or any(
     a == "--iova-mode" and i + 1 < len(args) and args[i + 1] == "pa" for i, a in enumerate(args))
+group = conf.get("serve", {}).get("socket_group", "")
+print("group=" + (group if isinstance(group, str) else ""))
 print("cpus=" + " ".join(map(str, cpus)))
 print("iova_pa=" + ("1" if pa else "0"))
 print("note=" + note)
@@ -374,6 +377,28 @@ CPUAffinity=$cpus"
         else
             say "CPU affinity: workers.cores is empty, the service may run on every core"
             dropin cpu-affinity.conf ""
+        fi
+        group=$(sed -n 's/^group=//p' <<<"$facts")
+        if [ -n "$group" ]; then
+            # The service chowns the control socket to this group: as root
+            # without CAP_CHOWN it may do so only for a group it is in.
+            if ! [[ "$group" =~ ^[a-z_][a-z0-9_-]*$ ]]; then
+                say "warning: serve.socket_group '$group' is not a valid group name: no drop-in written"
+            else
+                if [ -n "$root" ]; then
+                    say "serve.socket_group $group: create the group on the target host (groupadd --system $group)"
+                elif getent group "$group" >/dev/null; then
+                    say "unchanged: group $group exists"
+                else
+                    act groupadd --system "$group"
+                fi
+                dropin socket-group.conf "$header
+# serve.socket_group: the service may give the control socket to this group.
+[Service]
+SupplementaryGroups=$group"
+            fi
+        else
+            dropin socket-group.conf ""
         fi
         if [ "$iova_pa" = 1 ]; then
             say "eal.args has --iova-mode=pa: granting CAP_SYS_ADMIN and CAP_SYS_RAWIO"

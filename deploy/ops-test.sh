@@ -104,6 +104,19 @@ test_unit() {
         fail "systemd-analyze verify: status $rc: $v"
     fi
 
+    # systemd's own rating of the sandbox (lower is tighter; 10 = none).
+    local sec score
+    if sec=$(systemd-analyze security --offline=yes --no-pager "$u/iwarp.service" 2>&1); then
+        score=$(sed -n 's/.*Overall exposure level for iwarp.service: \([0-9.]*\).*/\1/p' <<<"$sec")
+        if [ -n "$score" ] && awk -v s="$score" 'BEGIN { exit !(s < 7.0) }'; then
+            ok "systemd-analyze security: exposure $score (below 7.0, systemd's MEDIUM or better)"
+        else
+            fail "systemd-analyze security: exposure '${score:-?}' not below 7.0"
+        fi
+    else
+        echo "skip: systemd-analyze security --offline not available here"
+    fi
+
     local k
     for k in "Wants=network-online.target" "After=network-online.target" \
         "RequiresMountsFor=/dev/hugepages" "ExecStart=/usr/local/bin/iwarp serve --config /etc/iwarp/iwarp.toml" \
@@ -133,14 +146,15 @@ test_unit() {
     local root="$work/unit-root"
     mkdir -p "$root/etc/iwarp"
     sed -e 's/^cores = \[\]/cores = [2, 3]/' -e 's/# "--iova-mode=pa",/"--iova-mode=pa",/' \
-        deploy/iwarp.toml >"$root/etc/iwarp/iwarp.toml"
+        -e 's/^socket_group = ""/socket_group = "iwarp"/' deploy/iwarp.toml >"$root/etc/iwarp/iwarp.toml"
     if ! expect_rc 0 "install.sh --root (drop-ins)" deploy/install.sh --root "$root" --binary "$work/iwarp" --prefix "$work/prefix"; then
         return
     fi
     local d="$root/etc/systemd/system/iwarp.service.d"
     if grep -qx 'CPUAffinity=0 2 3' "$d/cpu-affinity.conf" 2>/dev/null &&
-        grep -qx 'CapabilityBoundingSet=CAP_SYS_ADMIN CAP_SYS_RAWIO' "$d/iova-pa.conf" 2>/dev/null; then
-        ok "install.sh drop-ins: CPUAffinity=0 2 3 (EAL -l 0 + workers.cores [2, 3]), IOVA-as-PA capabilities"
+        grep -qx 'CapabilityBoundingSet=CAP_SYS_ADMIN CAP_SYS_RAWIO' "$d/iova-pa.conf" 2>/dev/null &&
+        grep -qx 'SupplementaryGroups=iwarp' "$d/socket-group.conf" 2>/dev/null; then
+        ok "install.sh drop-ins: CPUAffinity=0 2 3 (EAL -l 0 + workers.cores [2, 3]), IOVA-as-PA capabilities, SupplementaryGroups=iwarp"
     else
         fail "install.sh drop-ins missing or wrong: $(cat "$d"/*.conf 2>&1)"
     fi
@@ -151,7 +165,7 @@ test_unit() {
     rc=0
     v=$(systemd-analyze verify "$u/iwarp.service" 2>&1) || rc=$?
     if [ "$rc" -eq 0 ] && [ -z "$v" ]; then
-        ok "systemd-analyze verify accepts the installed unit with its two drop-ins"
+        ok "systemd-analyze verify accepts the installed unit with its three drop-ins"
     else
         fail "systemd-analyze verify with drop-ins: status $rc: $v"
     fi
