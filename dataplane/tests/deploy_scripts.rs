@@ -161,10 +161,9 @@ fn section<'a>(lines: &[&'a str], name: &str) -> Vec<&'a str> {
 fn sets_key(line: &str, key: &str) -> bool {
     let pat = format!("{key} =");
     line.match_indices(&pat).any(|(at, _)| {
-        line[..at]
-            .chars()
-            .last()
-            .map_or(true, |c| c.is_whitespace() || c == '#' || c == '{' || c == ',')
+        line[..at].chars().last().map_or(true, |c| {
+            c.is_whitespace() || c == '#' || c == '{' || c == ','
+        })
     })
 }
 
