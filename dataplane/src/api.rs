@@ -1836,9 +1836,9 @@ thread_local! {
 /// [`Dataplane::wait_event`] return only the events it claims: connection
 /// requests to its ports, events of the queue pairs it created and
 /// deregistrations of the memory it registered (STag index), on this
-/// thread while the scope lives. Other events stay queued for the threads they belong to.
-/// Scopes do not nest: a new one replaces the thread's current one until
-/// it is dropped.
+/// thread while the scope lives. Other events stay queued for the threads
+/// they belong to. Scopes do not nest: a new one replaces the thread's
+/// current one until it is dropped.
 #[derive(Debug)]
 pub struct EventScope {
     previous: Option<ScopeState>,

@@ -328,7 +328,18 @@ pub fn run(args: &ServeArgs) -> Result<(), ToolError> {
     if args.endpoint.config.is_none() {
         return Err(ToolError::Usage("serve needs --config FILE".into()));
     }
-    let config = args.endpoint.config()?;
+    // The TOML parser's messages may span lines: one line, as every error.
+    let config = args.endpoint.config().map_err(|e| match e {
+        ToolError::Config(c) => ToolError::Usage(format!(
+            "configuration: {}",
+            c.to_string()
+                .trim_start_matches("configuration: ")
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        )),
+        other => other,
+    })?;
     let s = &config.serve;
     let log = Log::new(
         Level::parse(&s.log_level)?,

@@ -1,0 +1,649 @@
+//! `iwarp serve` as an operator runs it: the built binary started as a
+//! service, queried through its control socket (`iwarp stats`, `iwarp qp
+//! list`, both `--json`), its Prometheus endpoint scraped and every line
+//! parsed, then stopped by SIGTERM: exit 0 within seconds, the control
+//! socket removed, nothing left under the EAL runtime directory.
+//!
+//! - Without root: a service on an in-memory link (no peer), and the
+//!   one-line errors of a bad configuration and of a service that is not
+//!   running.
+//! - With root: the service in one network namespace on `net_af_packet`
+//!   over a veth pair, `iwarp perf write-bw` and `iwarp rping -c` as its
+//!   clients in the other; the control socket is a file-system path, so
+//!   the test reaches it from outside both namespaces; the metrics are
+//!   read from a thread that joined the service's namespace (setns(2)).
+//!   Without root it prints a skip notice, or fails with
+//!   `IWARP_REQUIRE_ROOT_TESTS=1`.
+
+mod tool_common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tool_common::{
+    eal_args, iwarp, require_root, runtime_dir, unique_prefix, Proc, RuntimeDir, TwoNs, IWARP,
+};
+
+/// Limit of each process.
+const LIMIT: Duration = Duration::from_secs(90);
+/// How long a stopped service may take.
+const STOP_LIMIT: Duration = Duration::from_secs(8);
+
+/// A scratch directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(unique_prefix(tag));
+        std::fs::create_dir_all(&p).expect("scratch directory");
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A free local TCP port (bound and released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The PID of the process whose command line holds `needle` (the service,
+/// found by its unique configuration path: `ip netns exec` execs it).
+fn pid_of(needle: &str) -> Option<libc::pid_t> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: libc::pid_t = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        (cmd.contains(needle) && cmd.contains(" serve ") && !cmd.starts_with("ip ")).then_some(pid)
+    })
+}
+
+fn sigterm(pid: libc::pid_t) {
+    // SAFETY: kill has no memory effects; the PID is the service this test
+    // started (found by its unique configuration path), still running.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+}
+
+/// `iwarp <cmd…> --socket S --json`, parsed.
+fn query(args: &[&str], socket: &Path) -> Value {
+    let mut a: Vec<&str> = args.to_vec();
+    let s = socket.to_str().expect("utf-8 path");
+    a.extend(["--socket", s, "--json"]);
+    let out = iwarp(&args.join("-"), &a, Duration::from_secs(20));
+    assert!(out.status.success(), "iwarp {a:?}: {:?}", out.stderr);
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("iwarp {a:?} --json is not JSON ({e}): {}", out.stdout))
+}
+
+/// `GET /metrics` over HTTP/1.1; the body.
+fn scrape(addr: &str) -> Result<String, String> {
+    let mut s = std::net::TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no HTTP head in {text:?}"))?;
+    if !head.starts_with("HTTP/1.1 200") || !head.contains("text/plain; version=0.0.4") {
+        return Err(format!("unexpected response head {head:?}"));
+    }
+    Ok(body.to_string())
+}
+
+/// A sample's name and labels (sorted), and its value.
+type Sample = (String, BTreeMap<String, String>, f64);
+
+/// Parses the text exposition format strictly: `# HELP` / `# TYPE` lines
+/// before their family's samples, each sample `name{labels} value` with a
+/// valid name, quoted label values, a number.
+fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
+    let name_ok = |n: &str| {
+        !n.is_empty()
+            && n.chars().enumerate().all(|(i, c)| {
+                c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+            })
+    };
+    let mut typed: BTreeMap<String, String> = BTreeMap::new();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut p = rest.splitn(3, ' ');
+            let (kw, name, what) = (p.next(), p.next(), p.next());
+            match (kw, name, what) {
+                (Some("HELP"), Some(n), Some(_)) if name_ok(n) => {}
+                (Some("TYPE"), Some(n), Some(t))
+                    if name_ok(n)
+                        && ["counter", "gauge", "summary", "histogram", "untyped"].contains(&t) =>
+                {
+                    typed.insert(n.to_string(), t.to_string());
+                }
+                _ => return Err(format!("bad comment line {line:?}")),
+            }
+            continue;
+        }
+        if line.is_empty() {
+            return Err("empty line".into());
+        }
+        let (series, value) = line
+            .rsplit_once(' ')
+            .ok_or_else(|| format!("no value in {line:?}"))?;
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v.parse().map_err(|_| format!("bad value in {line:?}"))?,
+        };
+        let (name, labels) = match series.split_once('{') {
+            None => (series, BTreeMap::new()),
+            Some((n, rest)) => {
+                let body = rest
+                    .strip_suffix('}')
+                    .ok_or_else(|| format!("unclosed labels in {line:?}"))?;
+                let mut labels = BTreeMap::new();
+                for pair in body.split(',').filter(|p| !p.is_empty()) {
+                    let (k, v) = pair
+                        .split_once('=')
+                        .ok_or_else(|| format!("bad label in {line:?}"))?;
+                    let v = v
+                        .strip_prefix('"')
+                        .and_then(|v| v.strip_suffix('"'))
+                        .ok_or_else(|| format!("unquoted label value in {line:?}"))?;
+                    if !name_ok(k) {
+                        return Err(format!("bad label name in {line:?}"));
+                    }
+                    labels.insert(k.to_string(), v.to_string());
+                }
+                (n, labels)
+            }
+        };
+        if !name_ok(name) {
+            return Err(format!("bad metric name in {line:?}"));
+        }
+        let family = ["_sum", "_count", "_bucket"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|f| typed.contains_key(*f)))
+            .unwrap_or(name);
+        if !typed.contains_key(family) {
+            return Err(format!("sample before its # TYPE: {line:?}"));
+        }
+        if typed[family] == "counter" && !name.ends_with("_total") {
+            return Err(format!("counter not named *_total: {line:?}"));
+        }
+        out.push((name.to_string(), labels, value));
+    }
+    Ok(out)
+}
+
+fn sample(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|(n, l, _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|s| s.2)
+}
+
+fn n(v: &Value, path: &[&str]) -> u64 {
+    let mut x = v;
+    for p in path {
+        x = match p.parse::<usize>() {
+            Ok(i) => &x[i],
+            Err(_) => &x[*p],
+        };
+    }
+    x.as_u64()
+        .unwrap_or_else(|| panic!("{path:?} not a number in {v}"))
+}
+
+/// Waits until `p` (the service) exits, at most [`STOP_LIMIT`] after
+/// `since`.
+fn wait_stopped(p: &mut Proc, since: Instant) -> tool_common::Ended {
+    let ended = p.wait(since + STOP_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "service stopped in {:.2} s with {}",
+        since.elapsed().as_secs_f64(),
+        ended.status
+    );
+    ended
+}
+
+// ---------------------------------------------------------------------
+// Without root.
+// ---------------------------------------------------------------------
+
+#[test]
+fn bad_configuration_fails_in_one_line() {
+    let dir = TempDir::new("serve-bad");
+    let cfg = dir.0.join("bad.toml");
+    for (what, body, want) in [
+        (
+            "unknown test",
+            "[[serve.perf]]\nport = 18515\ntest = \"write-fast\"\n",
+            "unknown test",
+        ),
+        (
+            "unknown key",
+            "[serve]\ncontrol_sock = \"/x\"\n",
+            "control_sock",
+        ),
+        (
+            "two responders on a port",
+            "[[serve.perf]]\nport = 7174\ntest = \"write-bw\"\n[[serve.rping]]\nport = 7174\n",
+            "two responders",
+        ),
+        (
+            "bad metrics address",
+            "[metrics]\nlisten = \"localhost\"\n",
+            "metrics.listen",
+        ),
+    ] {
+        let text = format!(
+            "[[ports]]\ndevice = \"mem:serve-bad\"\nip = \"10.9.9.1\"\nmac = \"02:00:00:00:09:01\"\n{body}"
+        );
+        std::fs::write(&cfg, text).expect("config file");
+        let out = iwarp(
+            what,
+            &["serve", "--config", cfg.to_str().expect("utf-8")],
+            Duration::from_secs(20),
+        );
+        assert_eq!(out.status.code(), Some(1), "{what}: {:?}", out.stderr);
+        assert_eq!(
+            out.stderr.len(),
+            1,
+            "{what}: one line, got {:?}",
+            out.stderr
+        );
+        assert!(
+            out.stderr[0].starts_with("iwarp: ") && out.stderr[0].contains(want),
+            "{what}: {:?}",
+            out.stderr
+        );
+        println!("{what}: {}", out.stderr[0]);
+    }
+    for args in [&["stats"][..], &["qp", "list"][..]] {
+        let mut a = args.to_vec();
+        let missing = dir.0.join("nobody.sock");
+        a.extend(["--socket", missing.to_str().expect("utf-8")]);
+        let out = iwarp("no service", &a, Duration::from_secs(20));
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(out.stderr.len(), 1, "{:?}", out.stderr);
+        assert!(
+            out.stderr[0].contains("cannot reach the service"),
+            "{:?}",
+            out.stderr
+        );
+        println!("{args:?} without a service: {}", out.stderr[0]);
+    }
+}
+
+#[test]
+fn service_on_a_memory_link_answers_and_stops_clean() {
+    let dir = TempDir::new("serve-mem");
+    let socket = dir.0.join("control.sock");
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let cfg = dir.0.join("serve.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[ports]]\ndevice = \"mem:serve-mem\"\nip = \"10.9.8.1\"\nmac = \"02:00:00:00:08:01\"\n\
+             [idle]\nspin = 200\nsleep_us = 50\n\
+             [serve]\ncontrol_socket = {socket:?}\nsocket_mode = \"0660\"\n\
+             [[serve.perf]]\nport = 18515\ntest = \"write-bw\"\nsize = 65536\nrx_depth = 512\nouts = 16\n\
+             [[serve.perf]]\nport = 18516\ntest = \"read-lat\"\nsize = \"2\"\n\
+             [[serve.rping]]\nport = 7174\nsize = 64\n\
+             [metrics]\nlisten = {metrics:?}\n"
+        ),
+    )
+    .expect("config file");
+    let mut cmd = Command::new(IWARP);
+    cmd.args(["serve", "--config", cfg.to_str().expect("utf-8")]);
+    let mut svc = Proc::spawn("serve", cmd);
+    let deadline = Instant::now() + LIMIT;
+    svc.wait_stderr("event=started", deadline)
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The responders start on threads of their own, in any order.
+    let mut listening: Vec<String> = (0..3)
+        .map(|_| {
+            let l = svc
+                .wait_stderr("event=listening", deadline)
+                .unwrap_or_else(|e| panic!("{e}"));
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("responder="))
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    listening.sort();
+    assert_eq!(listening, ["perf:18515", "perf:18516", "rping:7174"]);
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let meta = std::fs::metadata(&socket).expect("the control socket exists");
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660, "socket mode");
+
+    let stats = query(&["stats"], &socket);
+    assert_eq!(
+        stats["workers"].as_array().map(Vec::len),
+        Some(1),
+        "{stats}"
+    );
+    assert!(n(&stats, &["workers", "0", "loops"]) > 0, "{stats}");
+    let names: Vec<&str> = stats["responders"]
+        .as_array()
+        .expect("responders")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(names, ["perf:18515", "perf:18516", "rping:7174"]);
+    assert_eq!(stats["ports"][0]["device"], "mem:serve-mem");
+    let qps = query(&["qp", "list"], &socket);
+    let list = qps["qps"].as_array().expect("qps");
+    assert!(
+        list.iter()
+            .all(|q| q["state"] == "idle" && q["peer"].is_null()),
+        "no client: every queue pair idle, {qps}"
+    );
+    // The table forms print too.
+    for args in [&["stats"][..], &["qp", "list"][..]] {
+        let mut a = args.to_vec();
+        a.extend(["--socket", socket.to_str().expect("utf-8")]);
+        let out = iwarp("table", &a, Duration::from_secs(20));
+        assert!(
+            out.status.success() && !out.stdout.is_empty(),
+            "{:?}",
+            out.stderr
+        );
+    }
+
+    let body = scrape(&metrics).unwrap_or_else(|e| panic!("{e}"));
+    let samples = parse_exposition(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
+    assert!(sample(&samples, "iwarp_loops_total", &[("worker", "0")]).is_some_and(|v| v > 0.0));
+    assert_eq!(
+        sample(
+            &samples,
+            "iwarp_responder_sessions_total",
+            &[("responder", "rping:7174")]
+        ),
+        Some(0.0)
+    );
+    println!(
+        "scraped {} samples of {} families from {metrics}",
+        samples.len(),
+        body.lines().filter(|l| l.starts_with("# TYPE")).count()
+    );
+
+    let pid = pid_of(cfg.to_str().expect("utf-8")).expect("the service's PID");
+    let t = Instant::now();
+    sigterm(pid);
+    let ended = wait_stopped(&mut svc, t);
+    assert!(ended.status.success(), "{:?}", ended.stderr);
+    assert!(!socket.exists(), "control socket left behind");
+    assert!(
+        ended.stderr.iter().any(|l| l.contains("event=stopped")),
+        "{:?}",
+        ended.stderr
+    );
+    for l in &ended.stderr {
+        assert!(
+            l.starts_with("ts=") && l.contains(" level=") && l.contains(" event="),
+            "structured log line: {l:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------
+// With root: a perf client and an rping client over a veth pair.
+// ---------------------------------------------------------------------
+
+/// Joins the network namespace `ns` on this thread.
+fn enter_netns(ns: &str) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(format!("/run/netns/{ns}")).map_err(|e| e.to_string())?;
+    // SAFETY: setns takes a namespace file descriptor we own (open for the
+    // call) and changes only the calling thread's network namespace.
+    let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    Ok(())
+}
+
+/// Scrapes `addr` from a thread inside `ns`.
+fn scrape_in(ns: &str, addr: &str) -> Result<String, String> {
+    let (ns, addr) = (ns.to_string(), addr.to_string());
+    std::thread::spawn(move || {
+        enter_netns(&ns)?;
+        scrape(&addr)
+    })
+    .join()
+    .map_err(|_| "scraper panicked".to_string())?
+}
+
+#[test]
+fn service_serves_perf_and_rping_over_veth() {
+    if !require_root() {
+        return;
+    }
+    let net = TwoNs::create().expect("two namespaces and a veth pair");
+    let names = net.ns.to_vec();
+    let ips = ["10.83.0.1", "10.83.0.2"];
+    let macs = ["02:1a:fc:00:00:01", "02:1a:fc:00:00:02"];
+    let prefixes = [unique_prefix("serve-s"), unique_prefix("serve-c")];
+    let dirs = prefixes.clone().map(|p| RuntimeDir(runtime_dir(&p)));
+    let dir = TempDir::new("serve-veth");
+    let socket = dir.0.join("control.sock");
+    let metrics = "127.0.0.1:9478";
+    let cfg = dir.0.join("serve.toml");
+    let eal: Vec<String> = eal_args(&prefixes[0])
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    std::fs::write(
+        &cfg,
+        format!(
+            "[eal]\nargs = {eal:?}\n\
+             [[ports]]\ndevice = \"net_af_packet0,iface={}\"\nip = \"{}\"\nmac = \"{}\"\n\
+             [idle]\nspin = 200\nsleep_us = 20\n\
+             [serve]\ncontrol_socket = {socket:?}\nshutdown_timeout_s = 4\n\
+             [[serve.perf]]\nport = 18515\ntest = \"write-bw\"\nsize = 65536\nduration = 4\n\
+             [[serve.rping]]\nport = 7174\nsize = 64\nvalidate = true\n\
+             [metrics]\nlisten = \"{metrics}\"\n",
+            net.ifs[0], ips[0], macs[0]
+        ),
+    )
+    .expect("config file");
+    let deadline = Instant::now() + LIMIT;
+    let mut svc = {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &net.ns[0], IWARP, "serve", "--config"])
+            .arg(&cfg);
+        Proc::spawn("serve", c)
+    };
+    for _ in 0..2 {
+        svc.wait_stderr("event=listening", deadline)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let client_cmd = |what: &[&str]| {
+        let device = format!("net_af_packet0,iface={}", net.ifs[1]);
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &net.ns[1], IWARP])
+            .args(what)
+            .args(["--device", &device, "--ip", ips[1], "--mac", macs[1]])
+            .args(["--eal", &eal_args(&prefixes[1])])
+            .args(["--set", "idle.spin=200", "--set", "idle.sleep_us=20"]);
+        c
+    };
+
+    // A perf client; while it measures, the control socket and the
+    // metrics show it.
+    let mut perf = Proc::spawn(
+        "perf",
+        client_cmd(&[
+            "perf", "write-bw", ips[0], "-s", "65536", "-D", "4", "--json",
+        ]),
+    );
+    let accepted = svc
+        .wait_stderr("event=accepted responder=perf:18515", deadline)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(accepted.contains(&format!("peer={}", ips[1])), "{accepted}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let stats = query(&["stats"], &socket);
+    let qps = query(&["qp", "list"], &socket);
+    let body = scrape_in(&net.ns[0], metrics).unwrap_or_else(|e| panic!("{e}"));
+    let rx = n(&stats, &["ports", "0", "rx_packets"]);
+    let rx0 = stats["workers"][0]["rx_packets"].as_u64().unwrap_or(0);
+    assert!(
+        rx > 0 && rx0 > 0,
+        "packets counted while perf runs: {stats}"
+    );
+    assert_eq!(stats["responders"][0]["active"], true, "{stats}");
+    let connected: Vec<&Value> = qps["qps"]
+        .as_array()
+        .expect("qps")
+        .iter()
+        .filter(|q| q["state"] == "connected")
+        .collect();
+    let data_qp = connected
+        .iter()
+        .copied()
+        .max_by_key(|q| q["bytes_received"].as_u64().unwrap_or(0))
+        .unwrap_or_else(|| panic!("a connected queue pair: {qps}"));
+    let peer = data_qp["peer"].as_str().unwrap_or("");
+    assert!(
+        peer.starts_with(&format!("{}:", ips[1])),
+        "peer address: {data_qp}"
+    );
+    assert!(
+        data_qp["bytes_received"].as_u64().unwrap_or(0) > 0,
+        "bytes counted on the data QP: {data_qp}"
+    );
+    assert!(
+        data_qp["mpa"]["crc"].is_boolean(),
+        "negotiated MPA options: {data_qp}"
+    );
+    let samples = parse_exposition(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
+    let scraped_rx = sample(&samples, "iwarp_rx_packets_total", &[("worker", "0")]);
+    assert!(scraped_rx.is_some_and(|v| v > 0.0), "{body}");
+    assert!(
+        sample(&samples, "iwarp_qps", &[("state", "connected")]).is_some_and(|v| v >= 1.0),
+        "{body}"
+    );
+    println!(
+        "during write-bw: stats rx_packets {rx}, tx_packets {}, data QP {} peer {peer} received {} bytes (crc {}, ird/ord {}/{}); \
+         metrics: {} samples, iwarp_rx_packets_total{{worker=\"0\"}} {}",
+        n(&stats, &["ports", "0", "tx_packets"]),
+        data_qp["qpn"],
+        data_qp["bytes_received"],
+        data_qp["mpa"]["crc"],
+        data_qp["mpa"]["ird"],
+        data_qp["mpa"]["ord"],
+        samples.len(),
+        scraped_rx.unwrap_or(0.0)
+    );
+    let p = perf.wait(deadline).unwrap_or_else(|e| panic!("{e}"));
+    assert!(p.status.success(), "perf client: {:?}", p.stderr);
+    let finished = svc
+        .wait_stderr("event=finished responder=perf:18515", deadline)
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("service logged: {finished}");
+
+    // An rping client, after the perf client (each responder takes one
+    // client after another).
+    let mut ping = Proc::spawn(
+        "rping",
+        client_cmd(&["rping", "-c", "-a", ips[0], "-C", "5", "-V"]),
+    );
+    let r = ping.wait(deadline).unwrap_or_else(|e| panic!("{e}"));
+    assert!(r.status.success(), "rping client: {:?}", r.stderr);
+    let finished = svc
+        .wait_stderr("event=finished responder=rping:7174", deadline)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(finished.contains("pings=5"), "{finished}");
+    println!("service logged: {finished}");
+
+    // A second perf client: the responder serves one after another.
+    let mut perf2 = Proc::spawn(
+        "perf2",
+        client_cmd(&[
+            "perf", "write-bw", ips[0], "-s", "65536", "-D", "4", "--json",
+        ]),
+    );
+    let p2 = perf2.wait(deadline).unwrap_or_else(|e| panic!("{e}"));
+    assert!(p2.status.success(), "second perf client: {:?}", p2.stderr);
+    svc.wait_stderr("event=finished responder=perf:18515", deadline)
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let stats = query(&["stats"], &socket);
+    let sessions: Vec<(String, u64)> = stats["responders"]
+        .as_array()
+        .expect("responders")
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap_or("").to_string(),
+                r["sessions"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sessions,
+        [("perf:18515".to_string(), 2), ("rping:7174".to_string(), 1)],
+        "{stats}"
+    );
+    let body = scrape_in(&net.ns[0], metrics).unwrap_or_else(|e| panic!("{e}"));
+    let samples = parse_exposition(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
+    let bw = sample(
+        &samples,
+        "iwarp_perf_bandwidth_bytes_per_second",
+        &[("responder", "perf:18515")],
+    );
+    assert!(bw.is_some_and(|v| v > 0.0), "{body}");
+    assert_eq!(
+        sample(
+            &samples,
+            "iwarp_responder_sessions_total",
+            &[("responder", "perf:18515")]
+        ),
+        Some(2.0)
+    );
+    println!(
+        "after: perf sessions 2, rping sessions 1, last write-bw {:.1} MB/s, rx {} tx {} packets, {} retransmits, {} drops",
+        bw.unwrap_or(0.0) / 1e6,
+        sample(&samples, "iwarp_rx_packets_total", &[("worker", "0")]).unwrap_or(0.0),
+        sample(&samples, "iwarp_tx_packets_total", &[("worker", "0")]).unwrap_or(0.0),
+        sample(&samples, "iwarp_retransmits_total", &[("worker", "0")]).unwrap_or(0.0),
+        sample(&samples, "iwarp_drops_total", &[("worker", "0")]).unwrap_or(0.0),
+    );
+
+    // SIGTERM: exit 0 within seconds, nothing left behind.
+    let pid = pid_of(cfg.to_str().expect("utf-8")).expect("the service's PID");
+    let t = Instant::now();
+    sigterm(pid);
+    let ended = wait_stopped(&mut svc, t);
+    assert!(ended.status.success(), "{:?}", ended.stderr);
+    assert!(!socket.exists(), "control socket left behind");
+    drop((perf, perf2, ping, svc));
+    for d in &dirs {
+        assert!(!d.0.exists(), "{} left behind", d.0.display());
+    }
+    drop(net);
+    assert_eq!(
+        TwoNs::names_left(&names),
+        Vec::<String>::new(),
+        "namespaces left"
+    );
+}
