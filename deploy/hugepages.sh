@@ -251,7 +251,9 @@ vm.nr_hugepages = $count"
         say "for every boot, add to the kernel command line (not done here):"
         say "    $args"
         say "  Debian/Ubuntu: append it to GRUB_CMDLINE_LINUX in /etc/default/grub, run update-grub, reboot."
-        [ "$size" = 1G ] && say "  1 GiB pages are best reserved there: at run time memory is often too fragmented."
+        if [ "$size" = 1G ]; then
+            say "  1 GiB pages are best reserved there: at run time memory is often too fragmented."
+        fi
     fi
 }
 
@@ -292,15 +294,16 @@ do_mount() {
         mount -t hugetlbfs -o "pagesize=$size" nodev "$dir" || die "mount of hugetlbfs on $dir failed"
         say "mounted hugetlbfs (pagesize=$size) on $dir"
     fi
-    [ "$persistent" -eq 1 ] && say "for every boot, add to /etc/fstab (not done here): nodev $dir hugetlbfs pagesize=$size 0 0"
-    return 0
+    if [ "$persistent" -eq 1 ]; then
+        say "for every boot, add to /etc/fstab (not done here): nodev $dir hugetlbfs pagesize=$size 0 0"
+    fi
 }
 
 [ "$dry" -eq 1 ] && say "dry run: nothing will be changed"
 rc=0
 if [ -n "$count" ]; then
     reserve
-    [ "$persistent" -eq 1 ] && persist
+    if [ "$persistent" -eq 1 ]; then persist; fi
 fi
 if [ "$release" -eq 1 ]; then
     if [ "$size_given" -eq 1 ]; then
@@ -309,7 +312,7 @@ if [ "$release" -eq 1 ]; then
         release_size 2048 2M || rc=1
         release_size 1048576 1G || rc=1
     fi
-    [ "$persistent" -eq 1 ] && unpersist
+    if [ "$persistent" -eq 1 ]; then unpersist; fi
 fi
 if [ -n "$mount_dir" ]; then
     do_mount "$mount_dir"

@@ -298,6 +298,21 @@ test_hugepages() {
             [ ! -e "$work/sysctl.d/80-iwarp-hugepages.conf" ] && has "released: 8 2M pages" "hugepages.sh --release --persistent frees the pool and removes the sysctl.d file"
     fi
 
+    # Per NUMA node: the node's own pool file, and the kernel command
+    # line form for every boot.
+    mkdir -p "$fake/devices/system/node/node1/hugepages/hugepages-2048kB"
+    echo 0 >"$fake/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages"
+    if expect_rc 0 "hugepages.sh --node 1" "${envs[@]}" deploy/hugepages.sh --count 16 --node 1 --persistent; then
+        if [ "$(cat "$fake/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages")" = 16 ] &&
+            grep -qF "hugepagesz=2M hugepages=1:16" <<<"$out"; then
+            ok "hugepages.sh --node 1 reserves on node 1 and prints hugepages=1:16 for every boot"
+        else
+            fail "hugepages.sh --node 1: $out"
+        fi
+    fi
+    expect_rc 1 "hugepages.sh --node 5" "${envs[@]}" deploy/hugepages.sh --count 16 --node 5 &&
+        has "is missing" "hugepages.sh refuses a NUMA node that has no pool"
+
     # The real pool, briefly: 2 pages more, then back. Opt-in: dpdk_extmem
     # resizes the same pool when the suite runs, and the two would race.
     if [ "${IWARP_OPS_REAL_HUGEPAGES:-}" != 1 ]; then
