@@ -240,8 +240,9 @@ install_file() {
     return 0
 }
 
+bin_changed=0
 if [ -f "$binary" ]; then
-    install_file "$binary" "$bin_dest" 0755 || true
+    if install_file "$binary" "$bin_dest" 0755; then bin_changed=1; fi
 elif [ "$dry" -eq 1 ] && [ "$build" -eq 1 ]; then
     changed=1
     say "would run: install -D -m 0755 $binary $bin_dest (once built)"
@@ -291,7 +292,15 @@ fi
 #    the unit's comments).
 read_conf() {
     python3 - "$1" <<'EOF'
-import sys, tomllib
+import sys
+try:
+    import tomllib
+except ImportError:  # Python before 3.11 (Ubuntu 22.04): the same API
+    try:
+        import tomli as tomllib
+    except ImportError:
+        print("error=python3 before 3.11 without the tomli module (apt-get install python3-tomli)")
+        sys.exit(0)
 path = sys.argv[1]
 try:
     with open(path, "rb") as f:
@@ -359,7 +368,7 @@ dropin() {
 if ! command -v python3 >/dev/null; then
     say "warning: python3 missing: the CPU affinity and IOVA-as-PA drop-ins are not written"
 else
-    facts=$(read_conf "$effective_conf")
+    facts=$(read_conf "$effective_conf" 2>&1) || facts="error=python3 failed: ${facts//$'\n'/ }"
     err=$(sed -n 's/^error=//p' <<<"$facts")
     if [ -n "$err" ]; then
         say "warning: cannot read $effective_conf ($err): drop-ins left as they are"
@@ -423,6 +432,9 @@ elif [ ! -d /run/systemd/system ]; then
 else
     if [ "$unit_changed" -eq 1 ]; then
         act systemctl daemon-reload
+    fi
+    if [ $((bin_changed + unit_changed)) -gt 0 ] && systemctl is-active --quiet iwarp.service 2>/dev/null; then
+        say "iwarp.service is running the previous version: systemctl restart iwarp.service (not done here)"
     fi
     if [ "$enable" -eq 1 ]; then
         if systemctl is-enabled --quiet iwarp.service 2>/dev/null; then
