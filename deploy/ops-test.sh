@@ -9,7 +9,10 @@
 # namespace of its own; dry-run and stubbed bind/unbind on a fake sysfs).
 # Never touches a real NIC: binding only ever runs against the fake sysfs.
 #
-# usage: deploy/ops-test.sh [unit|install|hugepages|nicbind]...  (default: all)
+# With IWARP_BIN, the example configuration also runs under `iwarp serve`
+# (on a virtual device): responders, control socket, metrics, SIGTERM.
+#
+# usage: deploy/ops-test.sh [unit|install|hugepages|nicbind|serve]...  (default: all)
 #
 # Prints one "ok:" line per check, "skip:" for what needs root when not root
 # (a failure instead with IWARP_REQUIRE_ROOT_TESTS=1), "FAIL:" lines and
@@ -458,16 +461,80 @@ EOF
     ok "network namespace removed"
 }
 
+# ---------------------------------------------------------------------------
+# The example configuration as the unit runs it: `iwarp serve --config`,
+# moved onto a virtual device (net_ring0, the runtime's EAL defaults) with
+# its control socket and metrics address moved out of the way; then
+# SIGTERM, which must stop it within the unit's TimeoutStopSec.
+test_serve() {
+    echo "== serve: iwarp serve --config deploy/iwarp.toml"
+    if [ -z "${IWARP_BIN:-}" ] || [ ! -x "${IWARP_BIN:-}" ]; then
+        echo "skip: IWARP_BIN not set (dataplane/tests/deploy_scripts.rs sets it)"
+        return
+    fi
+    if ! is_root; then
+        skip "DPDK's EAL needs root here"
+        return
+    fi
+    local sock="$work/control.sock" port=$((20000 + $$ % 20000)) log="$work/serve.log" pid rc=0
+    "$IWARP_BIN" serve --config deploy/iwarp.toml --set 'eal.args=[]' --set ports.0.device=net_ring0 \
+        --set ports.0.mac=02:00:00:00:50:0a --set "serve.control_socket=$sock" \
+        --set "metrics.listen=127.0.0.1:$port" >"$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 300); do
+        [ "$(grep -c 'event=listening' "$log")" -ge 3 ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ "$(grep -c 'event=listening' "$log")" -ge 3 ]; then
+        ok "iwarp serve runs the example: $(grep -c 'event=listening' "$log") responders listening ($(grep -o 'responder=[a-z]*:[0-9]*' "$log" | sort | tr '\n' ' '))"
+    else
+        fail "iwarp serve did not start its 3 responders within 30 s:"
+        indent "$(cat "$log")"
+        kill -TERM "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        return
+    fi
+    local mode
+    mode=$(stat -c %a "$sock" 2>/dev/null || echo absent)
+    if [ "$mode" = 660 ]; then ok "control socket mode 0660 (serve.socket_mode)"; else fail "control socket mode $mode, not 660"; fi
+    if expect_rc 0 "iwarp stats" "$IWARP_BIN" stats --socket "$sock" --json; then
+        has "{" "iwarp stats --json answers through the control socket"
+    fi
+    local metrics=
+    if exec 3<>"/dev/tcp/127.0.0.1/$port"; then
+        printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3
+        metrics=$(timeout 10 cat <&3 || true)
+        exec 3<&-
+    fi
+    out=$metrics
+    if grep -q '^HTTP/1.[01] 200' <<<"$metrics" && grep -q '^# TYPE ' <<<"$metrics"; then
+        ok "metrics endpoint (metrics.listen, path /metrics) answers: $(grep -c '^# TYPE ' <<<"$metrics") metric families"
+    else
+        fail "metrics endpoint on 127.0.0.1:$port: $(head -3 <<<"$metrics")"
+    fi
+    local t0=$SECONDS
+    kill -TERM "$pid"
+    wait "$pid" || rc=$?
+    if [ "$rc" -eq 0 ] && grep -q 'event=stopped' "$log" && [ ! -e "$sock" ] && [ $((SECONDS - t0)) -lt 30 ]; then
+        ok "SIGTERM: stopped in $((SECONDS - t0)) s (TimeoutStopSec=30), exit 0, control socket removed"
+    else
+        fail "SIGTERM: exit $rc after $((SECONDS - t0)) s, socket $( [ -e "$sock" ] && echo left || echo removed)"
+        indent "$(tail -5 "$log")"
+    fi
+}
+
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(unit install hugepages nicbind)
+[ ${#sections[@]} -gt 0 ] || sections=(unit install hugepages nicbind serve)
 for s in "${sections[@]}"; do
     case "$s" in
     unit) test_unit ;;
     install) test_install ;;
     hugepages) test_hugepages ;;
     nicbind) test_nicbind ;;
+    serve) test_serve ;;
     *)
-        echo "ops-test.sh: unknown section '$s' (unit, install, hugepages, nicbind)" >&2
+        echo "ops-test.sh: unknown section '$s' (unit, install, hugepages, nicbind, serve)" >&2
         exit 2
         ;;
     esac

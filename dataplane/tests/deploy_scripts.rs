@@ -3,9 +3,10 @@
 //! field of `dataplane/src/config.rs` present, documented with its
 //! default, the runtime's part parsing to the defaults), and the shell
 //! checks of `deploy/ops-test.sh` (systemd unit, install, hugepages, NIC
-//! binding), one test per section so each reports on its own.
+//! binding, the example configuration under `iwarp serve`), one test per
+//! section so each reports on its own.
 //!
-//! The sections needing root (network namespaces) skip inside the script
+//! The sections needing root (network namespaces, EAL) skip inside the script
 //! when not root, or fail with `IWARP_REQUIRE_ROOT_TESTS=1`.
 
 use std::path::PathBuf;
@@ -318,4 +319,9 @@ fn ops_hugepages_script() {
 #[test]
 fn ops_nic_bind_script() {
     ops_section("nicbind");
+}
+
+#[test]
+fn ops_example_config_under_iwarp_serve() {
+    ops_section("serve");
 }
