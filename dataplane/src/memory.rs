@@ -812,12 +812,25 @@ pub struct MemoryTable {
     /// Placement calls that named a region this worker does not know
     /// (a broken invariant; counted instead of panicking).
     misses: u64,
+    /// Take the TCP checksum's payload sum in the CRC pass (a port
+    /// without checksum offload).
+    sum_with_crc: bool,
 }
 
 impl MemoryTable {
     /// An empty table.
     pub fn new() -> MemoryTable {
         MemoryTable::default()
+    }
+
+    /// An empty table whose send path takes each FPDU payload's TCP
+    /// checksum sum in its CRC pass when `sum_with_crc` (the port cannot
+    /// offload the checksum; see [`Placement::sum_with_crc`]).
+    pub fn with_sum_with_crc(sum_with_crc: bool) -> MemoryTable {
+        MemoryTable {
+            sum_with_crc,
+            ..MemoryTable::default()
+        }
     }
 
     /// Records one more registration of `region` (the first one makes it
@@ -911,6 +924,10 @@ impl Placement for MemoryTable {
             Some((region, offset)) => region.crc32c_append(crc, offset, src.len() as usize),
             None => crc,
         }
+    }
+
+    fn sum_with_crc(&self) -> bool {
+        self.sum_with_crc
     }
 
     fn crc32c_and_sum(&self, crc: u32, src: CheckedRange<'_>) -> (u32, u32) {

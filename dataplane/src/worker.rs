@@ -1709,6 +1709,9 @@ impl<Q: LinkQueue> Worker<Q> {
         s.counters
             .capture
             .set_frame_cap(ic_frame_len(port.mtu.max(s.caps.mtu)));
+        // The TCP checksum's payload sum rides on the CRC pass only where
+        // the port cannot compute the checksum itself.
+        let sum_with_crc = !s.caps.tx_checksum_offload;
         Worker {
             index: s.index,
             tag,
@@ -1716,7 +1719,7 @@ impl<Q: LinkQueue> Worker<Q> {
             queue: s.queue,
             iface,
             device,
-            mem: MemoryTable::new(),
+            mem: MemoryTable::with_sum_with_crc(sum_with_crc),
             conns: Vec::new(),
             listening: Vec::new(),
             ctl: s.ctl,

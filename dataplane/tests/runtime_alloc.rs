@@ -148,7 +148,17 @@ fn frames(p: &Pair) -> (u64, u64) {
 /// dispatched while measuring.
 fn measure(label: &str, o: &PairOptions) -> u64 {
     let p = Pair::new(o);
-    let (a, b) = connect(&p);
+    let (a, b) = if o.workers > 1 {
+        // Connections go to a's workers in turn: the second is worker 1's,
+        // whose frames all arrive on queue 0 when the link does not steer,
+        // so every one of them goes through the dispatcher.
+        p.a.listen(PORT, 4).unwrap();
+        p.b.listen(PORT, 4).unwrap();
+        let _first = open_conn(&p, true);
+        open_conn(&p, true)
+    } else {
+        connect(&p)
+    };
     let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let bufs = [
         buffer(&p.a, a.pd, LEN, rw),

@@ -7,63 +7,12 @@
 
 mod runtime_common;
 
-use std::net::SocketAddrV4;
-
-use dataplane::api::{CmEvent, ConnectParams, Dataplane, DriveMode};
+use dataplane::api::DriveMode;
 use dataplane::link::{MemLinkConfig, Steering};
 use dataplane::worker::WorkerStats;
 use runtime_common::*;
 
 const SIZES: [usize; 4] = [1, 4097, 100_003, 1 << 20];
-
-/// Opens one connection, `a` active if `from_a`; returns the ends on `a`
-/// and on `b`.
-fn open(p: &Pair, from_a: bool) -> (End, End) {
-    let ea = End::new(&p.a);
-    let eb = End::new(&p.b);
-    let (active, passive, ip) = if from_a {
-        (&ea, &eb, IP_B)
-    } else {
-        (&eb, &ea, IP_A)
-    };
-    let (adp, pdp): (&Dataplane, &Dataplane) = if from_a { (&p.a, &p.b) } else { (&p.b, &p.a) };
-    adp.connect(
-        &active.qp,
-        SocketAddrV4::new(ip, PORT),
-        &ConnectParams::default(),
-    )
-    .unwrap();
-    let mut up = (false, false);
-    p.until("both ends established", |_| {
-        while let Some(e) = pdp.poll_event() {
-            match e {
-                CmEvent::ConnectRequest(req) => {
-                    pdp.accept(&req, &passive.qp, &ConnectParams::default())
-                        .unwrap();
-                }
-                CmEvent::Established { qp, .. } => {
-                    assert_eq!(qp, passive.qp.num());
-                    up.1 = true;
-                }
-                CmEvent::MrDeregistered(_) => {}
-                other => panic!("passive side: unexpected {other:?}"),
-            }
-        }
-        while let Some(e) = adp.poll_event() {
-            match e {
-                CmEvent::Established { qp, info } => {
-                    assert_eq!(qp, active.qp.num());
-                    assert!(info.crc);
-                    up.0 = true;
-                }
-                CmEvent::MrDeregistered(_) => {}
-                other => panic!("active side: unexpected {other:?}"),
-            }
-        }
-        (up.0 && up.1).then_some(())
-    });
-    (ea, eb)
-}
 
 fn total(stats: &[WorkerStats], f: impl Fn(&WorkerStats) -> u64) -> u64 {
     stats.iter().map(f).sum()
@@ -87,7 +36,7 @@ fn run(steering: Steering, mode: DriveMode, label: &str) {
     // two workers open one each (connections go to workers in turn).
     let mut conns = Vec::new();
     for from_a in [true, false, true, false] {
-        conns.push((from_a, open(&p, from_a)));
+        conns.push((from_a, open_conn(&p, from_a)));
     }
     for (from_a, (a, b)) in conns.iter_mut() {
         for op in [Op::Write, Op::Read, Op::Send] {

@@ -202,6 +202,56 @@ pub fn connect(p: &Pair) -> (End, End) {
     (ea, eb)
 }
 
+/// Opens one connection, `a` active if `from_a`, both sides already
+/// listening on [`PORT`]; returns the ends on `a` and on `b`. Unlike
+/// [`connect`], callable many times on one pair.
+pub fn open_conn(p: &Pair, from_a: bool) -> (End, End) {
+    let ea = End::new(&p.a);
+    let eb = End::new(&p.b);
+    let (active, passive, ip) = if from_a {
+        (&ea, &eb, IP_B)
+    } else {
+        (&eb, &ea, IP_A)
+    };
+    let (adp, pdp): (&Dataplane, &Dataplane) = if from_a { (&p.a, &p.b) } else { (&p.b, &p.a) };
+    adp.connect(
+        &active.qp,
+        SocketAddrV4::new(ip, PORT),
+        &ConnectParams::default(),
+    )
+    .unwrap();
+    let mut up = (false, false);
+    p.until("both ends established", |_| {
+        while let Some(e) = pdp.poll_event() {
+            match e {
+                CmEvent::ConnectRequest(req) => {
+                    pdp.accept(&req, &passive.qp, &ConnectParams::default())
+                        .unwrap();
+                }
+                CmEvent::Established { qp, .. } => {
+                    assert_eq!(qp, passive.qp.num());
+                    up.1 = true;
+                }
+                CmEvent::MrDeregistered(_) => {}
+                other => panic!("passive side: unexpected {other:?}"),
+            }
+        }
+        while let Some(e) = adp.poll_event() {
+            match e {
+                CmEvent::Established { qp, info } => {
+                    assert_eq!(qp, active.qp.num());
+                    assert!(info.crc);
+                    up.0 = true;
+                }
+                CmEvent::MrDeregistered(_) => {}
+                other => panic!("active side: unexpected {other:?}"),
+            }
+        }
+        (up.0 && up.1).then_some(())
+    });
+    (ea, eb)
+}
+
 /// A registered buffer.
 pub struct Buf {
     pub region: Region,

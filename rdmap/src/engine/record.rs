@@ -170,8 +170,10 @@ impl OutRecord {
     /// ([`Placement::crc32c_and_sum`]), so a driver whose port cannot
     /// offload the TCP checksum sums the payload never again: not when the
     /// segment is first sent, not when it is retransmitted. `None` with the
-    /// CRC off, without payload, or when markers cut the payload into
-    /// pieces (the driver then sums the pieces itself).
+    /// CRC off, without payload, when markers cut the payload into pieces
+    /// (the driver then sums the pieces itself), or when the memory said
+    /// the sum is not wanted ([`Placement::sum_with_crc`]: the port
+    /// offloads the checksum).
     pub fn payload_sum(&self) -> Option<u32> {
         match &self.body {
             Body::Setup(_) => None,
@@ -356,22 +358,25 @@ impl<'r> Iterator for Pieces<'r> {
 /// CRC32c of an FPDU record over its covered octets (length field, ULPDU,
 /// pad, and markers before the CRC field), payload read through `mem`;
 /// and, from the same pass over the payload, the payload's Internet
-/// checksum partial sum when the payload is one piece (no marker inside
-/// it), for [`OutRecord::payload_sum`].
+/// checksum partial sum when `mem` asks for it
+/// ([`Placement::sum_with_crc`]) and the payload is one piece (no marker
+/// inside it), for [`OutRecord::payload_sum`].
 pub(super) fn fpdu_crc<M: Placement + ?Sized>(record: &OutRecord, mem: &M) -> (u32, Option<u32>) {
     let mut crc = 0u32;
     let mut sum = None;
     let mut payload_pieces = 0u32;
+    let want_sum = mem.sum_with_crc();
     for piece in Pieces::new(record, true) {
         crc = match piece {
             Piece::Bytes(b) => crc32c::crc32c_append(crc, b),
             Piece::Marker(m) => crc32c::crc32c_append(crc, &m),
-            Piece::Payload(r) => {
+            Piece::Payload(r) if want_sum => {
                 payload_pieces += 1;
                 let (c, s) = mem.crc32c_and_sum(crc, r);
                 sum = Some(s);
                 c
             }
+            Piece::Payload(r) => mem.crc32c_append(crc, r),
         };
     }
     (crc, sum.filter(|_| payload_pieces == 1))
