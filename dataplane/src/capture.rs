@@ -57,6 +57,14 @@ const FALLBACK_FRAME: usize = 9216 + crate::link::FRAME_OVERHEAD;
 /// a ring of [`DEFAULT_RING_SLOTS`] does not fill meanwhile at line rate.
 const WRITER_NAP: Duration = Duration::from_micros(500);
 
+/// How long the writer holds a frame before writing it, so that frames
+/// of other workers stamped earlier but queued later (a worker stamps a
+/// burst, then builds it) still go before it in the file: a dispatched
+/// connection's frames cross two workers, and Wireshark needs the MPA
+/// request before the reply. Holding a slot keeps it from its worker for
+/// this long, a small part of what a ring holds at line rate.
+const REORDER_WINDOW_NS: u64 = 2_000_000;
+
 /// How long [`Capture::stop`] waits for the workers to let go of their
 /// rings before it writes what it has (a worker that stopped polling).
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -517,7 +525,8 @@ fn write_loop(
     mut bytes: u64,
 ) -> Written {
     let total: usize = rings.iter().map(|r| r.free.capacity()).sum();
-    let mut batch: Vec<(usize, Box<Slot>)> = Vec::with_capacity(total);
+    // Frames taken from the rings and not written yet, oldest first.
+    let mut pending: Vec<(usize, Box<Slot>)> = Vec::with_capacity(total);
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
     let mut frames = vec![0u64; rings.len()];
     let mut error: Option<String> = None;
@@ -526,27 +535,29 @@ fn write_loop(
         // go of their rings (which `Capture::stop` waited for) is then
         // found by this drain.
         let stopping = stop.load(Ordering::Acquire);
+        let horizon = rings
+            .first()
+            .map_or(0, |r| r.now_ns().saturating_sub(REORDER_WINDOW_NS));
+        let mut took = 0;
         for (w, r) in rings.iter().enumerate() {
             // At most what the ring held when the drain began, so that a
             // busy worker cannot keep the writer on its ring alone.
             for _ in 0..r.filled.len() {
                 match r.filled.pop() {
-                    Some(s) => batch.push((w, s)),
+                    Some(s) => pending.push((w, s)),
                     None => break,
                 }
+                took += 1;
             }
         }
-        if batch.is_empty() {
-            if stopping {
-                break;
-            }
-            std::thread::sleep(WRITER_NAP);
-            continue;
-        }
-        // Workers' frames interleaved in time; each ring is in order
-        // already, so the stable sort only merges.
-        batch.sort_by_key(|(_, s)| s.ts_ns);
-        for (w, slot) in batch.drain(..) {
+        // Each ring is in order already: the stable sort merges them.
+        pending.sort_by_key(|(_, s)| s.ts_ns);
+        let ready = if stopping {
+            pending.len()
+        } else {
+            pending.partition_point(|(_, s)| s.ts_ns <= horizon)
+        };
+        for (w, slot) in pending.drain(..ready) {
             let data = &slot.data[..slot.len as usize];
             if slot.orig_len as usize == data.len() {
                 writer.write_record(&mut buf, slot.ts_ns, data);
@@ -561,6 +572,12 @@ fn write_loop(
             }
         }
         flush_buf(&mut out, &mut buf, &mut bytes, &mut error);
+        if stopping {
+            break;
+        }
+        if took == 0 {
+            std::thread::sleep(WRITER_NAP);
+        }
     }
     if let Err(e) = out.flush() {
         error.get_or_insert(e.to_string());
