@@ -1631,6 +1631,10 @@ struct MpaDefaults {
 pub struct Worker<Q: LinkQueue> {
     index: usize,
     tag: u64,
+    /// Declared (so dropped) before `queue`: buffers still in the rings
+    /// go back to the port's pool while a queue still holds it (the last
+    /// worker to go frees what is left).
+    dispatch: Arc<DispatchRings<Q::RxBuf>>,
     queue: Q,
     caps: LinkCaps,
     iface: Interface<RxFrame<Q::RxBuf>, FpduRecord>,
@@ -1648,7 +1652,6 @@ pub struct Worker<Q: LinkQueue> {
     scratch: Vec<u8>,
     forward_in: Arc<ArrayQueue<SmallFrame>>,
     forward_out: Vec<Arc<ArrayQueue<SmallFrame>>>,
-    dispatch: Arc<DispatchRings<Q::RxBuf>>,
     /// Where the port cannot steer and there are several workers: the
     /// function naming each TCP frame's owner (see the module
     /// documentation).
