@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # deploy/interop/run-suite.sh - interop suite against Linux soft-iWARP (siw).
 #
-# Boots one siw guest of the rig in ../shared/interop/siw-vm (run-peer.sh)
-# and runs, in that one boot, rping and perftest (-R) cases in both roles
+# Boots a siw guest of the rig in ../shared/interop/siw-vm (run-peer.sh)
+# and runs, in that one boot (another if its kernel dies), rping and
+# perftest (-R) cases in both roles
 # against the `iwarp` tool, which joins the rig's segment as DPDK
 # net_af_packet on veth-dp in netns siwdp (10.77.0.3). Every case has a
 # timeout, is captured on the guest's tap, and its capture is checked with
@@ -34,6 +35,8 @@
 #                  booted again for the cases left
 #   TAP_QLEN       txqueuelen of the guest's tap (10000): the TCG guest drains
 #                  it slowly and the default 1000 overflows under a bulk send
+#   CAP_SETTLE_S   pause before a capture is stopped (1.2 s: tcpdump's last
+#                  packet block is retired after up to a second)
 set -uo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -158,7 +161,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         -o) OUT=$2; shift 2 ;;
         --list) LIST=1; shift ;;
-        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
         -*) die "unknown option $1 (see --help)" ;;
         *) PATTERNS+=("$1"); shift ;;
     esac
