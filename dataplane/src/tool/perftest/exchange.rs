@@ -5,8 +5,8 @@
 //! Every step is one exchange in which the client sends first and the
 //! server answers (perftest's `ctx_xchg_data` / `ctx_hand_shake`: the side
 //! with a server name writes, then reads). Between exchanges sit the
-//! points where the caller acts: the data connections, the measured loop,
-//! the boundaries between the sizes of an `-a` run. The script per test is
+//! points where the caller acts: the data connections, and the measured
+//! loop of each size (one, or the 23 of an `-a` run). The script per test is
 //! in the module documentation of [`super`].
 
 use super::wire::{
@@ -52,10 +52,9 @@ pub enum Item {
     Exchange(Msg, &'static str),
     /// Make the data connections now (client: connect, server: accept).
     ConnectData,
-    /// Setup is over: run the measured loop (of the first size).
+    /// Run the measured loop of the next size (one per size of an `-a`
+    /// run; the first ends the setup).
     Run,
-    /// Between two sizes of an `-a` run.
-    NextSize,
 }
 
 /// What the caller is to do next.
@@ -67,10 +66,9 @@ pub enum Action {
     Receive(&'static str),
     /// Make the data connections, then [`Exchange::proceed`].
     ConnectData,
-    /// Setup is done: run, then [`Exchange::proceed`] to finish.
+    /// Run the measured loop of the next size, then
+    /// [`Exchange::proceed`].
     Run,
-    /// An `-a` run's next size: [`Exchange::proceed`] when ready for it.
-    NextSize,
     /// Nothing is left to exchange.
     Done,
 }
@@ -114,7 +112,7 @@ pub const ALL_SIZES: usize = 23;
 
 /// The script of `test` with `qps` data QPs (`sizes` > 1 for `-a`).
 pub fn script(test: Kind, qps: usize, sizes: usize) -> Vec<Item> {
-    use Item::{ConnectData, Exchange as X, NextSize, Run};
+    use Item::{ConnectData, Exchange as X, Run};
     let mut s = vec![
         X(Msg::Version, "the version exchange"),
         X(Msg::CycleBuffer, "the cycle buffer exchange"),
@@ -136,8 +134,7 @@ pub fn script(test: Kind, qps: usize, sizes: usize) -> Vec<Item> {
             round(&mut s, "the first pingpong_dest round");
             round(&mut s, "the second pingpong_dest round");
             d0(&mut s, "the sync after the connections are ready");
-            s.push(Run);
-            s.extend(core::iter::repeat(NextSize).take(between));
+            s.extend(core::iter::repeat(Run).take(sizes.max(1)));
             d0(&mut s, "the client's end-of-run sync");
             for f in ReportField::ALL {
                 s.push(X(Msg::Report(f), f.name()));
@@ -152,8 +149,8 @@ pub fn script(test: Kind, qps: usize, sizes: usize) -> Vec<Item> {
             s.push(Run);
             for _ in 0..between {
                 d0(&mut s, "the sync after a size");
-                s.push(NextSize);
                 d0(&mut s, "the sync after the receives are posted");
+                s.push(Run);
             }
             if sizes > 1 {
                 d0(&mut s, "the sync after a size");
@@ -165,8 +162,7 @@ pub fn script(test: Kind, qps: usize, sizes: usize) -> Vec<Item> {
             round(&mut s, "the first pingpong_dest round");
             round(&mut s, "the second pingpong_dest round");
             d0(&mut s, "the sync after the connections are ready");
-            s.push(Run);
-            s.extend(core::iter::repeat(NextSize).take(between));
+            s.extend(core::iter::repeat(Run).take(sizes.max(1)));
             if test == Kind::ReadLat {
                 d0(&mut s, "the closing sync");
             }
@@ -178,8 +174,8 @@ pub fn script(test: Kind, qps: usize, sizes: usize) -> Vec<Item> {
             d0(&mut s, "the sync after the receives are posted");
             s.push(Run);
             for _ in 0..between {
-                s.push(NextSize);
                 d0(&mut s, "the sync after the receives are posted");
+                s.push(Run);
             }
             d0(&mut s, "the closing sync");
         }
@@ -281,6 +277,13 @@ impl Exchange {
         self.report = r;
     }
 
+    /// Measured runs still ahead after the step at hand.
+    pub fn runs_after(&self) -> usize {
+        self.script
+            .get(self.pos + 1..)
+            .map_or(0, |rest| rest.iter().filter(|i| **i == Item::Run).count())
+    }
+
     /// Whether the whole script has been exchanged.
     pub fn is_done(&self) -> bool {
         self.pos >= self.script.len()
@@ -292,7 +295,6 @@ impl Exchange {
             Some(Item::Exchange(_, what)) => what,
             Some(Item::ConnectData) => "the data connections",
             Some(Item::Run) => "the measured run",
-            Some(Item::NextSize) => "the next size",
             None => "the end of the exchange",
         }
     }
@@ -322,7 +324,6 @@ impl Exchange {
             None => Action::Done,
             Some(Item::ConnectData) => Action::ConnectData,
             Some(Item::Run) => Action::Run,
-            Some(Item::NextSize) => Action::NextSize,
             Some(Item::Exchange(msg, what)) => match self.phase {
                 Phase::Receive => Action::Receive(what),
                 Phase::Send => {
@@ -337,12 +338,12 @@ impl Exchange {
         }
     }
 
-    /// Past a [`Action::ConnectData`], [`Action::Run`] or
-    /// [`Action::NextSize`] (no effect at an exchange).
+    /// Past a [`Action::ConnectData`] or [`Action::Run`] (no effect at an
+    /// exchange).
     pub fn proceed(&mut self) {
         if matches!(
             self.script.get(self.pos),
-            Some(Item::ConnectData | Item::Run | Item::NextSize)
+            Some(Item::ConnectData | Item::Run)
         ) {
             self.advance();
         }
@@ -479,7 +480,11 @@ mod tests {
     #[test]
     fn all_sizes_have_their_boundaries() {
         let (_, _, points) = run_pair(Kind::SendBw, 2, ALL_SIZES);
-        assert_eq!(points.len(), 2 + ALL_SIZES - 1);
+        assert_eq!(
+            points.len(),
+            1 + ALL_SIZES,
+            "the connections and a run per size"
+        );
         let count = |t| {
             script(t, 1, ALL_SIZES)
                 .iter()
@@ -491,6 +496,23 @@ mod tests {
                     .count()
         };
         assert_eq!(count(Kind::SendBw), 2 * (ALL_SIZES - 1) + 1);
+        // From the first run on: R = a size's run, x = an exchange.
+        let tail = |t, k| {
+            let s = script(t, 1, k);
+            let first = s.iter().position(|i| *i == Item::Run).unwrap();
+            s[first..]
+                .iter()
+                .map(|i| if *i == Item::Run { 'R' } else { 'x' })
+                .collect::<String>()
+        };
+        // send_bw: after each size a sync, before the next one another.
+        assert_eq!(tail(Kind::SendBw, 3), "RxxRxxRxx");
+        assert_eq!(tail(Kind::SendBw, 1), "Rx");
+        // send_lat: a sync before each further size.
+        assert_eq!(tail(Kind::SendLat, 3), "RxRxRx");
+        assert_eq!(tail(Kind::WriteBw, 3), "RRRxxxxxxx");
+        assert_eq!(tail(Kind::ReadLat, 3), "RRRx");
+        assert_eq!(tail(Kind::WriteLat, 3), "RRR");
         assert_eq!(count(Kind::SendLat), ALL_SIZES - 1);
         assert_eq!(count(Kind::WriteBw), 0);
     }

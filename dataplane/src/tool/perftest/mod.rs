@@ -420,9 +420,9 @@ impl<'dp> Session<'dp> {
     /// Between two sizes of an `-a` run: the syncs perftest's send tests
     /// make there (none for the others). Call it after the previous size's
     /// loop and, for the send tests, once the receives of the next size
-    /// are posted.
+    /// are posted; it returns when the next size may run.
     pub fn next_size(&mut self) -> Result<(), ToolError> {
-        if !matches!(self.x.action(), Action::Run | Action::NextSize) {
+        if self.x.action() != Action::Run || self.x.runs_after() == 0 {
             return Err(ToolError::Usage(format!(
                 "perftest session: no next size at {}",
                 self.x.step()
@@ -431,9 +431,9 @@ impl<'dp> Session<'dp> {
         self.x.proceed();
         self.drive(true)?;
         match self.x.action() {
-            Action::NextSize | Action::Done => Ok(()),
-            _ => Err(ToolError::Usage(format!(
-                "perftest session: no next size at {}",
+            Action::Run => Ok(()),
+            _ => Err(peer_err(format!(
+                "perftest exchange stopped at {}",
                 self.x.step()
             ))),
         }
@@ -452,7 +452,7 @@ impl<'dp> Session<'dp> {
         match self.x.action() {
             // After the measured loop of the only size, or of the last
             // size of an `-a` run.
-            Action::Run | Action::NextSize => self.x.proceed(),
+            Action::Run if self.x.runs_after() == 0 => self.x.proceed(),
             Action::Done => {}
             _ => {
                 return Err(ToolError::Usage(format!(
@@ -543,7 +543,7 @@ impl<'dp> Session<'dp> {
                     self.connect_data()?;
                     self.x.proceed();
                 }
-                Action::Run | Action::NextSize | Action::Done => return Ok(()),
+                Action::Run | Action::Done => return Ok(()),
             }
         }
     }
