@@ -460,6 +460,7 @@ fn service_serves_perf_and_rping_over_veth() {
              [idle]\nspin = 200\nsleep_us = 20\n\
              [serve]\ncontrol_socket = {socket:?}\nshutdown_timeout_s = 4\n\
              [[serve.perf]]\nport = 18515\ntest = \"write-bw\"\nsize = 65536\nduration = 4\n\
+             [[serve.perf]]\nport = 18516\ntest = \"write-lat\"\nsize = 64\niters = 2000\n\
              [[serve.rping]]\nport = 7174\nsize = 64\nvalidate = true\n\
              [metrics]\nlisten = \"{metrics}\"\n",
             net.ifs[0], ips[0], macs[0]
@@ -473,7 +474,7 @@ fn service_serves_perf_and_rping_over_veth() {
             .arg(&cfg);
         Proc::spawn("serve", c)
     };
-    for _ in 0..2 {
+    for _ in 0..3 {
         svc.wait_stderr("event=listening", deadline)
             .unwrap_or_else(|e| panic!("{e}"));
     }
@@ -575,11 +576,34 @@ fn service_serves_perf_and_rping_over_veth() {
     assert!(finished.contains("pings=5"), "{finished}");
     println!("service logged: {finished}");
 
-    // A second perf client: the responder serves one after another.
+    // A latency client on the second perf responder.
+    let mut lat = Proc::spawn(
+        "lat",
+        client_cmd(&[
+            "perf",
+            "write-lat",
+            ips[0],
+            "-p",
+            "18516",
+            "-s",
+            "64",
+            "-n",
+            "2000",
+            "--json",
+        ]),
+    );
+    let l = lat.wait(deadline).unwrap_or_else(|e| panic!("{e}"));
+    assert!(l.status.success(), "write-lat client: {:?}", l.stderr);
+    let finished = svc
+        .wait_stderr("event=finished responder=perf:18516", deadline)
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("service logged: {finished}");
+
+    // A second write-bw client: the responder serves one after another.
     let mut perf2 = Proc::spawn(
         "perf2",
         client_cmd(&[
-            "perf", "write-bw", ips[0], "-s", "65536", "-D", "4", "--json",
+            "perf", "write-bw", ips[0], "-s", "65536", "-D", "2", "--json",
         ]),
     );
     let p2 = perf2.wait(deadline).unwrap_or_else(|e| panic!("{e}"));
@@ -601,7 +625,11 @@ fn service_serves_perf_and_rping_over_veth() {
         .collect();
     assert_eq!(
         sessions,
-        [("perf:18515".to_string(), 2), ("rping:7174".to_string(), 1)],
+        [
+            ("perf:18515".to_string(), 2),
+            ("perf:18516".to_string(), 1),
+            ("rping:7174".to_string(), 1)
+        ],
         "{stats}"
     );
     let body = scrape_in(&net.ns[0], metrics).unwrap_or_else(|e| panic!("{e}"));
@@ -620,23 +648,69 @@ fn service_serves_perf_and_rping_over_veth() {
         ),
         Some(2.0)
     );
+    let lat_labels = [("responder", "perf:18516"), ("test", "write-lat")];
+    let p50 = sample(
+        &samples,
+        "iwarp_perf_latency_seconds",
+        &[lat_labels[0], lat_labels[1], ("quantile", "0.5")],
+    );
+    let p99 = sample(
+        &samples,
+        "iwarp_perf_latency_seconds",
+        &[lat_labels[0], lat_labels[1], ("quantile", "0.99")],
+    );
+    let count = sample(&samples, "iwarp_perf_latency_seconds_count", &lat_labels);
+    assert!(
+        p50.is_some_and(|v| v > 0.0) && p99 >= p50 && count.is_some_and(|c| c > 0.0),
+        "write-lat summary: {body}"
+    );
     println!(
-        "after: perf sessions 2, rping sessions 1, last write-bw {:.1} MB/s, rx {} tx {} packets, {} retransmits, {} drops",
+        "after: sessions perf:18515 2, perf:18516 1, rping:7174 1; last write-bw {:.1} MB/s; \
+         write-lat p50 {:.1} us p99 {:.1} us over {} samples; rx {} tx {} packets, {} retransmits, {} drops",
         bw.unwrap_or(0.0) / 1e6,
+        p50.unwrap_or(0.0) * 1e6,
+        p99.unwrap_or(0.0) * 1e6,
+        count.unwrap_or(0.0),
         sample(&samples, "iwarp_rx_packets_total", &[("worker", "0")]).unwrap_or(0.0),
         sample(&samples, "iwarp_tx_packets_total", &[("worker", "0")]).unwrap_or(0.0),
         sample(&samples, "iwarp_retransmits_total", &[("worker", "0")]).unwrap_or(0.0),
         sample(&samples, "iwarp_drops_total", &[("worker", "0")]).unwrap_or(0.0),
     );
 
-    // SIGTERM: exit 0 within seconds, nothing left behind.
+    // SIGTERM in the middle of a run: the connections are closed, exit 0
+    // within seconds, nothing left behind.
+    let mut busy = Proc::spawn(
+        "busy",
+        client_cmd(&[
+            "perf", "write-bw", ips[0], "-s", "65536", "-D", "30", "--json",
+        ]),
+    );
+    svc.wait_stderr("event=accepted responder=perf:18515", deadline)
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::thread::sleep(Duration::from_millis(1000));
     let pid = pid_of(cfg.to_str().expect("utf-8")).expect("the service's PID");
     let t = Instant::now();
     sigterm(pid);
     let ended = wait_stopped(&mut svc, t);
     assert!(ended.status.success(), "{:?}", ended.stderr);
+    assert!(
+        ended
+            .stderr
+            .iter()
+            .any(|l| l.contains("event=disconnecting") && l.contains("qps=")),
+        "the running session's connections closed: {:?}",
+        ended.stderr
+    );
     assert!(!socket.exists(), "control socket left behind");
-    drop((perf, perf2, ping, svc));
+    let b = busy
+        .wait(Instant::now() + LIMIT)
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "the client of the interrupted run ended with {} ({:?})",
+        b.status,
+        b.stderr.last()
+    );
+    drop((perf, perf2, lat, ping, busy, svc));
     for d in &dirs {
         assert!(!d.0.exists(), "{} left behind", d.0.display());
     }
