@@ -150,7 +150,7 @@ iwarp_args() {
         local s; s=$(perf_size "$t")
         local peer=""
         [ "$DIR" = to-siw ] && peer=$GUEST_IP
-        echo "perf ${t/_/-} $peer -R -F -n $PERF_N -s $s"
+        echo "perf ${t/_/-} $peer -R -F -n $PERF_N -s $s --timeout $(( CASE_TMO / 2 ))"
     fi
 }
 
@@ -290,11 +290,22 @@ client() { # NAME CMD
     local n=$1 cmd=$2 end=$(( $(now) + TMO ))
     while [ ! -e "$S/go-$n" ] && [ ! -e "$S/abort-$n" ] && [ "$(now)" -lt $end ]; do sleep 0.2; done
     if [ ! -e "$S/go-$n" ]; then echo "[$(now)] case $n: no go"; echo 254 >"$S/$n.rc"; return; fi
-    local try rc
+    local try rc p
     for try in 1 2 3; do
         echo "[$(now)] case $n: client: $cmd"
-        timeout -k 3 $TMO bash -c "exec $cmd" >"$S/$n.guest.log" 2>&1
-        rc=$?
+        bash -c "exec $cmd" >"$S/$n.guest.log" 2>&1 &
+        p=$!
+        # ends with the command, at the host's abort (its side failed) or
+        # at the case's timeout
+        end=$(( $(now) + TMO ))
+        while kill -0 $p 2>/dev/null; do
+            if [ -e "$S/abort-$n" ] || [ "$(now)" -ge $end ]; then
+                echo "[$(now)] case $n: stopping the client"
+                kill $p 2>/dev/null; sleep 1; kill -9 $p 2>/dev/null; break
+            fi
+            sleep 0.2
+        done
+        wait $p; rc=$?
         [ $rc != 0 ] && grep -q "$CLOCK_MSG" "$S/$n.guest.log" || break
         cat "$S/$n.guest.log" >>"$S/$n.retries.log"
     done
@@ -467,6 +478,9 @@ run_case() {
         sleep 0.5
         if kill -0 "$HOST_PID" 2>/dev/null; then touch "$VMDIR/go-$c"; else touch "$VMDIR/abort-$c"; fi
         wait_iwarp "$c"
+        # the guest's client ends with our server: a few seconds after a
+        # good run, at once after a failed one
+        [ "$HOST_RC" = 0 ] || touch "$VMDIR/abort-$c"
         wait_file "$VMDIR/$c.rc" 15 || touch "$VMDIR/abort-$c"
     fi
     wait_file "$VMDIR/$c.rc" 10
