@@ -83,6 +83,22 @@
 //! ([`QueuePair`] orders completions). Read Responses alternate FPDU by
 //! FPDU with the send queue's own work.
 //!
+//! # Waking a responder
+//!
+//! Linux siw as MPA responder sends its reply before it hands the socket
+//! to the queue pair; an FPDU that reaches it in between stays unread in
+//! its socket until the next segment with data arrives. An initiator that
+//! answers the reply at once with a single FPDU (a Send, or an RTR) and
+//! then waits for the responder stalls: the responder never saw it, and
+//! with a Read RTR siw's MPA timer later tears the connection down. So, as
+//! initiator, once per connection: if nothing has arrived from the peer
+//! [`Config::nudge_after`] after our first FPDU, we send one zero-length
+//! RDMA Write ([`crate::mpa::rtr::nudge_ulpdu`]), which places and
+//! completes nothing at the peer, only between our messages and only
+//! before the peer's first FPDU. The engine has no clock: the first FPDU
+//! makes [`Endpoint::poll_timeout`] due at once, and the driver's next
+//! [`Endpoint::handle_timeout`] stamps the deadline from its `now`.
+//!
 //! Nothing here allocates per FPDU: headers and trailers are fixed arrays,
 //! queues were sized when the objects were created. MPA frames are copied
 //! into one allocation per connection.
@@ -218,6 +234,26 @@ pub struct Stats {
     pub bytes_placed: u64,
     /// Payload bytes sent by reference.
     pub bytes_sent: u64,
+    /// Zero-length Writes sent to wake a silent responder (0 or 1; counted
+    /// in `fpdus_out` too).
+    pub nudges: u64,
+}
+
+/// The initiator's nudge of a silent responder (module documentation,
+/// "Waking a responder").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Nudge {
+    /// Not for this connection, or over (sent, or the peer spoke).
+    Off,
+    /// Connected; our first FPDU has not left.
+    Armed,
+    /// Our first FPDU left; the deadline is stamped at the next
+    /// [`Endpoint::handle_timeout`].
+    Stamp,
+    /// Due at this time unless the peer speaks first.
+    At(Duration),
+    /// The time came: the next record between our messages is the nudge.
+    Due,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,6 +289,9 @@ pub struct Endpoint {
     rtr_read_pending: bool,
     /// Responder: the zero-length Read Response owed for a Read RTR.
     rtr_read_response: Option<(u32, u64)>,
+    /// Initiator: [`Config::nudge_after`] (zero: no nudge).
+    nudge_after: Duration,
+    nudge: Nudge,
     rx: rx::RxState,
     tx: tx::TxState,
     /// Bytes handed out on the stream so far (MPA frames included).
@@ -281,8 +320,10 @@ impl Endpoint {
         now: Duration,
     ) -> Result<Endpoint, SetupError> {
         let config = cap_config(config, &qp);
+        let nudge_after = config.nudge_after;
         let negotiator = Negotiator::initiator(config, private_data, now)?;
         let mut ep = Endpoint::new(Role::Initiator, negotiator, qp);
+        ep.nudge_after = nudge_after;
         ep.take_setup_bytes();
         Ok(ep)
     }
@@ -311,6 +352,8 @@ impl Endpoint {
             rtr_expected: None,
             rtr_read_pending: false,
             rtr_read_response: None,
+            nudge_after: Duration::ZERO,
+            nudge: Nudge::Off,
             rx: rx::RxState::new(),
             tx: tx::TxState::new(),
             tx_offset: 0,
@@ -380,15 +423,37 @@ impl Endpoint {
         self.events.pop_front()
     }
 
-    /// When [`Endpoint::handle_timeout`] is due (MPA setup only).
+    /// When [`Endpoint::handle_timeout`] is due: MPA setup's timer, and
+    /// on the initiator the nudge's (`Duration::ZERO` when our first FPDU
+    /// has just left and the deadline waits for the driver's clock).
     pub fn poll_timeout(&self) -> Option<Duration> {
-        self.negotiator.poll_timeout()
+        let nudge = match self.nudge {
+            Nudge::Stamp => Some(Duration::ZERO),
+            Nudge::At(t) => Some(t),
+            Nudge::Off | Nudge::Armed | Nudge::Due => None,
+        };
+        match (self.negotiator.poll_timeout(), nudge) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Runs the MPA setup timer.
+    /// Runs the MPA setup timer and the nudge's. After this, call
+    /// [`Endpoint::poll_record`]: a nudge that came due is the next record.
     pub fn handle_timeout(&mut self, now: Duration) {
         self.negotiator.handle_timeout(now);
         self.drain_negotiator();
+        match self.nudge {
+            Nudge::Stamp => self.nudge = Nudge::At(now.saturating_add(self.nudge_after)),
+            Nudge::At(t) if now >= t => self.nudge = Nudge::Due,
+            _ => {}
+        }
+    }
+
+    /// Whether the nudge of a silent responder went out on this
+    /// connection (module documentation, "Waking a responder").
+    pub fn nudge_sent(&self) -> bool {
+        self.stats.nudges > 0
     }
 
     /// Responder: accepts the pending request with `private_data` for the
@@ -462,6 +527,8 @@ impl Endpoint {
         }
         if !rest.is_empty() {
             if self.rx_running {
+                // The peer spoke: it needs no nudge.
+                self.nudge = Nudge::Off;
                 self.rx_feed(rest, env);
             } else if !self.negotiator.is_done() {
                 // The peer spoke out of turn (a request's private data is
@@ -583,6 +650,9 @@ impl Endpoint {
         self.may_send_fpdus = !n.must_wait_for_first_fpdu;
         self.rtr_to_send = n.send_rtr();
         self.rtr_expected = n.expect_rtr();
+        if self.role == Role::Initiator && !self.nudge_after.is_zero() {
+            self.nudge = Nudge::Armed;
+        }
         self.events.push_back(EngineEvent::Connected(n.clone()));
         self.negotiated = Some(n);
     }

@@ -4,15 +4,16 @@
 //!
 //! Priority, per call: MPA frame bytes; our Terminate (then nothing else);
 //! in peer-to-peer mode the RTR (initiator) or the zero-length Read
-//! Response a Read RTR asked for (responder); then Read Responses and the
-//! send queue's own messages, alternating FPDU by FPDU.
+//! Response a Read RTR asked for (responder); the initiator's nudge of a
+//! silent responder, between messages; then Read Responses and the send
+//! queue's own messages, alternating FPDU by FPDU.
 
 use super::record::{fpdu_crc, Body, Fpdu, OutRecord, RecordKind, MAX_HEAD_LEN};
 use super::rx::stat_index;
 use super::{Endpoint, Env};
 use crate::error::TerminateCause;
 use crate::mpa::fpdu::LENGTH_LEN;
-use crate::mpa::rtr::{read_response_ulpdu, rtr_ulpdu, RTR_STAG};
+use crate::mpa::rtr::{nudge_ulpdu, read_response_ulpdu, rtr_ulpdu, RTR_STAG};
 use crate::mpa::RtrType;
 use crate::placement::{Placement, RegionRef};
 use crate::verbs::{Access, QpModify, QpState, SendWork, Stag, WireOp};
@@ -179,6 +180,19 @@ impl Endpoint {
             }
             let r = self.frame(RecordKind::ReadResponse, &u, None, env)?;
             self.rtr_read_response = None;
+            return Some(r);
+        }
+        if self.nudge == super::Nudge::Due && self.tx.cur.is_none() && self.closing.is_none() {
+            // Between our messages only: a tagged message inside another
+            // one's segments would end the peer's reassembly context early
+            // on some receivers.
+            let u = Ulpdu::bytes(nudge_ulpdu().as_bytes());
+            if !self.fits(u.head_len, max_segment) {
+                return None;
+            }
+            let r = self.frame(RecordKind::RdmaWrite, &u, None, env)?;
+            self.nudge = super::Nudge::Off;
+            self.stats.nudges += 1;
             return Some(r);
         }
         let first_response = self.tx.response_turn;
@@ -465,6 +479,9 @@ impl Endpoint {
             }
         }
         self.framer.advance(&layout);
+        if self.nudge == super::Nudge::Armed && kind != RecordKind::Terminate {
+            self.nudge = super::Nudge::Stamp;
+        }
         self.tx_offset += layout.wire_len() as u64;
         record.end = self.tx_offset;
         if let Some(i) = opcode_of(&ulpdu.head[..ulpdu.head_len]).and_then(stat_index) {

@@ -115,7 +115,18 @@ pub struct Config {
     pub rtr_preference: [RtrType; 3],
     /// How long to wait for the peer's request or reply.
     pub timeout: Duration,
+    /// Initiator: how long after our first FPDU without a byte from the
+    /// peer before one zero-length RDMA Write nudges it (once per
+    /// connection; zero disables). Linux siw as responder can leave an
+    /// FPDU that arrives right after its reply unread until the next
+    /// segment with data comes; see [`crate::engine`], "Waking a
+    /// responder".
+    pub nudge_after: Duration,
 }
+
+/// Default of [`Config::nudge_after`]: well above a loaded peer's
+/// answer time, well below any application or MPA timeout.
+pub const DEFAULT_NUDGE_AFTER: Duration = Duration::from_millis(200);
 
 impl Default for Config {
     fn default() -> Config {
@@ -136,6 +147,7 @@ impl Default for Config {
             // Read Response; a Send RTR consumes a posted receive.
             rtr_preference: [RtrType::Write, RtrType::Read, RtrType::Send],
             timeout: DEFAULT_TIMEOUT,
+            nudge_after: DEFAULT_NUDGE_AFTER,
         }
     }
 }

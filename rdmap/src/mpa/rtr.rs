@@ -80,6 +80,16 @@ pub fn rtr_ulpdu(rtr: RtrType) -> RtrUlpdu {
     RtrUlpdu { bytes, len }
 }
 
+/// The initiator's nudge (see [`crate::engine`], "Waking a responder"):
+/// the same bytes as a Write RTR, a zero-length last RDMA Write to
+/// [`RTR_STAG`] at TO 0. Sent after the stream is up, it is an ordinary
+/// zero-length Write: the Data Sink places nothing and completes nothing
+/// (no STag is resolved for zero bytes; siw's receive path returns early
+/// for it as well), so any peer may take it at any time.
+pub fn nudge_ulpdu() -> RtrUlpdu {
+    rtr_ulpdu(RtrType::Write)
+}
+
 /// Responder: whether a ULPDU is a zero-length RTR, and which kind. Only
 /// the exact forms count: a last untagged Send on queue 0 with MSN 1, MO 0
 /// and no payload; a last tagged Write with no payload (any STag and TO);
@@ -157,6 +167,16 @@ mod tests {
         assert_eq!(rtr_ulpdu(RtrType::Send).as_bytes().len(), 18);
         assert_eq!(rtr_ulpdu(RtrType::Write).as_bytes().len(), 14);
         assert_eq!(rtr_ulpdu(RtrType::Read).as_bytes().len(), 46);
+    }
+
+    #[test]
+    fn golden_nudge() {
+        // DDP control: tagged, last, version 1 (0xc1); RDMAP: version 1,
+        // RDMA Write (0x40); STag 1; TO 0.
+        assert_eq!(
+            nudge_ulpdu().as_bytes(),
+            [0xc1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
     }
 
     #[test]
