@@ -297,12 +297,20 @@ fn service_on_a_memory_link_answers_and_stops_clean() {
     let socket = dir.0.join("control.sock");
     let metrics = format!("127.0.0.1:{}", free_port());
     let cfg = dir.0.join("serve.toml");
+    // SAFETY: getgid has no preconditions and cannot fail.
+    let gid = unsafe { libc::getgid() };
+    // systemd's readiness socket, played by the test.
+    let notify_path = dir.0.join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("notify socket");
+    notify
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
     std::fs::write(
         &cfg,
         format!(
             "[[ports]]\ndevice = \"mem:serve-mem\"\nip = \"10.9.8.1\"\nmac = \"02:00:00:00:08:01\"\n\
              [idle]\nspin = 200\nsleep_us = 50\n\
-             [serve]\ncontrol_socket = {socket:?}\nsocket_mode = \"0660\"\n\
+             [serve]\ncontrol_socket = {socket:?}\nsocket_mode = \"0660\"\nsocket_group = \"{gid}\"\n\
              [[serve.perf]]\nport = 18515\ntest = \"write-bw\"\nsize = 65536\nrx_depth = 512\nouts = 16\n\
              [[serve.perf]]\nport = 18516\ntest = \"read-lat\"\nsize = \"2\"\n\
              [[serve.rping]]\nport = 7174\nsize = 64\n\
@@ -311,8 +319,14 @@ fn service_on_a_memory_link_answers_and_stops_clean() {
     )
     .expect("config file");
     let mut cmd = Command::new(IWARP);
-    cmd.args(["serve", "--config", cfg.to_str().expect("utf-8")]);
+    cmd.args(["serve", "--config", cfg.to_str().expect("utf-8")])
+        .env("NOTIFY_SOCKET", &notify_path);
     let mut svc = Proc::spawn("serve", cmd);
+    let mut buf = [0u8; 256];
+    let got = notify.recv(&mut buf).expect("READY=1 from the service");
+    let ready = String::from_utf8_lossy(&buf[..got]).to_string();
+    assert!(ready.starts_with("READY=1\n"), "{ready:?}");
+    println!("systemd notification: {ready:?}");
     let deadline = Instant::now() + LIMIT;
     svc.wait_stderr("event=started", deadline)
         .unwrap_or_else(|e| panic!("{e}"));
@@ -334,6 +348,8 @@ fn service_on_a_memory_link_answers_and_stops_clean() {
     let meta = std::fs::metadata(&socket).expect("the control socket exists");
     assert!(meta.file_type().is_socket());
     assert_eq!(meta.permissions().mode() & 0o777, 0o660, "socket mode");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(meta.gid(), gid, "socket group");
 
     let stats = query(&["stats"], &socket);
     assert_eq!(
@@ -392,6 +408,8 @@ fn service_on_a_memory_link_answers_and_stops_clean() {
     let ended = wait_stopped(&mut svc, t);
     assert!(ended.status.success(), "{:?}", ended.stderr);
     assert!(!socket.exists(), "control socket left behind");
+    let got = notify.recv(&mut buf).expect("STOPPING=1 from the service");
+    assert_eq!(&buf[..got], b"STOPPING=1");
     assert!(
         ended.stderr.iter().any(|l| l.contains("event=stopped")),
         "{:?}",

@@ -62,10 +62,11 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds `path` with permissions `mode`. A stale socket (nobody
-    /// answers on it) is replaced; a live one is refused, so that two
-    /// services do not share a path.
-    pub fn bind(path: &Path, mode: u32) -> std::io::Result<Server> {
+    /// Binds `path` with permissions `mode`, owned by `group` if not
+    /// empty (a name from `/etc/group`, or a number). A stale socket
+    /// (nobody answers on it) is replaced; a live one is refused, so that
+    /// two services do not share a path.
+    pub fn bind(path: &Path, mode: u32, group: &str) -> std::io::Result<Server> {
         if path.exists() {
             if UnixStream::connect(path).is_ok() {
                 return Err(std::io::Error::new(
@@ -76,7 +77,24 @@ impl Server {
             std::fs::remove_file(path)?;
         }
         let listener = UnixListener::bind(path)?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+        let placed = (|| {
+            if !group.is_empty() {
+                let gid = group_id(group).ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!("no group {group:?} (serve.socket_group)"),
+                    )
+                })?;
+                std::os::unix::fs::chown(path, None, Some(gid)).map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("giving it to group {group:?}: {e}"))
+                })?;
+            }
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        })();
+        if let Err(e) = placed {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
         listener.set_nonblocking(true)?;
         Ok(Server {
             listener,
@@ -106,6 +124,20 @@ impl Server {
         }
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// The id of group `name` (from `/etc/group`), or `name` as a number.
+fn group_id(name: &str) -> Option<u32> {
+    let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    groups
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let (n, _, gid) = (f.next()?, f.next()?, f.next()?);
+            (n == name).then(|| gid.parse().ok()).flatten()
+        })
+        .next()
+        .or_else(|| name.parse().ok())
 }
 
 fn answer(svc: &Service, stream: UnixStream) -> std::io::Result<()> {
@@ -440,4 +472,21 @@ pub fn run_qp_list(a: &QpListArgs) -> Result<(), ToolError> {
     }
     out.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_and_groups() {
+        assert_eq!(parse_mode("0660").unwrap(), 0o660);
+        assert_eq!(parse_mode("600").unwrap(), 0o600);
+        assert!(parse_mode("0999").is_err());
+        assert!(parse_mode("").is_err());
+        assert!(parse_mode("01777").is_err());
+        assert_eq!(group_id("root"), Some(0));
+        assert_eq!(group_id("4242"), Some(4242));
+        assert_eq!(group_id("no-such-group-here"), None);
+    }
 }

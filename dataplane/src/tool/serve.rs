@@ -397,7 +397,7 @@ pub fn run(args: &ServeArgs) -> Result<(), ToolError> {
         started: Instant::now(),
         log,
     };
-    let ctl = control::Server::bind(&socket_path, mode)
+    let ctl = control::Server::bind(&socket_path, mode, &s.socket_group)
         .map_err(|e| ToolError::Usage(format!("control socket {}: {e}", socket_path.display())))?;
     let http = match metrics_addr {
         Some(a) => Some(
@@ -439,9 +439,14 @@ pub fn run(args: &ServeArgs) -> Result<(), ToolError> {
             let path = svc.config.metrics.path.clone();
             scope.spawn(move || metrics::serve(svc, l, &path));
         }
+        notify_systemd(&format!(
+            "READY=1\nSTATUS=serving {} responders",
+            svc.responders.len()
+        ));
         while !interrupted() {
             std::thread::sleep(Duration::from_millis(100));
         }
+        notify_systemd("STOPPING=1");
         log.info("stopping", &[("signal", "SIGTERM/SIGINT".into())]);
         svc.stop.store(true, Ordering::Release);
         let closed = svc.dp.disconnect_all(false);
@@ -490,6 +495,29 @@ pub fn run(args: &ServeArgs) -> Result<(), ToolError> {
     drop(svc);
     log.info("stopped", &[]);
     Ok(())
+}
+
+/// Tells systemd (a `Type=notify` unit) how the service stands, through
+/// the datagram socket `$NOTIFY_SOCKET` names (`@` for an abstract name);
+/// nothing without it.
+fn notify_systemd(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let Ok(sock) = std::os::unix::net::UnixDatagram::unbound() else {
+        return;
+    };
+    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str());
+    let addr = match bytes.strip_prefix(b"@") {
+        Some(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            std::os::unix::net::SocketAddr::from_abstract_name(name)
+        }
+        None => std::os::unix::net::SocketAddr::from_pathname(&path),
+    };
+    if let Ok(a) = addr {
+        let _ = sock.send_to_addr(state.as_bytes(), &a);
+    }
 }
 
 /// Whether a failed session only means that no client came in time.
