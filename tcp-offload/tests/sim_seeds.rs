@@ -96,6 +96,8 @@ struct Totals {
     retransmits: u64,
     fast_retransmits: u64,
     rto_expirations: u64,
+    spurious_rtos: u64,
+    tail_loss_probes: u64,
     virtual_ms: u64,
 }
 
@@ -195,6 +197,8 @@ fn run_spec(seed: u64, spec: TransferSpec, deadline: Duration, totals: &mut Tota
         totals.retransmits += app.conn_stats.retransmits;
         totals.fast_retransmits += app.conn_stats.fast_retransmits;
         totals.rto_expirations += app.conn_stats.rto_expirations;
+        totals.spurious_rtos += app.conn_stats.spurious_rtos;
+        totals.tail_loss_probes += app.conn_stats.tail_loss_probes;
     }
 }
 

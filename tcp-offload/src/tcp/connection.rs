@@ -78,6 +78,10 @@ pub struct ConnStats {
     /// or the last one again), and the same timeout in recovery, where the
     /// probe is a repair or the oldest record.
     pub tail_loss_probes: u64,
+    /// Retransmission timeouts found spurious afterwards (RFC 3522: the
+    /// first ACK to advance after the timeout echoed a timestamp older
+    /// than the timeout, so the data had arrived, only late) and undone.
+    pub spurious_rtos: u64,
 }
 
 /// Pure ACKs a connection owes at most between two drains of

@@ -269,6 +269,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             }
         }
         self.rack_update(&delivered, dsack.is_some(), now);
+        self.rto_undo_check(acked, echo.map(|(tsecr, _)| tsecr));
 
         // A duplicate ACK in the RFC 5681 §2 sense, whether or not anything
         // is still outstanding.

@@ -7,7 +7,11 @@
 //! = 3, pipe, RecoveryPoint), with RACK's time-based detection (RFC 8985,
 //! in `rack`) alongside `IsLost`; RACK also finds lost repairs. After an
 //! RTO the loss window is one segment (RFC 5681 §3.1) and every unSACKed
-//! record is retransmitted in order as the window allows.
+//! record is retransmitted in order as the window allows, unless the first
+//! ACK to advance afterwards echoes a timestamp older than the timeout:
+//! the timeout was then spurious (RFC 3522 Eifel detection: the round trip
+//! outgrew the RTO, as behind a receiver that stalls with a deep queue in
+//! front of it) and is undone (RFC 4015 in spirit, as Linux does it).
 //!
 //! The window during and after recovery. With SACK, Proportional Rate
 //! Reduction (RFC 6937, with the slow-start reduction bound) sets cwnd on
@@ -87,6 +91,24 @@ pub(super) struct Congestion {
     pub(super) prr_delivered: usize,
     pub(super) prr_out: usize,
     pub(super) recover_fs: usize,
+    /// What the first of a run of RTOs changed, kept until the first ACK
+    /// that advances `snd.una` shows whether it was spurious (timestamps
+    /// only).
+    pub(super) undo: Option<RtoUndo>,
+}
+
+/// The congestion state as it was before a retransmission timeout, and
+/// the timestamp clock when it fired (RFC 3522 Eifel detection, RFC 4015
+/// response).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RtoUndo {
+    cwnd: usize,
+    ssthresh: usize,
+    in_recovery: bool,
+    recover: SeqNumber,
+    /// Our timestamp clock at the timeout: every retransmission it caused
+    /// carries this TSval or a later one.
+    ts: u32,
 }
 
 impl Congestion {
@@ -107,6 +129,7 @@ impl Congestion {
             prr_delivered: 0,
             prr_out: 0,
             recover_fs: 0,
+            undo: None,
         }
     }
 
@@ -289,8 +312,19 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
 
     /// Congestion response to a retransmission timeout (RFC 5681 §3.1
     /// eq. 4 and the loss window; RFC 6582 §3.2 step 4 for `recover`).
-    pub(super) fn on_rto_loss(&mut self) {
+    /// With timestamps, the state before the first timeout of a run is
+    /// kept so that a spurious one can be undone (`rto_undo_check`).
+    pub(super) fn on_rto_loss(&mut self, now: Instant) {
         let mss = self.eff_mss;
+        if self.opts.timestamps && self.cc.undo.is_none() {
+            self.cc.undo = Some(RtoUndo {
+                cwnd: self.cc.cwnd,
+                ssthresh: self.cc.ssthresh,
+                in_recovery: self.cc.in_recovery,
+                recover: self.cc.recover,
+                ts: self.ts_now(now),
+            });
+        }
         if self.timers.retries <= 1 {
             // The first expiry halves; later ones of the same segment hold
             // ssthresh (RFC 5681 §3.1, after eq. 4).
@@ -313,6 +347,46 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         self.sendq.mark_all_lost(self.snd_nxt);
         if self.fin_sent && self.fin_seq.is_some_and(|f| self.snd_una <= f) {
             self.fin_rtx = true;
+        }
+    }
+
+    /// RFC 3522 Eifel detection, on an ACK that advanced `snd.una` by
+    /// `acked` bytes and echoed `tsecr`, after the scoreboard took it: if
+    /// it is the first such ACK since a run of RTOs and it echoes a
+    /// timestamp older than the first of them, what it acknowledges had
+    /// arrived before any retransmission the timeouts caused, so they
+    /// fired because the round trip grew (a receiver that stalled, a queue
+    /// that filled), not because data was lost. The response is Linux's
+    /// (and RFC 4015's in spirit): the window and threshold come back, the
+    /// fast recovery the timeout cut short resumes, and the marks that
+    /// would resend the whole flight go back to what SACK and RACK say is
+    /// lost, instead of a go-back-N of data still on its way (under a
+    /// queue of hundreds of milliseconds, most of a window resent twice).
+    pub(super) fn rto_undo_check(&mut self, acked: usize, tsecr: Option<u32>) {
+        if acked == 0 {
+            return;
+        }
+        let Some(u) = self.cc.undo.take() else {
+            return;
+        };
+        // TSecr 0 may mean the peer echoes nothing (RFC 7323 §3.2).
+        let Some(tsecr) = tsecr.filter(|&t| t != 0) else {
+            return;
+        };
+        if (tsecr.wrapping_sub(u.ts) as i32) >= 0 {
+            return;
+        }
+        self.stats.spurious_rtos += 1;
+        self.cc.cwnd = self.cc.cwnd.max(u.cwnd);
+        self.cc.ssthresh = self.cc.ssthresh.max(u.ssthresh);
+        self.cc.in_recovery = u.in_recovery;
+        self.cc.recover = u.recover;
+        self.cc.rto_una = self.snd_una;
+        self.cc.force_rtx = false;
+        self.sendq.undo_rto_marks(self.snd_nxt);
+        if self.opts.sack {
+            self.sendq
+                .mark_lost_by_sack(self.snd_nxt, self.eff_mss, DUP_THRESH as usize);
         }
     }
 

@@ -381,6 +381,31 @@ impl<R> SendQueue<R> {
         self.rtx_hint = 0;
     }
 
+    /// A retransmission timeout was spurious (see `recovery`): takes back
+    /// the marks of `mark_all_lost` that no retransmission has acted on
+    /// yet. A record resent before the timeout gets its repair back in
+    /// flight (RACK judges it by that transmission, as before the
+    /// timeout); one never resent is again presumed in flight, for the
+    /// SACK `IsLost` rule and RACK to judge anew. Returns the bytes
+    /// unmarked.
+    pub(super) fn undo_rto_marks(&mut self, snd_nxt: SeqNumber) -> usize {
+        let n = self.sent_count(snd_nxt);
+        let mut undone = 0;
+        for r in self.recs.iter_mut().take(n) {
+            if !r.pending() || r.rtx_off != 0 {
+                continue;
+            }
+            if r.ever_rexmit {
+                r.rexmit = true;
+            } else {
+                r.lost = false;
+            }
+            undone += r.len;
+        }
+        self.pending_bytes -= undone;
+        undone
+    }
+
     /// Forgets every SACK mark: the receiver reneged (RFC 2018 §8 allows
     /// it to discard SACKed data), so SACKed records must be sent again.
     pub(super) fn clear_sacks(&mut self) {
@@ -817,6 +842,32 @@ mod tests {
         q.pop_acked(SeqNumber(1300));
         q.pop_acked(SeqNumber(1300));
         assert!(q.is_empty());
+        assert_eq!((q.pending_bytes(), q.sacked_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn a_spurious_timeout_gives_back_what_no_retransmission_used() {
+        // Record 0 was repaired before the timeout, 1 never resent, 2
+        // SACKed, 3 resent after the timeout.
+        let mut q = queue(&[100, 100, 100, 100]);
+        let nxt = q.end();
+        q.mark_lost(0);
+        q.mark_repaired(0);
+        sack(&mut q, 1200, 1300);
+        q.mark_all_lost(nxt);
+        assert_eq!(q.pending_bytes(), 300);
+        q.mark_repaired(3);
+        assert_eq!(q.undo_rto_marks(nxt), 200);
+        assert_eq!(q.pending_bytes(), 0);
+        // The repair of 0 is in flight again; 1 is presumed in flight.
+        assert!(q.get(0).lost && q.get(0).rexmit);
+        assert!(!q.get(1).lost);
+        assert!(q.get(2).sacked && q.get(3).rexmit);
+        assert_eq!(q.next_pending(4), None);
+        // SACK can still deem 1 lost afterwards.
+        sack(&mut q, 1300, 1400);
+        assert!(!q.mark_lost_by_sack(nxt, 1000, 3));
+        while q.pop_acked(nxt).is_some() {}
         assert_eq!((q.pending_bytes(), q.sacked_bytes()), (0, 0));
     }
 }

@@ -128,7 +128,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 }
                 self.stats.rto_expirations += 1;
                 self.rtt.back_off();
-                self.on_rto_loss();
+                self.on_rto_loss(now);
                 self.timers.rto = Some(now + self.rtt.rto());
             }
         }
