@@ -6,7 +6,9 @@
 //!
 //! - Without root: a service on an in-memory link (no peer), and the
 //!   one-line errors of a bad configuration and of a service that is not
-//!   running.
+//!   running; in this process, two threads sharing one dataplane in event
+//!   scopes of their own ports, as the responders do, each receiving only
+//!   its own events.
 //! - With root: the service in one network namespace on `net_af_packet`
 //!   over a veth pair, `iwarp perf write-bw` and `iwarp rping -c` as its
 //!   clients in the other; the control socket is a file-system path, so
@@ -738,4 +740,121 @@ fn service_serves_perf_and_rping_over_veth() {
         Vec::<String>::new(),
         "namespaces left"
     );
+}
+
+// ---------------------------------------------------------------------
+// In one process: responders sharing a dataplane each see their events.
+// ---------------------------------------------------------------------
+
+/// Two threads share one dataplane, each in an event scope of its own
+/// port, as the service's responders do; a client connects to both ports.
+/// Each thread receives exactly its own connection request and its own
+/// queue pair's events, never the other's; a second `listen` on a port
+/// is not an error; the queue pairs' snapshots show the peer and the
+/// negotiated options.
+#[test]
+fn event_scopes_route_events_to_their_threads() {
+    use dataplane::api::{CmEvent, ConnectParams, Dataplane, EventScope, QpOptions, QpStatus};
+    use dataplane::config::Config;
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    use tcp_offload::wire::EthernetAddress;
+
+    let link = format!("mem:{}", unique_prefix("scopes"));
+    let (ip_s, ip_c) = (Ipv4Addr::new(10, 66, 0, 1), Ipv4Addr::new(10, 66, 0, 2));
+    let server = Dataplane::open(&Config::single(
+        &link,
+        ip_s,
+        EthernetAddress([2, 0, 0, 0, 0x66, 1]),
+    ))
+    .expect("server dataplane");
+    let client = Dataplane::open(&Config::single(
+        &link,
+        ip_c,
+        EthernetAddress([2, 0, 0, 0, 0x66, 2]),
+    ))
+    .expect("client dataplane");
+    let ports = [18700u16, 18701];
+    let limit = Duration::from_secs(20);
+    let ready = std::sync::Barrier::new(3);
+    std::thread::scope(|scope| {
+        let server = &server;
+        let ready = &ready;
+        let handles: Vec<_> = ports
+            .iter()
+            .map(|&port| {
+                scope.spawn(move || {
+                    let _scope = EventScope::enter(&[port]);
+                    let pd = server.alloc_pd().expect("pd");
+                    let cq = server.create_cq(64).expect("cq");
+                    let qp = server
+                        .create_qp(pd, &cq, &cq, QpOptions::default())
+                        .expect("qp");
+                    server.listen(port, 4).expect("listen");
+                    server.listen(port, 4).expect("listening again is no error");
+                    ready.wait();
+                    let mut seen = Vec::new();
+                    let deadline = Instant::now() + limit;
+                    while Instant::now() < deadline {
+                        let Some(e) = server.wait_event(Duration::from_millis(50)) else {
+                            continue;
+                        };
+                        match &e {
+                            CmEvent::ConnectRequest(r) => {
+                                assert_eq!(r.local_port, port, "another port's request");
+                                server
+                                    .accept(r, &qp, &ConnectParams::default())
+                                    .expect("accept");
+                            }
+                            CmEvent::Established { qp: n, .. } => {
+                                assert_eq!(*n, qp.num(), "another queue pair's event");
+                                seen.push(e);
+                                break;
+                            }
+                            other => panic!("port {port}: unexpected {other:?}"),
+                        }
+                        seen.push(e);
+                    }
+                    assert_eq!(qp.status(), QpStatus::Connected, "port {port}");
+                    (port, qp, seen.len())
+                })
+            })
+            .collect();
+        ready.wait();
+        let pd = client.alloc_pd().expect("pd");
+        let cq = client.create_cq(64).expect("cq");
+        let mut qps = Vec::new();
+        for &port in &ports {
+            let qp = client
+                .create_qp(pd, &cq, &cq, QpOptions::default())
+                .expect("qp");
+            client
+                .connect(
+                    &qp,
+                    SocketAddrV4::new(ip_s, port),
+                    &ConnectParams::default(),
+                )
+                .expect("connect");
+            qps.push(qp);
+        }
+        let served: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().expect("responder thread"))
+            .collect();
+        for (port, qp, events) in &served {
+            assert_eq!(*events, 2, "port {port}: its request and its establishment");
+            let snap = server
+                .qp_snapshots()
+                .into_iter()
+                .find(|s| s.qpn == qp.num())
+                .expect("a snapshot of the queue pair");
+            let c = snap.connection.expect("what the connection negotiated");
+            assert_eq!(*c.remote.ip(), ip_c);
+            println!(
+                "port {port}: QP {} from {} (crc {}, ird/ord {}/{}), {} events",
+                snap.qpn.0, c.remote, c.crc, c.ird, c.ord, events
+            );
+        }
+        assert_eq!(server.disconnect_all(false), 2, "both connections closed");
+        drop(qps);
+    });
 }
