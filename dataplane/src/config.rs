@@ -401,6 +401,15 @@ pub struct MpaConfig {
     /// Seconds to wait for the peer's request or reply.
     #[serde(default = "default_mpa_timeout")]
     pub timeout_s: u64,
+    /// As initiator, milliseconds of silence from the peer after our first
+    /// FPDU before one zero-length RDMA Write wakes it (Linux siw as
+    /// responder can leave that FPDU unread); 0 disables.
+    #[serde(default = "default_nudge_ms")]
+    pub nudge_ms: u64,
+}
+
+fn default_nudge_ms() -> u64 {
+    200
 }
 
 fn yes() -> bool {
@@ -422,6 +431,7 @@ impl Default for MpaConfig {
             markers: false,
             rtr: default_rtr(),
             timeout_s: default_mpa_timeout(),
+            nudge_ms: default_nudge_ms(),
         }
     }
 }
@@ -619,6 +629,9 @@ impl Config {
         self.mpa_rtr()?;
         if self.mpa.timeout_s == 0 || self.mpa.timeout_s > 3600 {
             return Err(invalid("mpa.timeout_s", "not in 1..=3600"));
+        }
+        if self.mpa.nudge_ms > 60_000 {
+            return Err(invalid("mpa.nudge_ms", "more than 60000"));
         }
         if !(4096..=64 << 20).contains(&self.tcp.recv_buffer) {
             return Err(invalid("tcp.recv_buffer", "not in 4 KiB..=64 MiB"));

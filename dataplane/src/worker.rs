@@ -1624,6 +1624,7 @@ struct MpaDefaults {
     markers: bool,
     rtr: Option<RtrType>,
     timeout: Duration,
+    nudge_after: Duration,
 }
 
 /// One poll-mode worker. See the module documentation.
@@ -1744,6 +1745,7 @@ impl<Q: LinkQueue> Worker<Q> {
                 markers: s.config.mpa.markers,
                 rtr,
                 timeout: Duration::from_secs(s.config.mpa.timeout_s),
+                nudge_after: Duration::from_millis(s.config.mpa.nudge_ms),
             },
             port_cursor,
             retransmits_closed: 0,
@@ -1999,6 +2001,7 @@ impl<Q: LinkQueue> Worker<Q> {
             rtr_offer: self.mpa.rtr.map_or(RtrSet::NONE, RtrSet::only),
             rtr_accept: RtrSet::ALL,
             timeout: self.mpa.timeout,
+            nudge_after: self.mpa.nudge_after,
             ..rdmap::mpa::Config::default()
         }
     }

@@ -77,6 +77,7 @@ fn full_example_parses() {
         (1, 1500, 50)
     );
     assert!(m.mpa.crc);
+    assert_eq!(m.mpa.nudge_ms, 200);
 }
 
 #[test]
@@ -89,6 +90,7 @@ fn overrides_set_any_key() {
             "ports.0.device=net_af_packet0,iface=veth0".into(),
             "ports.0.mtu = 1500".into(),
             "mpa.rtr=none".into(),
+            "mpa.nudge_ms=0".into(),
             "eal.args=[\"-l\", \"0-1\"]".into(),
         ],
     )
@@ -97,6 +99,7 @@ fn overrides_set_any_key() {
     assert_eq!(c.ports[0].device, "net_af_packet0,iface=veth0");
     assert_eq!(c.ports[0].mtu, 1500);
     assert_eq!(c.mpa_rtr().unwrap(), None);
+    assert_eq!(c.mpa.nudge_ms, 0);
     assert_eq!(c.eal.args, ["-l", "0-1"]);
 }
 
@@ -139,6 +142,7 @@ fn bad_values_name_their_key() {
     );
     assert_eq!(invalid_key(FULL, &["mpa.rtr=\"sometimes\""]), "mpa.rtr");
     assert_eq!(invalid_key(FULL, &["mpa.timeout_s=0"]), "mpa.timeout_s");
+    assert_eq!(invalid_key(FULL, &["mpa.nudge_ms=60001"]), "mpa.nudge_ms");
     assert_eq!(
         invalid_key(FULL, &["tcp.recv_buffer=10"]),
         "tcp.recv_buffer"
