@@ -726,3 +726,88 @@ fn rping_responder(svc: &Service, state: &ResponderState, opts: &RpingOptions) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_796_000_000_123);
+        assert_eq!(utc_timestamp(t), "2026-11-30T00:53:20.123Z");
+        assert_eq!(utc_timestamp(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        // A leap day.
+        let t = UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(utc_timestamp(t), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn log_lines_are_logfmt_or_json() {
+        let fields = [
+            ("responder", "perf:18515".to_string()),
+            ("error", "peer said \"no\"".to_string()),
+            ("empty", String::new()),
+        ];
+        let text = Log::new(Level::Info, false).format(Level::Warn, "session_failed", &fields);
+        let rest = text.split_once(' ').map(|(ts, r)| {
+            assert!(ts.starts_with("ts=") && ts.ends_with('Z'), "{ts}");
+            r
+        });
+        assert_eq!(
+            rest,
+            Some(
+                "level=warn event=session_failed responder=perf:18515 \
+                 error=\"peer said \\\"no\\\"\" empty=\"\""
+            )
+        );
+        let json = Log::new(Level::Info, true).format(Level::Info, "accepted", &fields);
+        let v: serde_json::Value = serde_json::from_str(&json).expect("one JSON object");
+        assert_eq!(v["event"], "accepted");
+        assert_eq!(v["level"], "info");
+        assert_eq!(v["error"], "peer said \"no\"");
+        assert!(Level::parse("verbose").is_err());
+        assert_eq!(Level::parse("debug").ok(), Some(Level::Debug));
+    }
+
+    #[test]
+    fn profiles_follow_perf_options() {
+        let c = PerfResponderConfig {
+            port: 18515,
+            test: "write-bw".into(),
+            size: Some(SizeValue::Text("64K".into())),
+            iters: Some(100),
+            duration: None,
+            qps: Some(2),
+            tx_depth: None,
+            // Ignored by a write test, as the example file lists them.
+            rx_depth: Some(512),
+            outs: Some(16),
+            all_sizes: false,
+            data_validation: false,
+            report_gbits: false,
+        };
+        let p = perf_profile(&c).expect("a profile");
+        assert_eq!(
+            (p.plan.size, p.plan.iterations, p.plan.qps),
+            (65_536, 100, 2)
+        );
+        assert_eq!(p.plan.timeout, WAIT_SLICE);
+        let bad = PerfResponderConfig {
+            size: Some(SizeValue::Bytes(0)),
+            ..c.clone()
+        };
+        let e = perf_profile(&bad).expect_err("a zero size");
+        assert!(e.to_string().contains("port 18515"), "{e}");
+        let bad = PerfResponderConfig {
+            test: "write-fast".into(),
+            ..c
+        };
+        assert!(perf_profile(&bad).is_err());
+        let r = RpingResponderConfig {
+            port: 7174,
+            size: Some(10),
+            validate: false,
+        };
+        assert!(rping_options(&r).is_err(), "below rping's smallest size");
+    }
+}
