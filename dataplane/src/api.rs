@@ -987,6 +987,8 @@ pub struct Dataplane {
     /// Every queue pair created, for the control path's snapshots (locked
     /// on creation and when read, never by a worker).
     qps: Mutex<Vec<Weak<QpShared>>>,
+    /// The port's own counters, when [`Dataplane::open`] made the link.
+    link_counters: Option<LinkCounters>,
     /// The packet capture, when one runs ([`Dataplane::capture_start`]).
     capture: crate::capture::Capture,
 }
@@ -1047,7 +1049,10 @@ impl Dataplane {
             };
             let link = crate::dpdk_link::DpdkLink::open(&eal, &port.device, &opts)
                 .map_err(|e| Error::Device(e.to_string()))?;
-            return Dataplane::open_with_link(config, link, DriveMode::Threads);
+            let counters = LinkCounters::Dpdk(link.stats());
+            let mut dp = Dataplane::open_with_link(config, link, DriveMode::Threads)?;
+            dp.link_counters = Some(counters);
+            return Ok(dp);
         };
         let mac = port
             .mac
@@ -1058,7 +1063,10 @@ impl Dataplane {
             ..MemLinkConfig::default()
         };
         let link = MemLink::named(name, &link_cfg, mac);
-        Dataplane::open_with_link(config, link, DriveMode::Threads)
+        let counters = LinkCounters::Mem(link.stats_handle());
+        let mut dp = Dataplane::open_with_link(config, link, DriveMode::Threads)?;
+        dp.link_counters = Some(counters);
+        Ok(dp)
     }
 
     /// Opens a dataplane on `link` (its first port), its workers run as
@@ -1188,6 +1196,7 @@ impl Dataplane {
             limits: *l,
             next_connect: AtomicUsize::new(0),
             qps: Mutex::new(Vec::new()),
+            link_counters: None,
             capture: crate::capture::Capture::default(),
         })
     }
@@ -1781,6 +1790,40 @@ impl Dataplane {
         }
     }
 
+    /// The port's own counters (the link's, below the workers), as name
+    /// and value, where the link keeps any: a DPDK port's receive drops,
+    /// linearized chains and zero-copy attachments, an in-memory link's
+    /// frames and drops. Empty for a link given to
+    /// [`Dataplane::open_with_link`].
+    pub fn link_stats(&self) -> Vec<(&'static str, u64)> {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        match &self.link_counters {
+            None => Vec::new(),
+            Some(LinkCounters::Dpdk(s)) => vec![
+                ("rx_linearized", g(&s.rx_linearized)),
+                ("rx_dropped", g(&s.rx_dropped)),
+                ("tx_attached", g(&s.tx_attached)),
+                ("tx_copied", g(&s.tx_copied)),
+                ("tx_cksum_offloaded", g(&s.tx_cksum_offloaded)),
+                ("tx_split", g(&s.tx_split)),
+                ("mem_registered", g(&s.mem_registered)),
+                ("mem_dma_mapped", g(&s.mem_dma_mapped)),
+                ("mem_register_failed", g(&s.mem_register_failed)),
+                ("mem_not_registered", g(&s.mem_not_registered)),
+            ],
+            Some(LinkCounters::Mem(h)) => {
+                let s = h.get();
+                vec![
+                    ("tx_frames", g(&s.tx_frames)),
+                    ("tx_bytes", g(&s.tx_bytes)),
+                    ("lost", g(&s.lost)),
+                    ("rx_no_buffer", g(&s.rx_no_buffer)),
+                    ("rx_ring_full", g(&s.rx_ring_full)),
+                ]
+            }
+        }
+    }
+
     /// Every live queue pair (one the application still holds), in order
     /// of creation, with the figures its worker last published.
     pub fn qp_snapshots(&self) -> Vec<QpSnapshot> {
@@ -1814,6 +1857,13 @@ impl Dataplane {
             .filter(|q| self.disconnect(q, abort).is_ok())
             .count()
     }
+}
+
+/// Where [`Dataplane::link_stats`] reads.
+#[derive(Debug)]
+enum LinkCounters {
+    Dpdk(Arc<crate::dpdk_link::DpdkLinkStats>),
+    Mem(crate::link::MemLinkStatsHandle),
 }
 
 // ---------------------------------------------------------------------

@@ -368,6 +368,10 @@ fn service_on_a_memory_link_answers_and_stops_clean() {
         .collect();
     assert_eq!(names, ["perf:18515", "perf:18516", "rping:7174"]);
     assert_eq!(stats["ports"][0]["device"], "mem:serve-mem");
+    assert!(
+        stats["ports"][0]["link"]["tx_frames"].is_u64(),
+        "the memory link's counters: {stats}"
+    );
     let qps = query(&["qp", "list"], &socket);
     let list = qps["qps"].as_array().expect("qps");
     assert!(
@@ -390,6 +394,7 @@ fn service_on_a_memory_link_answers_and_stops_clean() {
     let body = scrape(&metrics).unwrap_or_else(|e| panic!("{e}"));
     let samples = parse_exposition(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
     assert!(sample(&samples, "iwarp_loops_total", &[("worker", "0")]).is_some_and(|v| v > 0.0));
+    assert!(sample(&samples, "iwarp_link_rx_ring_full_total", &[("port", "0")]).is_some());
     assert_eq!(
         sample(
             &samples,
@@ -532,6 +537,11 @@ fn service_serves_perf_and_rping_over_veth() {
         "packets counted while perf runs: {stats}"
     );
     assert_eq!(stats["responders"][0]["active"], true, "{stats}");
+    let link = &stats["ports"][0]["link"];
+    assert!(
+        link["rx_dropped"].is_u64(),
+        "the DPDK link's counters: {stats}"
+    );
     let connected: Vec<&Value> = qps["qps"]
         .as_array()
         .expect("qps")

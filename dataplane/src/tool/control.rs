@@ -217,6 +217,11 @@ pub fn stats_json(svc: &Service) -> Value {
             "tx_packets": sum(|s| s.tx_packets),
             "tx_bytes": sum(|s| s.tx_bytes),
             "drops": sum(|s| s.drops),
+            "link": dp
+                .link_stats()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), Value::from(v)))
+                .collect::<serde_json::Map<_, _>>(),
         }],
         "qps": { "total": qps.len(), "connected": connected },
         "responders": svc.responders.iter().map(|r| {
@@ -384,6 +389,10 @@ pub fn run_stats(a: &StatsArgs) -> Result<(), ToolError> {
             n(p, "tx_bytes"),
             n(p, "drops")
         )?;
+        if let Some(link) = p["link"].as_object().filter(|l| !l.is_empty()) {
+            let parts: Vec<String> = link.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            writeln!(out, "  link: {}", parts.join(", "))?;
+        }
     }
     writeln!(
         out,

@@ -10,6 +10,7 @@
 //! path (the `scrape` benchmark in `benches/` measures it).
 //!
 //! Names: `iwarp_<what>_total` counters and gauges labelled by `worker`,
+//! the link's own counters as `iwarp_link_<what>_total{port="0"}`,
 //! queue-pair gauges labelled by `state`, responder figures labelled by
 //! `responder` (`perf:18515`, `rping:7174`), and the perf latency tests'
 //! last run as a summary, `iwarp_perf_latency_seconds{quantile=…}`.
@@ -215,6 +216,11 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             &[("worker", &i.to_string())],
             s.connections as f64,
         );
+    }
+    for (counter, value) in dp.link_stats() {
+        let name = format!("iwarp_link_{counter}_total");
+        let help = format!("The port's link counter {counter} (below the workers).");
+        Family::head(out, &name, "counter", &help).sample(&name, &[("port", "0")], value as f64);
     }
     let qps = dp.qp_snapshots();
     let mut f = Family::head(out, "iwarp_qps", "gauge", "Queue pairs by state.");
