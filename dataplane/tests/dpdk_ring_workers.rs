@@ -4,19 +4,95 @@
 //! owner through the software dispatcher, counted): WRITE, READ and SEND
 //! verified byte for byte, each worker thread registered as an EAL lcore;
 //! then nothing left in the EAL runtime directory.
+//!
+//! Which worker owns a connection on each side follows from the active
+//! side's ephemeral port, which starts from a random cursor: only a
+//! connection whose two owners have different indices sends frames that
+//! land on a non-owning queue. The test opens connections until it has
+//! one like that, so that the dispatcher is exercised on every run.
 
 mod dpdk_common;
 mod runtime_common;
 
+use std::net::SocketAddrV4;
+
+use dataplane::api::{CmEvent, ConnectParams};
+use dataplane::steer::Rss;
 use dpdk_common::*;
 use runtime_common::*;
+
+/// Attempts at a connection whose owners differ; each succeeds about
+/// half the time (the passive owner is the dispatcher's hash of a port
+/// picked only for the active side's hash).
+const ATTEMPTS: usize = 40;
+
+/// Opens connections from `a` until one is owned by worker `i` on one
+/// side and `1 - i` on the other; returns its ends, and the others
+/// (kept open until the end, idle).
+fn connect_across(p: &Pair) -> ((End, End), Vec<(End, End)>) {
+    p.b.listen(PORT, 16).unwrap();
+    let rss = Rss::round_robin(2);
+    let mut same = Vec::new();
+    for _ in 0..ATTEMPTS {
+        let (ea, eb) = (End::new(&p.a), End::new(&p.b));
+        p.a.connect(
+            &ea.qp,
+            SocketAddrV4::new(IP_B, PORT),
+            &ConnectParams::default(),
+        )
+        .unwrap();
+        let mut owners = None;
+        let mut up = (false, false);
+        p.until("both ends established", |p| {
+            while let Some(e) = p.b.poll_event() {
+                match e {
+                    CmEvent::ConnectRequest(req) => {
+                        // Replies from b reach a on the queue a's owner
+                        // picked the port for; b owns what its SYN hashed to.
+                        let port = req.remote.port();
+                        let on_a = usize::from(rss.queue_for(IP_B, IP_A, PORT, port));
+                        assert_eq!(
+                            usize::from(rss.queue_for(IP_A, IP_B, port, PORT)),
+                            req.worker(),
+                            "b's owner is the dispatcher's hash of the SYN"
+                        );
+                        owners = Some((on_a, req.worker()));
+                        p.b.accept(&req, &eb.qp, &ConnectParams::default()).unwrap();
+                    }
+                    CmEvent::Established { qp, .. } => {
+                        assert_eq!(qp, eb.qp.num());
+                        up.1 = true;
+                    }
+                    other => panic!("b: unexpected {other:?}"),
+                }
+            }
+            while let Some(e) = p.a.poll_event() {
+                match e {
+                    CmEvent::Established { qp, .. } => {
+                        assert_eq!(qp, ea.qp.num());
+                        up.0 = true;
+                    }
+                    other => panic!("a: unexpected {other:?}"),
+                }
+            }
+            (up.0 && up.1).then_some(())
+        });
+        let (on_a, on_b) = owners.expect("b saw the request");
+        println!("connection owned by worker {on_a} on a, {on_b} on b");
+        if on_a != on_b {
+            return ((ea, eb), same);
+        }
+        same.push((ea, eb));
+    }
+    panic!("{ATTEMPTS} connections, each owned by workers of the same index on both sides");
+}
 
 #[test]
 fn two_workers_each_over_a_two_queue_ring_pair() {
     let (guard, eal) = start("dpdk-ring-workers", 256);
     {
         let (p, _, _) = ring_pair(&eal, 1500, 2);
-        let (mut a, mut b) = connect(&p);
+        let ((mut a, mut b), _others) = connect_across(&p);
         for (i, op) in [Op::Write, Op::Read, Op::Send].into_iter().enumerate() {
             for (j, len) in [1usize, 100_003, 1 << 20].into_iter().enumerate() {
                 let n = exchange(&p, &mut a, &mut b, op, len, (10 * i + j) as u64 + 1);
@@ -37,12 +113,12 @@ fn two_workers_each_over_a_two_queue_ring_pair() {
                 sum(|w| w.dispatch_drops),
             )
         };
-        // The last frames (ACKs) may still sit in a ring for a moment.
-        let mut tries = 0;
-        while counts().0 != counts().1 && tries < 100 {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            tries += 1;
-        }
+        // The last frames (ACKs) may still sit in a ring for a moment
+        // (longer on a loaded machine).
+        p.until("dispatch rings drained", |_| {
+            let (out, taken, _) = counts();
+            (out == taken).then_some(())
+        });
         let (out, taken, dropped) = counts();
         println!("net_ring, 2 workers: {out} frames handed to their owner, {taken} taken, {dropped} dropped");
         assert!(out > 0, "nothing dispatched");
