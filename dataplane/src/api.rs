@@ -1373,11 +1373,26 @@ impl Dataplane {
         if srq.is_some_and(|s| s.inner.pd != pd.id) {
             return Err(Error::Verbs(VerbsError::InvalidSrq));
         }
-        if c.next_qpn > l.max_qp {
+        // The limit is on queue pairs alive at once (held by the
+        // application or by a worker's connection), not on how many were
+        // ever made: a service makes new ones for every client.
+        let mut reg = lock(&self.qps);
+        reg.retain(|w| w.strong_count() > 0);
+        if reg.len() >= l.max_qp as usize {
             return Err(Error::Verbs(VerbsError::TableFull));
         }
-        let qpn = QpNum(c.next_qpn);
-        c.next_qpn += 1;
+        // Numbers are not reused while the counter lasts; after it wraps,
+        // one still in use is skipped (0 is never given).
+        let in_use = |n: u32| {
+            reg.iter()
+                .any(|w| w.upgrade().is_some_and(|q| q.qpn.0 == n))
+        };
+        let mut n = c.next_qpn.max(1);
+        while in_use(n) {
+            n = n.checked_add(1).unwrap_or(1);
+        }
+        c.next_qpn = n.checked_add(1).unwrap_or(1);
+        let qpn = QpNum(n);
         let attr = QpInitAttr {
             pd: pd.id,
             send_cq: CqId(send_cq.id()),
@@ -1406,12 +1421,9 @@ impl Dataplane {
                 connection: Mutex::new(None),
             }),
         };
-        drop(c);
-        let mut reg = lock(&self.qps);
-        // Forget the queue pairs the application dropped.
-        reg.retain(|w| w.strong_count() > 0);
         reg.push(Arc::downgrade(&qp.inner));
         drop(reg);
+        drop(c);
         EventScope::claim_qp(qpn);
         Ok(qp)
     }
@@ -1751,6 +1763,37 @@ impl Dataplane {
     /// [`EventScope`], if it has one.
     pub fn wait_event(&self, timeout: Duration) -> Option<CmEvent> {
         self.wait_event_where(timeout, |e| !EventScope::active() || EventScope::claims(e))
+    }
+
+    /// Waits up to `timeout` until an event `want` takes is queued, and
+    /// leaves it there (for a caller that hands the event to code that
+    /// waits for it itself); whether one is.
+    pub fn await_event_where(&self, timeout: Duration, want: impl Fn(&CmEvent) -> bool) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            {
+                let mut c = lock(&self.control);
+                while let Ok(msg) = self.events.try_recv() {
+                    self.take_msg(&mut c, msg);
+                }
+                if c.events.iter().any(&want) {
+                    return true;
+                }
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            if self.inline.is_some() {
+                self.poll();
+            } else if let Ok(msg) = self
+                .events
+                .recv_timeout((deadline - now).min(Duration::from_millis(20)))
+            {
+                let mut c = lock(&self.control);
+                self.take_msg(&mut c, msg);
+            }
+        }
     }
 
     /// Waits up to `timeout` for the first event `want` takes; the others

@@ -868,3 +868,44 @@ fn event_scopes_route_events_to_their_threads() {
         drop(qps);
     });
 }
+
+/// A service makes queue pairs for every client: the table limit counts
+/// those alive at once, not those ever made, and numbers stay unique.
+#[test]
+fn queue_pair_limit_counts_live_ones() {
+    use dataplane::api::{Dataplane, QpOptions};
+    use dataplane::config::Config;
+    use std::net::Ipv4Addr;
+    use tcp_offload::wire::EthernetAddress;
+
+    let link = format!("mem:{}", unique_prefix("qp-limit"));
+    let mut config = Config::single(
+        &link,
+        Ipv4Addr::new(10, 66, 1, 1),
+        EthernetAddress([2, 0, 0, 0, 0x66, 3]),
+    );
+    config.limits.max_qp = 4;
+    let dp = Dataplane::open(&config).expect("dataplane");
+    let pd = dp.alloc_pd().expect("pd");
+    let cq = dp.create_cq(16).expect("cq");
+    let make = || dp.create_qp(pd, &cq, &cq, QpOptions::default());
+    let mut numbers = std::collections::BTreeSet::new();
+    for _ in 0..40 {
+        let qp = make().expect("a queue pair made and dropped, many times over the limit");
+        assert!(numbers.insert(qp.num().0), "numbers are not reused");
+    }
+    let held: Vec<_> = (0..4).map(|_| make().expect("up to the limit")).collect();
+    assert!(make().is_err(), "a fifth live queue pair is refused");
+    drop(held);
+    assert!(make().is_ok(), "room again once they are gone");
+    assert_eq!(
+        dp.qp_snapshots().len(),
+        0,
+        "the dropped ones are not listed"
+    );
+    println!(
+        "44 queue pairs made with max_qp 4, numbers {}..={}",
+        numbers.first().copied().unwrap_or(0),
+        numbers.last().copied().unwrap_or(0)
+    );
+}

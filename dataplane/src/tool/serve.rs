@@ -33,10 +33,11 @@ use super::{control, metrics, ToolError};
 use crate::api::{Dataplane, EventScope};
 use crate::config::{Config, PerfResponderConfig, RpingResponderConfig, SizeValue};
 
-/// How long a perf responder waits for a client, or for any one step of
-/// the exchange, before it starts over: bounds how long a stop waits for
-/// an idle responder.
-const WAIT_SLICE: Duration = Duration::from_secs(3);
+/// How long a perf responder waits for any one step of a client's
+/// exchange before it gives the session up.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often an idle perf responder looks at the stop flag.
+const IDLE_SLICE: Duration = Duration::from_millis(200);
 /// How long an rping responder waits for a client before it looks at the
 /// stop flag again.
 const RPING_WAIT_SLICE: Duration = Duration::from_secs(1);
@@ -298,7 +299,7 @@ fn perf_profile(c: &PerfResponderConfig) -> Result<PerfProfile, ToolError> {
         ..PerfOptions::default()
     };
     let mut plan = opts.plan(test).map_err(|e| at(e.to_string()))?;
-    plan.timeout = WAIT_SLICE;
+    plan.timeout = STEP_TIMEOUT;
     Ok(PerfProfile { port: c.port, plan })
 }
 
@@ -458,7 +459,7 @@ pub fn run(args: &ServeArgs) -> Result<(), ToolError> {
         let _ = std::thread::Builder::new()
             .name("iwarp-stop-watchdog".into())
             .spawn(move || {
-                std::thread::sleep(shutdown_timeout + WAIT_SLICE);
+                std::thread::sleep(shutdown_timeout + STEP_TIMEOUT);
                 let _ = std::fs::remove_file(&socket);
                 if let Some(d) = &runtime {
                     let _ = std::fs::remove_dir_all(d);
@@ -468,7 +469,7 @@ pub fn run(args: &ServeArgs) -> Result<(), ToolError> {
                     "stop_timeout",
                     &[(
                         "waited_s",
-                        (shutdown_timeout + WAIT_SLICE).as_secs().to_string(),
+                        (shutdown_timeout + STEP_TIMEOUT).as_secs().to_string(),
                     )],
                 );
                 std::process::exit(1);
@@ -552,7 +553,27 @@ fn perf_responder(svc: &Service, state: &ResponderState, p: &PerfProfile) {
             ("qps", plan.qps.to_string()),
         ],
     );
+    // Resources are made when a client asks, not while waiting: a
+    // responder idle for days holds one set at most.
+    let backlog = plan.qps + 1;
     while !svc.stop.load(Ordering::Acquire) {
+        if let Err(e) = dp.listen(p.port, backlog) {
+            state.failures.fetch_add(1, Ordering::Relaxed);
+            log.warn(
+                "listen_failed",
+                &[("responder", responder.clone()), ("error", e.to_string())],
+            );
+            std::thread::sleep(RETRY_PAUSE.max(Duration::from_secs(1)));
+            continue;
+        }
+        let port = p.port;
+        let asked = dp.await_event_where(
+            IDLE_SLICE,
+            |e| matches!(e, crate::api::CmEvent::ConnectRequest(r) if r.local_port == port),
+        );
+        if !asked {
+            continue;
+        }
         match perf_session(dp, plan, mtu, state, log) {
             Ok(()) => {}
             Err(e) if idle_timeout(&e) => {}
@@ -791,7 +812,7 @@ mod tests {
             (p.plan.size, p.plan.iterations, p.plan.qps),
             (65_536, 100, 2)
         );
-        assert_eq!(p.plan.timeout, WAIT_SLICE);
+        assert_eq!(p.plan.timeout, STEP_TIMEOUT);
         let bad = PerfResponderConfig {
             size: Some(SizeValue::Bytes(0)),
             ..c.clone()
