@@ -1422,6 +1422,14 @@ impl Dataplane {
             }),
         };
         reg.push(Arc::downgrade(&qp.inner));
+        if EventScope::scope_qps() > 2 * reg.len() + 64 {
+            let alive: HashSet<u32> = reg
+                .iter()
+                .filter_map(Weak::upgrade)
+                .map(|q| q.qpn.0)
+                .collect();
+            EventScope::forget_qps(|n| alive.contains(&n));
+        }
         drop(reg);
         drop(c);
         EventScope::claim_qp(qpn);
@@ -1889,6 +1897,20 @@ impl Dataplane {
             .collect()
     }
 
+    /// Resets the connections of the live queue pairs the calling thread
+    /// created in its [`EventScope`] (none without one): what a server
+    /// thread does after a failed session whose objects it no longer
+    /// holds, so that no connection it made stays up; how many it reset.
+    pub fn abort_scope_connections(&self) -> usize {
+        let live: Vec<Arc<QpShared>> = lock(&self.qps).iter().filter_map(Weak::upgrade).collect();
+        live.into_iter()
+            .filter(|q| EventScope::owns_qp(q.qpn))
+            .map(|inner| Qp { inner })
+            .filter(|q| matches!(q.status(), QpStatus::Connected | QpStatus::Connecting))
+            .filter(|q| self.disconnect(q, true).is_ok())
+            .count()
+    }
+
     /// Ends the connection of every live queue pair that has one or is
     /// setting one up (`abort`: reset at once), as a service does before
     /// it stops; how many it asked to end.
@@ -1973,6 +1995,24 @@ impl EventScope {
                 CmEvent::MrDeregistered(stag) => s.stags.contains(&(stag.0 >> 8)),
             }
         })
+    }
+
+    fn owns_qp(qpn: QpNum) -> bool {
+        EVENT_SCOPE.with(|s| s.borrow().as_ref().is_some_and(|s| s.qps.contains(&qpn.0)))
+    }
+
+    /// Forgets the numbers of queue pairs that are gone, so that a
+    /// long-lived scope stays small.
+    fn forget_qps(alive: impl Fn(u32) -> bool) {
+        EVENT_SCOPE.with(|s| {
+            if let Some(s) = s.borrow_mut().as_mut() {
+                s.qps.retain(|&n| alive(n));
+            }
+        });
+    }
+
+    fn scope_qps() -> usize {
+        EVENT_SCOPE.with(|s| s.borrow().as_ref().map_or(0, |s| s.qps.len()))
     }
 
     fn claim_qp(qpn: QpNum) {

@@ -825,7 +825,13 @@ fn event_scopes_route_events_to_their_threads() {
                         seen.push(e);
                     }
                     assert_eq!(qp.status(), QpStatus::Connected, "port {port}");
-                    (port, qp, seen.len())
+                    // The first thread resets what it made, and only that.
+                    let reset = if port == ports[0] {
+                        server.abort_scope_connections()
+                    } else {
+                        0
+                    };
+                    (port, qp, seen.len(), reset)
                 })
             })
             .collect();
@@ -850,7 +856,12 @@ fn event_scopes_route_events_to_their_threads() {
             .into_iter()
             .map(|h| h.join().expect("responder thread"))
             .collect();
-        for (port, qp, events) in &served {
+        for (port, qp, events, reset) in &served {
+            assert_eq!(
+                *reset,
+                usize::from(*port == ports[0]),
+                "port {port}: its own reset"
+            );
             assert_eq!(*events, 2, "port {port}: its request and its establishment");
             let snap = server
                 .qp_snapshots()
@@ -864,7 +875,26 @@ fn event_scopes_route_events_to_their_threads() {
                 snap.qpn.0, c.remote, c.crc, c.ird, c.ord, events
             );
         }
-        assert_eq!(server.disconnect_all(false), 2, "both connections closed");
+        // The reset one goes down; the other stays up until closed here.
+        let gone = Instant::now() + limit;
+        while served[0].1.status() != QpStatus::Disconnected && Instant::now() < gone {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            served[0].1.status(),
+            QpStatus::Disconnected,
+            "the reset connection"
+        );
+        assert_eq!(
+            served[1].1.status(),
+            QpStatus::Connected,
+            "the other thread's"
+        );
+        assert_eq!(
+            server.disconnect_all(false),
+            1,
+            "the remaining connection closed"
+        );
         drop(qps);
     });
 }

@@ -578,11 +578,17 @@ fn perf_responder(svc: &Service, state: &ResponderState, p: &PerfProfile) {
             Ok(()) => {}
             Err(e) if idle_timeout(&e) => {}
             Err(e) => {
+                // No connection of the failed session stays up.
+                let reset = dp.abort_scope_connections();
                 if !svc.stop.load(Ordering::Acquire) {
                     state.failures.fetch_add(1, Ordering::Relaxed);
                     log.warn(
                         "session_failed",
-                        &[("responder", responder.clone()), ("error", e.to_string())],
+                        &[
+                            ("responder", responder.clone()),
+                            ("error", e.to_string()),
+                            ("reset", reset.to_string()),
+                        ],
                     );
                     std::thread::sleep(RETRY_PAUSE);
                 }
@@ -629,7 +635,14 @@ fn perf_session(
         ..SessionParams::new(plan.test, plan.size, plan.iterations)
     };
     let mut session =
-        Session::server(dp, plan.port, &params, &resources.qps, &local, plan.timeout)?;
+        match Session::server(dp, plan.port, &params, &resources.qps, &local, plan.timeout) {
+            Ok(s) => s,
+            Err(e) => {
+                // The buffers go back whatever happened.
+                resources.close(dp);
+                return Err(e);
+            }
+        };
     state.active.store(true, Ordering::Release);
     let peer = resources
         .qps
