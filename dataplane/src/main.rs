@@ -50,6 +50,25 @@ enum Command {
         #[command(subcommand)]
         command: QpCommand,
     },
+    /// Packet capture by a running service: every frame each worker
+    /// receives and transmits, written off the data path into a pcap file
+    /// that Wireshark decodes as iWARP (start it before the connections
+    /// to look at: the MPA request tells Wireshark what follows). A
+    /// relative FILE goes under the service's `serve.capture_dir`; frames
+    /// the writer cannot keep up with are dropped and counted, never
+    /// waited for.
+    Capture {
+        #[command(subcommand)]
+        command: CaptureCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CaptureCommand {
+    /// Start capturing into FILE (one capture at a time).
+    Start(control::CaptureStartArgs),
+    /// Stop the capture: the frames captured and dropped, per worker.
+    Stop(control::CaptureStopArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -92,6 +111,12 @@ fn main() -> ExitCode {
         Command::Qp {
             command: QpCommand::List(a),
         } => control::run_qp_list(&a),
+        Command::Capture {
+            command: CaptureCommand::Start(a),
+        } => control::run_capture_start(&a),
+        Command::Capture {
+            command: CaptureCommand::Stop(a),
+        } => control::run_capture_stop(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -105,6 +105,76 @@ fn scrape(addr: &str) -> Result<String, String> {
     Ok(body.to_string())
 }
 
+/// `iwarp capture <args…> --socket S` (with `--json` if asked).
+fn capture_cmd(args: &[&str], socket: &Path, json: bool) -> tool_common::Ended {
+    let mut a = vec!["capture"];
+    a.extend_from_slice(args);
+    a.extend(["--socket", socket.to_str().expect("utf-8 path")]);
+    if json {
+        a.push("--json");
+    }
+    iwarp("capture", &a, Duration::from_secs(20))
+}
+
+/// `iwarp capture <args…> --json`, which must succeed; its answer.
+fn capture_json(args: &[&str], socket: &Path) -> Value {
+    let out = capture_cmd(args, socket, true);
+    assert!(out.status.success(), "capture {args:?}: {:?}", out.stderr);
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("capture {args:?} --json is not JSON ({e}): {}", out.stdout))
+}
+
+/// `iwarp capture <args…>`, which must fail in one line; that line.
+fn capture_refused(args: &[&str], socket: &Path) -> String {
+    let out = capture_cmd(args, socket, false);
+    assert!(!out.status.success(), "capture {args:?} succeeded");
+    assert_eq!(out.stderr.len(), 1, "one line: {:?}", out.stderr);
+    out.stderr[0].clone()
+}
+
+/// Reads the capture back with `tcp_offload::pcap`: its records.
+fn pcap_records(path: &Path) -> usize {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    tcp_offload::pcap::Reader::read_all(&bytes)
+        .unwrap_or_else(|e| panic!("{} does not parse as pcap: {e:?}", path.display()))
+        .len()
+}
+
+/// Lines `tshark -r path --disable-protocol rpcordma <args…>` prints
+/// (RPC-over-RDMA would claim some of the RDMAP frames).
+fn tshark_lines(path: &Path, args: &[&str]) -> Vec<String> {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(path)
+        .args(["--disable-protocol", "rpcordma"])
+        .args(args)
+        .output()
+        .expect("tshark runs");
+    assert!(
+        out.status.success(),
+        "tshark {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// Whether tshark is installed (deploy/install-deps.sh installs it; with
+/// IWARP_REQUIRE_ROOT_TESTS=1 its absence fails).
+fn have_tshark() -> bool {
+    let ok = Command::new("tshark")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok || std::env::var("IWARP_REQUIRE_ROOT_TESTS").as_deref() != Ok("1"),
+        "tshark is not installed (deploy/install-deps.sh installs it)"
+    );
+    ok
+}
+
 /// A sample's name and labels (sorted), and its value.
 type Sample = (String, BTreeMap<String, String>, f64);
 
@@ -297,6 +367,7 @@ fn bad_configuration_fails_in_one_line() {
 fn service_on_a_memory_link_answers_and_stops_clean() {
     let dir = TempDir::new("serve-mem");
     let socket = dir.0.join("control.sock");
+    let captures = dir.0.join("captures");
     let metrics = format!("127.0.0.1:{}", free_port());
     let cfg = dir.0.join("serve.toml");
     // SAFETY: getgid has no preconditions and cannot fail.
@@ -313,6 +384,7 @@ fn service_on_a_memory_link_answers_and_stops_clean() {
             "[[ports]]\ndevice = \"mem:serve-mem\"\nip = \"10.9.8.1\"\nmac = \"02:00:00:00:08:01\"\n\
              [idle]\nspin = 200\nsleep_us = 50\n\
              [serve]\ncontrol_socket = {socket:?}\nsocket_mode = \"0660\"\nsocket_group = \"{gid}\"\n\
+             capture_dir = {captures:?}\ncapture_ring_frames = 64\n\
              [[serve.perf]]\nport = 18515\ntest = \"write-bw\"\nsize = 65536\nrx_depth = 512\nouts = 16\n\
              [[serve.perf]]\nport = 18516\ntest = \"read-lat\"\nsize = \"2\"\n\
              [[serve.rping]]\nport = 7174\nsize = 64\n\
@@ -409,12 +481,79 @@ fn service_on_a_memory_link_answers_and_stops_clean() {
         body.lines().filter(|l| l.starts_with("# TYPE")).count()
     );
 
+    // Packet capture through the control socket (the link has no peer:
+    // the file holds what the idle service sends, its header at least).
+    let e = capture_refused(&["stop"], &socket);
+    assert!(e.contains("no capture is running"), "{e}");
+    let started = capture_json(&["start", "idle.pcap", "--snaplen", "128"], &socket);
+    let file = captures.join("idle.pcap");
+    assert_eq!(started["file"], file.display().to_string(), "{started}");
+    assert_eq!(started["snaplen"], 128, "{started}");
+    assert_eq!(started["ring_frames"], 64, "{started}");
+    assert!(file.exists(), "the capture directory was made");
+    let e = capture_refused(&["start", "other.pcap"], &socket);
+    assert!(e.contains("a capture is running already"), "{e}");
+    let stats = query(&["stats"], &socket);
+    assert!(n(&stats, &["workers", "0", "loops"]) > 0, "{stats}");
+    let stopped = capture_json(&["stop"], &socket);
+    assert_eq!(
+        stopped["workers"].as_array().map(Vec::len),
+        Some(1),
+        "{stopped}"
+    );
+    assert_eq!(stopped["dropped"], 0, "{stopped}");
+    let records = pcap_records(&file);
+    assert_eq!(
+        Some(records as u64),
+        stopped["captured"].as_u64(),
+        "{stopped}"
+    );
+    assert_eq!(
+        stopped["bytes"].as_u64(),
+        std::fs::metadata(&file).ok().map(|m| m.len()),
+        "{stopped}"
+    );
+    // Refusals, each one line.
+    let e = capture_refused(&["start", "../escape.pcap"], &socket);
+    assert!(e.contains("stays under"), "{e}");
+    let e = capture_refused(&["start", "/proc/no-such-dir/x.pcap"], &socket);
+    assert!(
+        e.starts_with("iwarp: the service refused capture start: cannot create capture file /proc/no-such-dir/x.pcap: ")
+            && e.contains(&format!("capture files go under {}", captures.display())),
+        "{e}"
+    );
+    println!("capture refused outside the capture directory: {e}");
+    // The table form: the file, then one line per worker.
+    capture_json(&["start", "second.pcap"], &socket);
+    let out = capture_cmd(&["stop"], &socket, false);
+    assert!(out.status.success(), "{:?}", out.stderr);
+    assert!(
+        out.stdout.contains("second.pcap: ") && out.stdout.contains("  worker 0: "),
+        "{}",
+        out.stdout
+    );
+    println!(
+        "capture on the idle memory link: {records} frames read back; stop printed {:?}",
+        out.stdout
+    );
+    let _ = capture_json(&["start", "at-stop.pcap"], &socket);
+
     let pid = pid_of(cfg.to_str().expect("utf-8")).expect("the service's PID");
     let t = Instant::now();
     sigterm(pid);
     let ended = wait_stopped(&mut svc, t);
     assert!(ended.status.success(), "{:?}", ended.stderr);
     assert!(!socket.exists(), "control socket left behind");
+    assert!(
+        ended
+            .stderr
+            .iter()
+            .any(|l| l.contains("event=capture_stopped") && l.contains("stopped_by=shutdown")),
+        "a capture running at SIGTERM is closed: {:?}",
+        ended.stderr
+    );
+    // Flushed and closed: it reads back (pcap_records panics otherwise).
+    pcap_records(&captures.join("at-stop.pcap"));
     let got = notify.recv(&mut buf).expect("STOPPING=1 from the service");
     assert_eq!(&buf[..got], b"STOPPING=1");
     assert!(
@@ -471,6 +610,7 @@ fn service_serves_perf_and_rping_over_veth() {
     let dirs = prefixes.clone().map(|p| RuntimeDir(runtime_dir(&p)));
     let dir = TempDir::new("serve-veth");
     let socket = dir.0.join("control.sock");
+    let captures = dir.0.join("captures");
     let metrics = "127.0.0.1:9478";
     let cfg = dir.0.join("serve.toml");
     let eal: Vec<String> = eal_args(&prefixes[0])
@@ -483,7 +623,7 @@ fn service_serves_perf_and_rping_over_veth() {
             "[eal]\nargs = {eal:?}\n\
              [[ports]]\ndevice = \"net_af_packet0,iface={}\"\nip = \"{}\"\nmac = \"{}\"\n\
              [idle]\nspin = 200\nsleep_us = 20\n\
-             [serve]\ncontrol_socket = {socket:?}\nshutdown_timeout_s = 4\n\
+             [serve]\ncontrol_socket = {socket:?}\nshutdown_timeout_s = 4\ncapture_dir = {captures:?}\n\
              [[serve.perf]]\nport = 18515\ntest = \"write-bw\"\nsize = 65536\nduration = 4\n\
              [[serve.perf]]\nport = 18516\ntest = \"write-lat\"\nsize = 64\niters = 2000\n\
              [[serve.rping]]\nport = 7174\nsize = 64\nvalidate = true\n\
@@ -592,6 +732,12 @@ fn service_serves_perf_and_rping_over_veth() {
         .unwrap_or_else(|e| panic!("{e}"));
     println!("service logged: {finished}");
 
+    // A capture of the rping and write-lat exchanges, started through
+    // the control socket before their connections.
+    let started = capture_json(&["start", "exchange.pcap"], &socket);
+    let file = captures.join("exchange.pcap");
+    assert_eq!(started["file"], file.display().to_string(), "{started}");
+
     // An rping client, after the perf client (each responder takes one
     // client after another).
     let mut ping = Proc::spawn(
@@ -628,6 +774,39 @@ fn service_serves_perf_and_rping_over_veth() {
         .wait_stderr("event=finished responder=perf:18516", deadline)
         .unwrap_or_else(|e| panic!("{e}"));
     println!("service logged: {finished}");
+    let stopped = capture_json(&["stop"], &socket);
+    let captured = stopped["captured"].as_u64().unwrap_or(0);
+    assert!(captured > 0, "{stopped}");
+    assert_eq!(stopped["dropped"], 0, "{stopped}");
+    assert_eq!(
+        stopped["workers"].as_array().map(Vec::len),
+        Some(1),
+        "{stopped}"
+    );
+    let records = pcap_records(&file);
+    assert_eq!(records as u64, captured, "{stopped}");
+    if have_tshark() {
+        let iwarp = tshark_lines(&file, &["-Y", "iwarp_ddp_rdmap"]).len();
+        let bad = tshark_lines(
+            &file,
+            &["-Y", "_ws.malformed || _ws.expert.severity >= error"],
+        );
+        let verbose = tshark_lines(&file, &["-V"]);
+        let bad_crc = verbose.iter().filter(|l| l.contains("Bad CRC32")).count();
+        println!(
+            "capture of rping and write-lat: {captured} frames ({} bytes), {} dropped, \
+             {records} read back by tcp_offload::pcap; tshark: {iwarp} iWARP (DDP/RDMAP) frames, \
+             {} malformed or in error, {bad_crc} bad CRC32",
+            stopped["bytes"],
+            stopped["dropped"],
+            bad.len()
+        );
+        assert!(iwarp > 0, "Wireshark decoded no iWARP frame");
+        assert!(bad.is_empty(), "malformed frames: {bad:?}");
+        assert_eq!(bad_crc, 0, "bad MPA CRCs");
+    } else {
+        println!("capture: {captured} frames, {records} read back; tshark not installed");
+    }
 
     // A second write-bw client: the responder serves one after another.
     let mut perf2 = Proc::spawn(

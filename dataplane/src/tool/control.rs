@@ -1,5 +1,5 @@
 //! The service's control socket and the subcommands that talk to it
-//! (`iwarp stats`, `iwarp qp list`).
+//! (`iwarp stats`, `iwarp qp list`, `iwarp capture start|stop`).
 //!
 //! A Unix stream socket (path and mode from `[serve]`), removed when the
 //! service stops. The protocol is line-oriented JSON: the client sends one
@@ -10,13 +10,19 @@
 //! < {"ok":true,"data":{"workers":[…],"ports":[…],"responders":[…],…}}
 //! > {"cmd":"qp_list"}
 //! < {"ok":true,"data":{"qps":[…]}}
+//! > {"cmd":"capture_start","file":"a.pcap","snaplen":0}
+//! < {"ok":true,"data":{"file":"/var/lib/iwarp/captures/a.pcap",…}}
+//! > {"cmd":"capture_stop"}
+//! < {"ok":true,"data":{"captured":…,"dropped":…,"workers":[…],…}}
 //! > {"cmd":"nonsense"}
 //! < {"ok":false,"error":"unknown command \"nonsense\""}
 //! ```
 //!
 //! Everything served is read from what the workers publish into atomics
 //! ([`Dataplane::stats`], [`Dataplane::qp_snapshots`]): a request never
-//! waits for a worker and a worker never waits for a request.
+//! waits for a worker and a worker never waits for a request. A capture
+//! is written by a thread of its own ([`crate::capture`]); stopping one
+//! waits for each worker's next loop to let go of its ring.
 
 use std::io::{BufRead, BufReader, Read as _, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -35,6 +41,8 @@ use crate::worker::WorkerStats;
 
 /// Where `iwarp stats` and `iwarp qp list` look without `--socket`.
 pub const DEFAULT_SOCKET: &str = "/run/iwarp/control.sock";
+/// Largest snap length taken (tcpdump's largest).
+pub const MAX_SNAPLEN: u32 = 262_144;
 /// Longest request line taken.
 const MAX_REQUEST: usize = 4096;
 /// How long a connection may take to send its request, and a client to
@@ -166,6 +174,22 @@ fn handle(svc: &Service, line: &str) -> Result<Value, String> {
     match cmd {
         "stats" => Ok(stats_json(svc)),
         "qp_list" => Ok(json!({ "qps": qps_json(&svc.dp) })),
+        "capture_start" => {
+            let file = req
+                .get("file")
+                .and_then(Value::as_str)
+                .ok_or("bad request: capture_start without \"file\"")?;
+            let snaplen = match req.get("snaplen") {
+                None | Some(Value::Null) => 0,
+                Some(v) => v
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|n| *n <= MAX_SNAPLEN)
+                    .ok_or(format!("bad request: snaplen {v} (0 to {MAX_SNAPLEN})"))?,
+            };
+            svc.capture_start(file, snaplen)
+        }
+        "capture_stop" => svc.capture_stop(),
         other => Err(format!("unknown command {other:?}")),
     }
 }
@@ -304,6 +328,11 @@ pub type QpListArgs = StatsArgs;
 
 /// Sends `cmd` to the service at `socket`; its `data`.
 pub fn request(socket: &Path, cmd: &str) -> Result<Value, ToolError> {
+    request_with(socket, cmd, &json!({ "cmd": cmd }))
+}
+
+/// Sends the request object `req` (whose `cmd` is `cmd`); its `data`.
+pub fn request_with(socket: &Path, cmd: &str, req: &Value) -> Result<Value, ToolError> {
     let unreachable = |e: std::io::Error| {
         ToolError::Peer(format!(
             "cannot reach the service at {}: {e} (is `iwarp serve` running?)",
@@ -313,7 +342,7 @@ pub fn request(socket: &Path, cmd: &str) -> Result<Value, ToolError> {
     let mut s = UnixStream::connect(socket).map_err(unreachable)?;
     s.set_read_timeout(Some(IO_TIMEOUT)).map_err(unreachable)?;
     s.set_write_timeout(Some(IO_TIMEOUT)).map_err(unreachable)?;
-    writeln!(s, "{}", json!({ "cmd": cmd })).map_err(unreachable)?;
+    writeln!(s, "{req}").map_err(unreachable)?;
     let mut line = String::new();
     BufReader::new(&s)
         .read_line(&mut line)
@@ -324,7 +353,8 @@ pub fn request(socket: &Path, cmd: &str) -> Result<Value, ToolError> {
         Ok(v.get("data").cloned().unwrap_or(Value::Null))
     } else {
         Err(ToolError::Peer(format!(
-            "the service refused {cmd}: {}",
+            "the service refused {}: {}",
+            cmd.replace('_', " "),
             v.get("error")
                 .and_then(Value::as_str)
                 .unwrap_or("no reason")
@@ -477,6 +507,86 @@ pub fn run_qp_list(a: &QpListArgs) -> Result<(), ToolError> {
             n(q, "bytes_received"),
             n(q, "retransmits"),
             n(q, "outstanding_reads")
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Options of `iwarp capture start`.
+#[derive(Debug, Clone, Args)]
+pub struct CaptureStartArgs {
+    /// The pcap file the service writes (created, or truncated). A
+    /// relative name is taken under the service's `serve.capture_dir`
+    /// (default /var/lib/iwarp/captures), not the current directory; an
+    /// absolute one is used as given, but under the systemd unit the
+    /// service's file system is read-only outside /var/lib/iwarp.
+    #[arg(value_name = "FILE")]
+    pub file: String,
+    /// Bytes kept of each frame (default 65535: whole frames).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SNAPLEN)))]
+    pub snaplen: Option<u32>,
+    /// The service's control socket.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// Print the service's JSON answer.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `iwarp capture stop`.
+pub type CaptureStopArgs = StatsArgs;
+
+/// `iwarp capture start`.
+pub fn run_capture_start(a: &CaptureStartArgs) -> Result<(), ToolError> {
+    let req = json!({ "cmd": "capture_start", "file": a.file, "snaplen": a.snaplen });
+    let data = request_with(&a.socket, "capture_start", &req)?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{data}")?;
+    } else {
+        writeln!(
+            out,
+            "capturing to {} (snaplen {}, {} frames queued per worker at most, up to {} bytes)",
+            n(&data, "file"),
+            n(&data, "snaplen"),
+            n(&data, "ring_frames"),
+            n(&data, "max_bytes")
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// `iwarp capture stop`.
+pub fn run_capture_stop(a: &CaptureStopArgs) -> Result<(), ToolError> {
+    let data = request(&a.socket, "capture_stop")?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{data}")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{}: {} frames captured, {} dropped, {} bytes{}",
+        n(&data, "file"),
+        n(&data, "captured"),
+        n(&data, "dropped"),
+        n(&data, "bytes"),
+        match data["stopped_by"].as_str() {
+            Some("max_bytes") => " (stopped at serve.capture_max_bytes)",
+            Some("shutdown") => " (stopped with the service)",
+            _ => "",
+        }
+    )?;
+    for w in data["workers"].as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "  worker {}: {} captured, {} dropped",
+            n(w, "worker"),
+            n(w, "captured"),
+            n(w, "dropped")
         )?;
     }
     out.flush()?;

@@ -18,6 +18,7 @@
 //! object per line with `log_format = "json"`.
 
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -253,6 +254,19 @@ pub struct Service {
     pub started: Instant,
     /// The log.
     pub log: Log,
+    /// The packet capture the control socket runs.
+    pub capture: Mutex<CaptureState>,
+}
+
+/// What the service remembers of `iwarp capture`.
+#[derive(Debug, Default)]
+pub struct CaptureState {
+    /// The file of the running capture.
+    pub file: Option<PathBuf>,
+    /// The summary of a capture the service stopped by itself (the file
+    /// reached `capture_max_bytes`, or the service stopped), for the next
+    /// `iwarp capture stop`.
+    pub finished: Option<serde_json::Value>,
 }
 
 // ---------------------------------------------------------------------
@@ -322,6 +336,166 @@ fn rping_options(c: &RpingResponderConfig) -> Result<RpingOptions, ToolError> {
         accept_timeout: Some(RPING_WAIT_SLICE),
         ..RpingOptions::default()
     })
+}
+
+// ---------------------------------------------------------------------
+// Packet capture through the control socket.
+// ---------------------------------------------------------------------
+
+/// Where `iwarp capture start FILE` writes: a relative `file` under
+/// `dir` (`serve.capture_dir`, created if missing; no `..` to leave it),
+/// an absolute one as given.
+pub fn capture_path(dir: &Path, file: &str) -> Result<PathBuf, String> {
+    if file.is_empty() {
+        return Err("capture start needs a file name".into());
+    }
+    let f = Path::new(file);
+    if f.is_absolute() {
+        return Ok(f.to_path_buf());
+    }
+    if f.components().any(|c| {
+        !matches!(
+            c,
+            std::path::Component::Normal(_) | std::path::Component::CurDir
+        )
+    }) {
+        return Err(format!(
+            "capture file {file:?}: a relative name stays under {} (no \"..\")",
+            dir.display()
+        ));
+    }
+    Ok(dir.join(f))
+}
+
+/// The hint given when a capture file cannot be made: the unit leaves
+/// only the state directory writable.
+fn capture_hint(dir: &Path, path: &Path) -> String {
+    if path.starts_with(dir) {
+        String::new()
+    } else {
+        format!(
+            "; capture files go under {} (the service's file system is read-only elsewhere)",
+            dir.display()
+        )
+    }
+}
+
+fn summary_json(s: &crate::capture::CaptureSummary, stopped_by: &str) -> serde_json::Value {
+    serde_json::json!({
+        "file": s.path.display().to_string(),
+        "bytes": s.bytes,
+        "captured": s.captured(),
+        "dropped": s.dropped(),
+        "stopped_by": stopped_by,
+        "workers": s.workers.iter().enumerate().map(|(i, w)| serde_json::json!({
+            "worker": i, "captured": w.captured, "dropped": w.dropped,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+impl Service {
+    fn capture_lock(&self) -> std::sync::MutexGuard<'_, CaptureState> {
+        self.capture.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts a capture into `file` (see [`capture_path`]) keeping
+    /// `snaplen` bytes of each frame (0: the library's default).
+    pub fn capture_start(&self, file: &str, snaplen: u32) -> Result<serde_json::Value, String> {
+        let s = &self.config.serve;
+        let dir = Path::new(&s.capture_dir);
+        let path = capture_path(dir, file)?;
+        let mut st = self.capture_lock();
+        if self.dp.capturing() {
+            let running = st
+                .file
+                .as_ref()
+                .map_or_else(String::new, |f| format!(" (into {})", f.display()));
+            return Err(format!("a capture is running already{running}"));
+        }
+        if let Some(parent) = path.parent().filter(|p| p.starts_with(dir)) {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                format!(
+                    "cannot create capture directory {}: {e}{}",
+                    parent.display(),
+                    capture_hint(dir, parent)
+                )
+            })?;
+        }
+        let opts = crate::capture::CaptureOptions {
+            snaplen,
+            ring_slots: usize::try_from(s.capture_ring_frames.max(1)).unwrap_or(usize::MAX),
+            ..crate::capture::CaptureOptions::default()
+        };
+        self.dp
+            .capture_start(&path, &opts)
+            .map_err(|e| format!("{e}{}", capture_hint(dir, &path)))?;
+        st.file = Some(path.clone());
+        st.finished = None;
+        let snaplen = if snaplen == 0 {
+            crate::capture::DEFAULT_SNAPLEN
+        } else {
+            snaplen
+        };
+        self.log.info(
+            "capture_started",
+            &[
+                ("file", path.display().to_string()),
+                ("snaplen", snaplen.to_string()),
+            ],
+        );
+        Ok(serde_json::json!({
+            "file": path.display().to_string(),
+            "snaplen": snaplen,
+            "ring_frames": opts.ring_slots,
+            "max_bytes": s.capture_max_bytes,
+        }))
+    }
+
+    /// Stops the running capture, or reports the one the service stopped
+    /// by itself since the last `stop`.
+    pub fn capture_stop(&self) -> Result<serde_json::Value, String> {
+        if self.dp.capturing() {
+            return self.capture_end("request");
+        }
+        self.capture_lock()
+            .finished
+            .take()
+            .ok_or_else(|| "no capture is running".to_string())
+    }
+
+    /// Stops the capture; the summary (also logged).
+    fn capture_end(&self, stopped_by: &str) -> Result<serde_json::Value, String> {
+        let mut st = self.capture_lock();
+        let summary = self.dp.capture_stop().map_err(|e| e.to_string())?;
+        st.file = None;
+        self.log.info(
+            "capture_stopped",
+            &[
+                ("file", summary.path.display().to_string()),
+                ("captured", summary.captured().to_string()),
+                ("dropped", summary.dropped().to_string()),
+                ("bytes", summary.bytes.to_string()),
+                ("stopped_by", stopped_by.to_string()),
+            ],
+        );
+        Ok(summary_json(&summary, stopped_by))
+    }
+
+    /// Stops a capture whose file reached `serve.capture_max_bytes`,
+    /// keeping its summary for `iwarp capture stop`.
+    fn capture_limit(&self) {
+        let limit = self.config.serve.capture_max_bytes;
+        let file = match &self.capture_lock().file {
+            Some(f) if limit > 0 && self.dp.capturing() => f.clone(),
+            _ => return,
+        };
+        let size = std::fs::metadata(&file).map_or(0, |m| m.len());
+        if size >= limit {
+            if let Ok(v) = self.capture_end("max_bytes") {
+                self.capture_lock().finished = Some(v);
+            }
+        }
+    }
 }
 
 /// Runs the service until SIGTERM or SIGINT.
@@ -397,6 +571,7 @@ pub fn run(args: &ServeArgs) -> Result<(), ToolError> {
         stop: AtomicBool::new(false),
         started: Instant::now(),
         log,
+        capture: Mutex::new(CaptureState::default()),
     };
     let ctl = control::Server::bind(&socket_path, mode, &s.socket_group)
         .map_err(|e| ToolError::Usage(format!("control socket {}: {e}", socket_path.display())))?;
@@ -446,8 +621,12 @@ pub fn run(args: &ServeArgs) -> Result<(), ToolError> {
         ));
         while !interrupted() {
             std::thread::sleep(Duration::from_millis(100));
+            svc.capture_limit();
         }
         notify_systemd("STOPPING=1");
+        if svc.dp.capturing() {
+            let _ = svc.capture_end("shutdown");
+        }
         log.info("stopping", &[("signal", "SIGTERM/SIGINT".into())]);
         svc.stop.store(true, Ordering::Release);
         let closed = svc.dp.disconnect_all(false);
