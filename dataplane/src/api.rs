@@ -1216,6 +1216,13 @@ impl Dataplane {
         self.workers.len()
     }
 
+    /// Memory registrations alive (valid, invalidated, or deregistering
+    /// while data in flight still refers to them): what shows that a
+    /// long-running service's failed sessions give their buffers back.
+    pub fn mr_count(&self) -> u32 {
+        lock(&self.control).device.mrs().len()
+    }
+
     /// Each worker's counters, read while it runs.
     pub fn stats(&self) -> Vec<WorkerStats> {
         self.workers.iter().map(|w| w.counters.snapshot()).collect()

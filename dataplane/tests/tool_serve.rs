@@ -1118,3 +1118,136 @@ fn queue_pair_limit_counts_live_ones() {
         numbers.last().copied().unwrap_or(0)
     );
 }
+
+// ---------------------------------------------------------------------
+// In one process: failed perftest sessions give their registrations back.
+// ---------------------------------------------------------------------
+
+/// A responder's failed sessions, over and over (no client within the
+/// timeout; a client whose control connection comes up and goes away
+/// before the exchange), leave the dataplane's memory registrations as
+/// they were: a long-running service does not leak one per failure.
+#[test]
+fn failed_perftest_sessions_give_their_registrations_back() {
+    use dataplane::api::{Access, ConnectParams, Dataplane, QpOptions, QpStatus, Region};
+    use dataplane::config::Config;
+    use dataplane::tool::perftest::{Session, SessionParams};
+    use dataplane::tool::runner::{RemoteBuf, TestKind};
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    use tcp_offload::wire::EthernetAddress;
+
+    let link = format!("mem:{}", unique_prefix("perf-leak"));
+    let (ip_s, ip_c) = (Ipv4Addr::new(10, 66, 2, 1), Ipv4Addr::new(10, 66, 2, 2));
+    let server = Dataplane::open(&Config::single(
+        &link,
+        ip_s,
+        EthernetAddress([2, 0, 0, 0, 0x66, 5]),
+    ))
+    .expect("server dataplane");
+    let client = Dataplane::open(&Config::single(
+        &link,
+        ip_c,
+        EthernetAddress([2, 0, 0, 0, 0x66, 6]),
+    ))
+    .expect("client dataplane");
+    let pd = server.alloc_pd().expect("pd");
+    let cq = server.create_cq(64).expect("cq");
+    let region = Region::new(4096).expect("region");
+    let mr = server
+        .reg_mr(
+            pd,
+            &region,
+            0,
+            4096,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )
+        .expect("the data buffer's registration");
+    let local = [RemoteBuf {
+        addr: mr.sge(0, 1).addr,
+        rkey: mr.sge(0, 1).lkey.0,
+    }];
+    let params = SessionParams::new(TestKind::WriteBw, 4096, 10);
+    let port = 18790;
+    let before = server.mr_count();
+    const ROUNDS: usize = 4;
+    for round in 0..ROUNDS {
+        // Nobody comes.
+        let qp = server
+            .create_qp(pd, &cq, &cq, QpOptions::default())
+            .expect("data qp");
+        let e = Session::server(
+            &server,
+            port,
+            &params,
+            &[qp],
+            &local,
+            Duration::from_millis(100),
+        )
+        .expect_err("no client");
+        assert!(e.to_string().contains("nothing within"), "{e}");
+        assert_eq!(server.mr_count(), before, "round {round}: after a timeout");
+    }
+    for round in 0..ROUNDS {
+        // A client whose control connection is up, then gone.
+        let qp = server
+            .create_qp(pd, &cq, &cq, QpOptions::default())
+            .expect("data qp");
+        let rogue = std::thread::scope(|scope| {
+            let t = scope.spawn(|| {
+                let cpd = client.alloc_pd().expect("pd");
+                let ccq = client.create_cq(16).expect("cq");
+                let cqp = client
+                    .create_qp(cpd, &ccq, &ccq, QpOptions::default())
+                    .expect("qp");
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < deadline {
+                    if client
+                        .connect(
+                            &cqp,
+                            SocketAddrV4::new(ip_s, port),
+                            &ConnectParams::default(),
+                        )
+                        .is_ok()
+                    {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                while cqp.status() != QpStatus::Connected && Instant::now() < deadline {
+                    let _ = client.wait_event(Duration::from_millis(20));
+                }
+                let up = cqp.status() == QpStatus::Connected;
+                let _ = client.disconnect(&cqp, true);
+                up
+            });
+            let e = Session::server(
+                &server,
+                port,
+                &params,
+                &[qp],
+                &local,
+                Duration::from_secs(5),
+            )
+            .expect_err("the client went away");
+            (t.join().expect("client thread"), e)
+        });
+        assert!(rogue.0, "round {round}: the control connection came up");
+        let _ = server.disconnect_all(true);
+        assert_eq!(
+            server.mr_count(),
+            before,
+            "round {round}: after a client left ({})",
+            rogue.1
+        );
+        if round == 0 {
+            println!("a failed session with a client: {}", rogue.1);
+        }
+    }
+    println!(
+        "{} failed perftest sessions ({ROUNDS} without a client, {ROUNDS} with one that left): \
+         {} memory registrations before, {} after",
+        2 * ROUNDS,
+        before,
+        server.mr_count()
+    );
+}

@@ -223,6 +223,20 @@ pub struct Session<'dp> {
     data_params: ConnectParams,
 }
 
+/// A session that ends, finished or failed, gives its control buffer's
+/// registration back: a service serves one session after another for
+/// days, and a failed one (a client that went away mid-exchange, a
+/// timeout) must not leave a registration behind each time. The control
+/// connection itself is closed by [`Session::finish`], or reset by the
+/// caller of a failed session; a registration still referred to by data
+/// in flight is freed once that data has left
+/// ([`crate::api::DeregStatus::Pending`]).
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        let _ = self.dp.dereg_mr(&self.ctrl.mr);
+    }
+}
+
 fn peer_err(m: impl Into<String>) -> ToolError {
     ToolError::Peer(m.into())
 }
@@ -361,15 +375,14 @@ impl<'dp> Session<'dp> {
             mr,
             received: VecDeque::new(),
         };
-        for slot in 0..RECV_SLOTS {
-            post_slot(&ctrl, slot)?;
-        }
         let rd = if p.is_read() || p.read_back {
             u16::try_from(p.outstanding_reads).unwrap_or(u16::MAX)
         } else {
             0
         };
-        Ok(Session {
+        // From here the session owns the registration: dropped on any
+        // error below or in the constructors, it deregisters it.
+        let s = Session {
             dp,
             test: p.test,
             side,
@@ -386,7 +399,11 @@ impl<'dp> Session<'dp> {
                 ord: rd,
                 private_data: Vec::new(),
             },
-        })
+        };
+        for slot in 0..RECV_SLOTS {
+            post_slot(&s.ctrl, slot)?;
+        }
+        Ok(s)
     }
 
     /// The peer's buffers, per data QP.
@@ -469,8 +486,7 @@ impl<'dp> Session<'dp> {
             )));
         }
         self.close();
-        // Freed once the last message has left (DeregStatus::Pending).
-        let _ = self.dp.dereg_mr(&self.ctrl.mr);
+        // The control buffer is deregistered when `self` drops, below.
         let report =
             matches!(self.test, TestKind::WriteBw | TestKind::ReadBw) && self.side == Side::Server;
         Ok(report.then(|| self.x.peer().report))
