@@ -746,6 +746,11 @@ fn service_serves_perf_and_rping_over_veth() {
     );
     let r = ping.wait(deadline).unwrap_or_else(|e| panic!("{e}"));
     assert!(r.status.success(), "rping client: {:?}", r.stderr);
+    let accepted = svc
+        .wait_stderr("event=accepted responder=rping:7174", deadline)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(accepted.contains(&format!("peer={}", ips[1])), "{accepted}");
+    println!("service logged: {accepted}");
     let finished = svc
         .wait_stderr("event=finished responder=rping:7174", deadline)
         .unwrap_or_else(|e| panic!("{e}"));

@@ -696,6 +696,18 @@ pub fn server(
     opts: &RpingOptions,
     out: &mut dyn Write,
 ) -> Result<RpingSummary, ToolError> {
+    server_with(dp, opts, out, &mut |_| {})
+}
+
+/// [`server`], calling `accepted` with the client's address once its
+/// connection is established, before the first ping: a service logs the
+/// client it serves then, not only when the run ends.
+pub fn server_with(
+    dp: &Dataplane,
+    opts: &RpingOptions,
+    out: &mut dyn Write,
+    accepted: &mut dyn FnMut(SocketAddrV4),
+) -> Result<RpingSummary, ToolError> {
     opts.check()?;
     let me = SocketAddrV4::new(dp.ip(), opts.port);
     dp.listen(opts.port, 3)
@@ -743,7 +755,7 @@ pub fn server(
             req.private_data.len()
         )
     });
-    let result = serve(&mut c, &req, opts, out);
+    let result = serve(&mut c, &req, opts, out, accepted);
     c.close();
     result
 }
@@ -765,6 +777,7 @@ fn serve(
     req: &ConnectRequest,
     opts: &RpingOptions,
     out: &mut dyn Write,
+    accepted: &mut dyn FnMut(SocketAddrV4),
 ) -> Result<RpingSummary, ToolError> {
     let dp = c.dp;
     // rping's server registers its own -S; taking any size a client may
@@ -782,6 +795,7 @@ fn serve(
     dp.accept(req, &c.qp, &params)
         .map_err(|e| ToolError::Peer(format!("cannot accept {}: {e}", req.remote)))?;
     c.wait_established(Instant::now() + c.timeout)?;
+    accepted(req.remote);
     let started = Instant::now();
     let mut s = RpingSummary {
         role: RpingRole::Server,

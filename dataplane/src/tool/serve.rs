@@ -904,7 +904,19 @@ fn rping_responder(svc: &Service, state: &ResponderState, opts: &RpingOptions) {
     );
     while !svc.stop.load(Ordering::Acquire) && !interrupted() {
         let mut sink = std::io::sink();
-        match rping::server(&svc.dp, opts, &mut sink) {
+        let mut accepted = |peer: std::net::SocketAddrV4| {
+            state.active.store(true, Ordering::Release);
+            log.info(
+                "accepted",
+                &[
+                    ("responder", responder.clone()),
+                    ("peer", peer.ip().to_string()),
+                ],
+            );
+        };
+        let result = rping::server_with(&svc.dp, opts, &mut sink, &mut accepted);
+        state.active.store(false, Ordering::Release);
+        match result {
             Ok(s) => {
                 state.sessions.fetch_add(1, Ordering::Relaxed);
                 let peer = s.peer.ip().to_string();
