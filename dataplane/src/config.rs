@@ -406,6 +406,14 @@ pub struct MpaConfig {
     /// responder can leave that FPDU unread); 0 disables.
     #[serde(default = "default_nudge_ms")]
     pub nudge_ms: u64,
+    /// As responder without peer-to-peer: hold our FPDUs until the
+    /// initiator's first one (RFC 5044 §7.1.1, strict) when true; when false
+    /// (the default, as Linux siw does) the application may speak first
+    /// once the peer has acknowledged our MPA reply and work is posted after
+    /// the connection is up. perftest's write_lat has the passive side
+    /// write first, and siw never asks for peer-to-peer.
+    #[serde(default)]
+    pub responder_waits_for_first_fpdu: bool,
 }
 
 fn default_nudge_ms() -> u64 {
@@ -432,6 +440,7 @@ impl Default for MpaConfig {
             rtr: default_rtr(),
             timeout_s: default_mpa_timeout(),
             nudge_ms: default_nudge_ms(),
+            responder_waits_for_first_fpdu: false,
         }
     }
 }

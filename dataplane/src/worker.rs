@@ -1625,6 +1625,7 @@ struct MpaDefaults {
     rtr: Option<RtrType>,
     timeout: Duration,
     nudge_after: Duration,
+    responder_waits: bool,
 }
 
 /// One poll-mode worker. See the module documentation.
@@ -1746,6 +1747,7 @@ impl<Q: LinkQueue> Worker<Q> {
                 rtr,
                 timeout: Duration::from_secs(s.config.mpa.timeout_s),
                 nudge_after: Duration::from_millis(s.config.mpa.nudge_ms),
+                responder_waits: s.config.mpa.responder_waits_for_first_fpdu,
             },
             port_cursor,
             retransmits_closed: 0,
@@ -2002,6 +2004,7 @@ impl<Q: LinkQueue> Worker<Q> {
             rtr_accept: RtrSet::ALL,
             timeout: self.mpa.timeout,
             nudge_after: self.mpa.nudge_after,
+            responder_waits_for_first_fpdu: self.mpa.responder_waits,
             ..rdmap::mpa::Config::default()
         }
     }

@@ -78,6 +78,7 @@ fn full_example_parses() {
     );
     assert!(m.mpa.crc);
     assert_eq!(m.mpa.nudge_ms, 200);
+    assert!(!m.mpa.responder_waits_for_first_fpdu);
 }
 
 #[test]
@@ -91,6 +92,7 @@ fn overrides_set_any_key() {
             "ports.0.mtu = 1500".into(),
             "mpa.rtr=none".into(),
             "mpa.nudge_ms=0".into(),
+            "mpa.responder_waits_for_first_fpdu=true".into(),
             "eal.args=[\"-l\", \"0-1\"]".into(),
         ],
     )
@@ -100,6 +102,7 @@ fn overrides_set_any_key() {
     assert_eq!(c.ports[0].mtu, 1500);
     assert_eq!(c.mpa_rtr().unwrap(), None);
     assert_eq!(c.mpa.nudge_ms, 0);
+    assert!(c.mpa.responder_waits_for_first_fpdu);
     assert_eq!(c.eal.args, ["-l", "0-1"]);
 }
 

@@ -7,9 +7,9 @@ mod engine_common;
 
 use core::time::Duration;
 
-use engine_common::{connected, Pair, Rng, Setup};
+use engine_common::{connected, Buf, Pair, Rng, Setup, Side};
 use rdmap::engine::{Endpoint, EngineEvent, Env, RecordKind, SetupFailure};
-use rdmap::mpa::{NegotiationError, RejectReason, RtrType};
+use rdmap::mpa::{Config, NegotiationError, RejectReason, RtrType};
 use rdmap::verbs::{
     Access, QpInitAttr, QpState, RecvWr, SendWr, Sge, SgeList, SrqInitAttr, WcOpcode, WcStatus,
 };
@@ -328,4 +328,111 @@ fn shared_receive_queue_and_a_separate_receive_cq() {
     assert_eq!(&p.b.bytes(&dst)[..150], &p.a.bytes(&src)[..150]);
     assert_eq!(&p.b.bytes(&dst)[300..600], p.a.bytes(&src));
     assert!(srq.is_empty());
+}
+
+/// A responder without peer-to-peer, relaxed or strict
+/// (`responder_waits_for_first_fpdu`), with a Send posted before the
+/// connection; the initiator never sends an FPDU and has two receives.
+fn speak_first_pair(waits: bool) -> (Pair, Buf, Buf, Buf) {
+    let mut p = Pair::new(7, Setup::default(), 1460);
+    let cfg = Config {
+        responder_waits_for_first_fpdu: waits,
+        ..engine_common::config(&Setup::default())
+    };
+    p.b = Side::with_config("responder", 8, cfg, false);
+    let mut rng = Rng::new(7);
+    let src = p.b.buffer(100, 0x1000, Access::LOCAL_WRITE, Some(&mut rng));
+    let dst1 = p.a.buffer(100, 0x2000, Access::LOCAL_WRITE, None);
+    let dst2 = p.a.buffer(100, 0x3000, Access::LOCAL_WRITE, None);
+    for (id, dst) in [(1, &dst1), (2, &dst2)] {
+        p.a.ep
+            .qp_mut()
+            .post_recv(&RecvWr {
+                wr_id: id,
+                sges: SgeList::single(Sge {
+                    addr: dst.va,
+                    length: 100,
+                    lkey: dst.stag,
+                }),
+            })
+            .unwrap();
+    }
+    let wr = speak_first_send(1, &src);
+    p.b.ep.qp_mut().post_send(&wr, p.b.dev.mrs()).unwrap();
+    (p, src, dst1, dst2)
+}
+
+fn speak_first_send(id: u64, src: &Buf) -> SendWr {
+    SendWr::send(
+        id,
+        SgeList::single(Sge {
+            addr: src.va,
+            length: 100,
+            lkey: src.stag,
+        }),
+    )
+}
+
+/// Relaxed: work posted before the connection waits; work posted after it
+/// goes out once the reply is acknowledged, never before, and then both
+/// Sends arrive although the initiator never sent an FPDU.
+#[test]
+fn relaxed_responder_speaks_first_after_new_work_and_the_acked_reply() {
+    let (mut p, src, dst1, dst2) = speak_first_pair(false);
+    let seen = responder_records(&mut p, 200);
+    assert!(connected(&p.a.events) && connected(&p.b.events));
+    assert_eq!(seen, [RecordKind::MpaFrame], "work posted earlier waits");
+    // The reply was acknowledged in the steps above: new work lets it speak.
+    let wr = speak_first_send(2, &src);
+    p.b.hold_acks = true;
+    p.b.ep.qp_mut().post_send(&wr, p.b.dev.mrs()).unwrap();
+    let seen = responder_records(&mut p, 200);
+    assert_eq!(
+        seen,
+        [RecordKind::Send, RecordKind::Send],
+        "both Sends, in order"
+    );
+    p.b.hold_acks = false;
+    p.run_until(500, |p| {
+        p.a.completions.len() == 2 && p.b.completions.len() == 2
+    });
+    assert_eq!(p.a.bytes(&dst1), p.b.bytes(&src));
+    assert_eq!(p.a.bytes(&dst2), p.b.bytes(&src));
+    assert_eq!(p.a.records, 1, "the initiator sent only its request");
+}
+
+/// Relaxed, but the reply not yet acknowledged: new work waits for the
+/// acknowledgement.
+#[test]
+fn relaxed_responder_waits_for_the_reply_to_be_acknowledged() {
+    let (mut p, src, _, _) = speak_first_pair(false);
+    p.b.hold_acks = true;
+    let seen = responder_records(&mut p, 200);
+    assert!(connected(&p.b.events));
+    assert_eq!(seen, [RecordKind::MpaFrame]);
+    let wr = speak_first_send(2, &src);
+    p.b.ep.qp_mut().post_send(&wr, p.b.dev.mrs()).unwrap();
+    let seen = responder_records(&mut p, 200);
+    assert!(seen.is_empty(), "an FPDU before the reply's ack: {seen:?}");
+    p.b.hold_acks = false;
+    p.run_until(500, |p| p.a.completions.len() == 2);
+}
+
+/// Strict (RFC 5044 §7.1.1): new work after the connection still waits
+/// for the initiator's first FPDU.
+#[test]
+fn strict_responder_never_speaks_first() {
+    let (mut p, src, _, _) = speak_first_pair(true);
+    let seen = responder_records(&mut p, 200);
+    assert!(connected(&p.a.events) && connected(&p.b.events));
+    let wr = speak_first_send(2, &src);
+    p.b.ep.qp_mut().post_send(&wr, p.b.dev.mrs()).unwrap();
+    let more = responder_records(&mut p, 300);
+    assert_eq!(seen, [RecordKind::MpaFrame]);
+    assert!(more.is_empty(), "the strict responder spoke: {more:?}");
+    assert!(p.a.completions.is_empty());
+    // The initiator's first FPDU (a zero-length Write) releases both.
+    let wr = SendWr::write(3, SgeList::empty(), 0, rdmap::verbs::Stag(0x100));
+    p.a.ep.qp_mut().post_send(&wr, p.a.dev.mrs()).unwrap();
+    p.run_until(500, |p| p.a.completions.len() == 3);
 }

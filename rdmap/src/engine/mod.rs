@@ -99,6 +99,18 @@
 //! makes [`Endpoint::poll_timeout`] due at once, and the driver's next
 //! [`Endpoint::handle_timeout`] stamps the deadline from its `now`.
 //!
+//! # Who speaks first
+//!
+//! A responder holds its FPDUs until the initiator's first one (RFC 5044
+//! §7.1.1; in peer-to-peer mode the RTR). With
+//! [`Config::responder_waits_for_first_fpdu`] off and no peer-to-peer, it
+//! may also speak once both hold: TCP has acknowledged the whole MPA reply
+//! (so no FPDU can share a segment with it: Linux siw as initiator treats
+//! bytes behind the reply as a protocol error), and the application has
+//! posted work after the connection was established (work posted earlier
+//! waits with it). Linux siw's responder does not wait at all; ULPs whose
+//! passive side speaks first (perftest's write_lat) depend on that.
+//!
 //! Nothing here allocates per FPDU: headers and trailers are fixed arrays,
 //! queues were sized when the objects were created. MPA frames are copied
 //! into one allocation per connection.
@@ -281,6 +293,12 @@ pub struct Endpoint {
     connected: bool,
     /// Responder: the initiator's first FPDU (or RTR) has arrived.
     may_send_fpdus: bool,
+    /// Responder allowed to speak first (module documentation, "Who
+    /// speaks first"): the send queue position of the first request
+    /// posted after the connection was established.
+    speak_first_after: Option<u64>,
+    /// [`Config::responder_waits_for_first_fpdu`].
+    responder_waits: bool,
     /// Initiator: the RTR still to send.
     rtr_to_send: Option<RtrType>,
     /// Responder: the RTR the first FPDU must be.
@@ -331,8 +349,11 @@ impl Endpoint {
     /// The passive side: waits for the MPA request.
     pub fn responder(config: Config, qp: QueuePair, now: Duration) -> Result<Endpoint, SetupError> {
         let config = cap_config(config, &qp);
+        let responder_waits = config.responder_waits_for_first_fpdu;
         let negotiator = Negotiator::responder(config, now)?;
-        Ok(Endpoint::new(Role::Responder, negotiator, qp))
+        let mut ep = Endpoint::new(Role::Responder, negotiator, qp);
+        ep.responder_waits = responder_waits;
+        Ok(ep)
     }
 
     fn new(role: Role, negotiator: Negotiator, qp: QueuePair) -> Endpoint {
@@ -348,6 +369,8 @@ impl Endpoint {
             rx_running: false,
             connected: false,
             may_send_fpdus: false,
+            speak_first_after: None,
+            responder_waits: true,
             rtr_to_send: None,
             rtr_expected: None,
             rtr_read_pending: false,
@@ -648,6 +671,9 @@ impl Endpoint {
         self.rx_running = true;
         self.connected = true;
         self.may_send_fpdus = !n.must_wait_for_first_fpdu;
+        if !self.may_send_fpdus && !self.responder_waits && !n.peer_to_peer {
+            self.speak_first_after = Some(self.qp.head_seq().0 + self.qp.sq_len() as u64);
+        }
         self.rtr_to_send = n.send_rtr();
         self.rtr_expected = n.expect_rtr();
         if self.role == Role::Initiator && !self.nudge_after.is_zero() {

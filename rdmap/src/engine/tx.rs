@@ -153,6 +153,18 @@ impl Endpoint {
             let _ = self.qp.modify_qp(QpModify::state(QpState::Error));
             return Some(r);
         }
+        if !self.may_send_fpdus {
+            if let Some(first) = self.speak_first_after {
+                // Relaxed responder: the reply is acknowledged (setup_tx is
+                // empty and nothing else was sent) and new work is posted.
+                if self.acked_offset >= self.tx_offset
+                    && self.qp.head_seq().0 + self.qp.sq_len() as u64 > first
+                {
+                    self.may_send_fpdus = true;
+                    self.speak_first_after = None;
+                }
+            }
+        }
         if self.fatal.is_some() || !self.connected || !self.may_send_fpdus {
             return None;
         }

@@ -122,6 +122,17 @@ pub struct Config {
     /// segment with data comes; see [`crate::engine`], "Waking a
     /// responder".
     pub nudge_after: Duration,
+    /// Responder without peer-to-peer: hold every FPDU until the
+    /// initiator's first one has arrived (RFC 5044 §7.1.1; true, the
+    /// default here), or (false) let the application speak first once the
+    /// initiator has acknowledged our reply and the application has posted
+    /// work after the connection was established. Linux siw as responder
+    /// does not wait, and ULPs whose passive side speaks first (perftest's
+    /// write_lat) rely on that; their own synchronisation guarantees the
+    /// initiator is in FPDU mode by then. Never relaxed in peer-to-peer
+    /// mode: there the RTR is the initiator's first FPDU. See
+    /// [`crate::engine`], "Who speaks first".
+    pub responder_waits_for_first_fpdu: bool,
 }
 
 /// Default of [`Config::nudge_after`]: well above a loaded peer's
@@ -148,6 +159,7 @@ impl Default for Config {
             rtr_preference: [RtrType::Write, RtrType::Read, RtrType::Send],
             timeout: DEFAULT_TIMEOUT,
             nudge_after: DEFAULT_NUDGE_AFTER,
+            responder_waits_for_first_fpdu: true,
         }
     }
 }

@@ -152,6 +152,11 @@ pub fn config(s: &Setup) -> Config {
 
 impl Side {
     pub fn new(name: &'static str, seed: u64, setup: &Setup, initiator: bool) -> Side {
+        Side::with_config(name, seed, config(setup), initiator)
+    }
+
+    /// [`Side::new`] with an MPA configuration of the test's own.
+    pub fn with_config(name: &'static str, seed: u64, cfg: Config, initiator: bool) -> Side {
         let mut dev = Device::with_seed(
             DeviceLimits {
                 max_mr: 64,
@@ -163,9 +168,9 @@ impl Side {
         let cq = dev.create_cq(1024).unwrap();
         let qp = dev.create_qp(qp_attr(pd, &cq)).unwrap();
         let ep = if initiator {
-            Endpoint::initiator(config(setup), b"init", qp, core::time::Duration::ZERO).unwrap()
+            Endpoint::initiator(cfg, b"init", qp, core::time::Duration::ZERO).unwrap()
         } else {
-            Endpoint::responder(config(setup), qp, core::time::Duration::ZERO).unwrap()
+            Endpoint::responder(cfg, qp, core::time::Duration::ZERO).unwrap()
         };
         Side {
             name,
