@@ -154,8 +154,11 @@ const CYCLE_BUFFER: usize = 4096;
 const CACHE_LINE: usize = 64;
 /// perftest's default completion moderation of bandwidth tests.
 const CQ_MOD: u64 = 100;
-/// No completion for this long: the peer is gone.
+/// No completion and no traffic on the run's connections for this long:
+/// the peer is gone.
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the stall watch looks at the connections' byte counters.
+const WIRE_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// How often the progress callback runs.
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 /// Completions taken from the CQ at a time.
@@ -407,7 +410,6 @@ impl Resources {
         remote: &[RemoteBuf],
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<RunResult, ToolError> {
-        let _ = dp;
         check_spec(spec)?;
         if spec.test != self.test || spec.role != self.role || spec.qps != self.qps.len() {
             return Err(ToolError::Usage(
@@ -425,7 +427,7 @@ impl Resources {
                 "run: fewer remote buffers than QPs".into(),
             ));
         }
-        let mut r = Runner::new(self, spec, remote, progress);
+        let mut r = Runner::new(dp, self, spec, remote, progress);
         match (spec.test, spec.role) {
             (TestKind::WriteBw | TestKind::ReadBw | TestKind::SendBw, Role::Client) => {
                 r.bw_client()
@@ -745,8 +747,61 @@ fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error>
 /// perftest's MB.
 pub const MB: f64 = 1_048_576.0;
 
+/// The traffic half of the stall watch. Only one work request in
+/// `cq_mod` is signalled, so against a slow peer (a loaded Linux siw answers
+/// a few Reads a second) no completion may come for longer than
+/// [`STALL_TIMEOUT`] while data flows: bytes received on the run's
+/// connections, or bytes sent with no segment retransmitted meanwhile
+/// (the peer acknowledged something to open the window), count as
+/// progress too. Retransmissions alone do not: a dead peer gets those.
+#[derive(Debug, Clone, Copy)]
+struct WireWatch {
+    checked: Instant,
+    sent: u64,
+    received: u64,
+    retransmits: u64,
+}
+
+impl WireWatch {
+    fn new(now: Instant, (sent, received, retransmits): (u64, u64, u64)) -> WireWatch {
+        WireWatch {
+            checked: now,
+            sent,
+            received,
+            retransmits,
+        }
+    }
+
+    fn due(&self, now: Instant) -> bool {
+        now.duration_since(self.checked) >= WIRE_CHECK_EVERY
+    }
+
+    /// Takes the counters (sent, received, retransmitted segments) at
+    /// `now`: whether the connections made progress since the last look.
+    fn moved(&mut self, now: Instant, counters: (u64, u64, u64)) -> bool {
+        let (sent, received, retransmits) = counters;
+        let moved =
+            received > self.received || (sent > self.sent && retransmits == self.retransmits);
+        *self = WireWatch::new(now, counters);
+        moved
+    }
+}
+
+/// Sums of (bytes sent, bytes received, segments retransmitted) over the
+/// connections of `qps`.
+fn wire_counters(dp: &Dataplane, qps: &[Qp]) -> (u64, u64, u64) {
+    dp.qp_snapshots()
+        .iter()
+        .filter(|s| qps.iter().any(|q| q.num() == s.qpn))
+        .fold((0, 0, 0), |(a, b, c), s| {
+            (a + s.bytes_sent, b + s.bytes_received, c + s.retransmits)
+        })
+}
+
 /// One run's state: counters, clocks, progress and stall watch.
 struct Runner<'a> {
+    dp: &'a Dataplane,
+    wire: WireWatch,
     res: &'a Resources,
     spec: &'a RunSpec,
     remote: &'a [RemoteBuf],
@@ -763,12 +818,14 @@ struct Runner<'a> {
 
 impl<'a> Runner<'a> {
     fn new(
+        dp: &'a Dataplane,
         res: &'a Resources,
         spec: &'a RunSpec,
         remote: &'a [RemoteBuf],
         progress: &'a mut dyn FnMut(&Progress),
     ) -> Runner<'a> {
         let now = Instant::now();
+        let wire = WireWatch::new(now, wire_counters(dp, &res.qps));
         let blank = WorkCompletion {
             wr_id: 0,
             status: WcStatus::Success,
@@ -779,6 +836,8 @@ impl<'a> Runner<'a> {
             invalidated_stag: None,
         };
         Runner {
+            dp,
+            wire,
             res,
             spec,
             remote,
@@ -816,6 +875,9 @@ impl<'a> Runner<'a> {
                 total,
                 elapsed: now - self.start,
             });
+        }
+        if self.wire.due(now) && self.wire.moved(now, wire_counters(self.dp, &self.res.qps)) {
+            self.last_activity = now;
         }
         if now.duration_since(self.last_activity) >= STALL_TIMEOUT {
             return Err(ToolError::Peer(format!(
@@ -1587,6 +1649,47 @@ mod tests {
     use crate::link::{MemLink, MemLinkConfig};
     use std::net::{Ipv4Addr, SocketAddrV4};
     use tcp_offload::wire::EthernetAddress;
+
+    /// F11: a slow peer whose data trickles in keeps the stall watch quiet
+    /// for far longer than [`STALL_TIMEOUT`] without a single completion;
+    /// once the bytes stop (or only retransmissions leave), it fires after
+    /// [`STALL_TIMEOUT`].
+    #[test]
+    fn traffic_without_completions_is_not_a_stall() {
+        let t0 = Instant::now();
+        let mut w = WireWatch::new(t0, (1000, 500, 0));
+        let mut last_activity = t0;
+        let mut stalled_at = None;
+        let mut counters = (1000u64, 500u64, 0u64);
+        // 40 s of 100 ms ticks: a Read Response segment every 2 s until
+        // 30 s; from 30 s on only retransmissions of our last segment.
+        for tick in 1..=400u64 {
+            let now = t0 + Duration::from_millis(100 * tick);
+            if tick % 20 == 0 && tick <= 300 {
+                counters.1 += 1448;
+            }
+            if tick > 300 && tick % 15 == 0 {
+                counters.0 += 100;
+                counters.2 += 1;
+            }
+            if w.due(now) && w.moved(now, counters) {
+                last_activity = now;
+            }
+            if now.duration_since(last_activity) >= STALL_TIMEOUT {
+                stalled_at = Some(tick);
+                break;
+            }
+        }
+        // The last received byte was seen at 30 s (the look at 30 s),
+        // so the stall is declared 10 s later, not before.
+        assert_eq!(stalled_at, Some(400));
+        // New data sent without a retransmission (acknowledged) counts.
+        let mut w = WireWatch::new(t0, (0, 0, 0));
+        assert!(!w.due(t0 + Duration::from_millis(999)));
+        assert!(w.moved(t0 + WIRE_CHECK_EVERY, (10, 0, 0)));
+        assert!(!w.moved(t0 + 2 * WIRE_CHECK_EVERY, (10, 0, 0)));
+        assert!(!w.moved(t0 + 3 * WIRE_CHECK_EVERY, (20, 0, 1)));
+    }
 
     #[test]
     fn perftest_geometry() {
