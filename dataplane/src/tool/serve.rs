@@ -957,6 +957,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn capture_files_resolve_under_the_capture_directory() {
+        let dir = Path::new("/var/lib/iwarp/captures");
+        assert_eq!(
+            capture_path(dir, "a.pcap").as_deref(),
+            Ok(Path::new("/var/lib/iwarp/captures/a.pcap"))
+        );
+        assert_eq!(
+            capture_path(dir, "./day/b.pcap").as_deref(),
+            Ok(Path::new("/var/lib/iwarp/captures/day/b.pcap"))
+        );
+        assert_eq!(
+            capture_path(dir, "/var/lib/iwarp/x.pcap").as_deref(),
+            Ok(Path::new("/var/lib/iwarp/x.pcap"))
+        );
+        assert!(capture_path(dir, "").is_err());
+        let e = capture_path(dir, "day/../../etc/x.pcap").expect_err("leaves the directory");
+        assert!(e.contains("stays under /var/lib/iwarp/captures"), "{e}");
+        assert_eq!(
+            capture_hint(dir, Path::new("/var/lib/iwarp/captures/a")),
+            ""
+        );
+        assert!(capture_hint(dir, Path::new("/etc/a.pcap"))
+            .contains("capture files go under /var/lib/iwarp/captures"));
+    }
+
+    #[test]
     fn timestamps_are_rfc3339_utc() {
         let t = UNIX_EPOCH + Duration::from_millis(1_796_000_000_123);
         assert_eq!(utc_timestamp(t), "2026-11-30T00:53:20.123Z");
