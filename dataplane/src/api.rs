@@ -964,6 +964,9 @@ struct Control {
     /// mirror the registrations under the same STags.
     device: Device,
     pds: Vec<PdId>,
+    /// Domains given back with [`Dataplane::release_pd`] while something
+    /// still belonged to them.
+    pd_release: Vec<PdId>,
     next_qpn: u32,
     next_cq: u32,
     /// Deregistrations waiting for workers: STag → workers still pinning.
@@ -1185,6 +1188,7 @@ impl Dataplane {
             control: Mutex::new(Control {
                 device,
                 pds: Vec::new(),
+                pd_release: Vec::new(),
                 next_qpn: 1,
                 next_cq: 1,
                 deregs: HashMap::new(),
@@ -1307,9 +1311,59 @@ impl Dataplane {
     /// Allocates a protection domain (`ibv_alloc_pd`).
     pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
         let mut c = lock(&self.control);
+        // Domains released while still in use go now if they can.
+        for id in c.pd_release.clone() {
+            let _ = self.dealloc_pd_locked(&mut c, ProtectionDomain { id });
+        }
         let id = c.device.alloc_pd()?;
         c.pds.push(id);
         Ok(ProtectionDomain { id })
+    }
+
+    /// Frees a protection domain (`ibv_dealloc_pd`): refused with
+    /// `Busy` while a memory registration, a shared receive queue or a
+    /// queue pair still alive (held by the application or by a worker's
+    /// connection) belongs to it. A long-running service makes a domain
+    /// per session and gives it back here, so the table never fills.
+    pub fn dealloc_pd(&self, pd: ProtectionDomain) -> Result<(), Error> {
+        let mut c = lock(&self.control);
+        self.dealloc_pd_locked(&mut c, pd)
+    }
+
+    /// Frees `pd` as soon as nothing belongs to it any more: now if
+    /// possible, otherwise at a later [`Dataplane::alloc_pd`] (queue
+    /// pairs held by connections that are still closing, and
+    /// deregistrations waiting for data in flight, end on their own). What
+    /// a session that is over calls instead of waiting for its objects.
+    pub fn release_pd(&self, pd: ProtectionDomain) {
+        let mut c = lock(&self.control);
+        if !c.pds.contains(&pd.id) || c.pd_release.contains(&pd.id) {
+            return;
+        }
+        if self.dealloc_pd_locked(&mut c, pd).is_err() {
+            c.pd_release.push(pd.id);
+        }
+    }
+
+    fn dealloc_pd_locked(&self, c: &mut Control, pd: ProtectionDomain) -> Result<(), Error> {
+        if !c.pds.contains(&pd.id) {
+            return Err(Error::Verbs(VerbsError::InvalidPd));
+        }
+        {
+            let mut reg = lock(&self.qps);
+            reg.retain(|w| w.strong_count() > 0);
+            if reg
+                .iter()
+                .any(|w| w.upgrade().is_some_and(|q| q.attr.pd == pd.id))
+            {
+                return Err(Error::Verbs(VerbsError::Busy));
+            }
+        }
+        // Memory registrations and SRQs are counted by the device.
+        c.device.dealloc_pd(pd.id)?;
+        c.pds.retain(|&p| p != pd.id);
+        c.pd_release.retain(|&p| p != pd.id);
+        Ok(())
     }
 
     /// Creates a completion queue of `cqe` entries (`ibv_create_cq`).

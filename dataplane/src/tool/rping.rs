@@ -339,6 +339,15 @@ struct Conn<'a> {
     writes_done: u64,
 }
 
+impl Drop for Conn<'_> {
+    fn drop(&mut self) {
+        // A service answers one client after another: give back what this
+        // connection registered, and its domain once nothing is left in it.
+        let _ = self.dp.dereg_mr(&self.recv.mr);
+        self.dp.release_pd(self.pd);
+    }
+}
+
 impl<'a> Conn<'a> {
     fn new(dp: &'a Dataplane, peer: SocketAddrV4, o: &RpingOptions) -> Result<Conn<'a>, ToolError> {
         let pd = dp.alloc_pd()?;

@@ -396,6 +396,8 @@ impl Resources {
         if let Some(c) = &self.credits {
             let _ = dp.dereg_mr(&c.mr);
         }
+        // Freed once the QPs (still held here) and the registrations go.
+        dp.release_pd(self.pd);
     }
 
     /// Runs the measured loop on the connected QPs; `remote[i]` is what
