@@ -30,9 +30,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dataplane::api::{Access, Dataplane, DriveMode, Qp, QpOptions, QpStatus, Region};
+use dataplane::capture::CaptureOptions;
 use dataplane::tool::perftest::exchange::{script, Action, Exchange, Local, Side, ALL_SIZES};
 use dataplane::tool::perftest::wire::{Dest, DestLayout};
-use dataplane::tool::perftest::{BwFigures, Session, SessionParams};
+use dataplane::tool::perftest::{server_closes_control, BwFigures, Session, SessionParams};
 use dataplane::tool::runner::{RemoteBuf, TestKind};
 use rdmap::mpa::deframe::{DeframeEvent, Deframer};
 use rdmap::mpa::frame::{FrameRepr, REQUEST_KEY};
@@ -550,6 +551,49 @@ fn side(dp: &Dataplane, n: usize, ord: u32) -> Ends {
     }
 }
 
+/// Per connection, in the order of their SYNs (the control connection
+/// first): whether the first FIN on it came from the server's port. An
+/// attempt refused with a reset (the server not listening yet) is left
+/// out.
+fn first_fins(pcap: &[u8]) -> Vec<bool> {
+    let mut conns: Vec<(u16, Option<bool>, bool)> = Vec::new();
+    for r in Reader::read_all(pcap).expect("our capture reads") {
+        let f = r.data;
+        if f.get(12..14) != Some(&[0x08, 0x00][..]) || f.get(23) != Some(&6) {
+            continue;
+        }
+        let ihl = usize::from(f[14] & 0x0f) * 4;
+        let Some(tcp) = f.get(14 + ihl..14 + ihl + 14) else {
+            continue;
+        };
+        let (src, dst) = (
+            u16::from_be_bytes([tcp[0], tcp[1]]),
+            u16::from_be_bytes([tcp[2], tcp[3]]),
+        );
+        let from_server = src == PORT;
+        let client_port = if from_server { dst } else { src };
+        let (syn, fin, rst) = (
+            tcp[13] & 0x02 != 0,
+            tcp[13] & 0x01 != 0,
+            tcp[13] & 0x04 != 0,
+        );
+        if syn && !from_server && !conns.iter().any(|c| c.0 == client_port) {
+            conns.push((client_port, None, false));
+        }
+        if let Some(c) = conns.iter_mut().find(|c| c.0 == client_port) {
+            if fin && c.1.is_none() {
+                c.1 = Some(from_server);
+            }
+            c.2 |= rst;
+        }
+    }
+    conns
+        .into_iter()
+        .filter(|c| c.1.is_some() || !c.2)
+        .map(|(port, fin, _)| fin.unwrap_or_else(|| panic!("no FIN on the connection from {port}")))
+        .collect()
+}
+
 fn end_to_end(test: TestKind, n: usize) {
     end_to_end_sizes(test, n, false);
 }
@@ -568,6 +612,13 @@ fn end_to_end_sizes(test: TestKind, n: usize, all_sizes: bool) {
     let between = if all_sizes { ALL_SIZES - 1 } else { 0 };
     let ord = 8;
     let (sa, sb) = (side(&pair.a, n, ord), side(&pair.b, n, ord));
+    let pcap = std::env::temp_dir().join(format!(
+        "perftest-e2e-{}-{test:?}-{n}-{all_sizes}.pcap",
+        std::process::id()
+    ));
+    pair.a
+        .capture_start(&pcap, &CaptureOptions::default())
+        .unwrap();
     let timeout = Duration::from_secs(10);
     let figures = BwFigures {
         size: 65536,
@@ -634,6 +685,24 @@ fn end_to_end_sizes(test: TestKind, n: usize, all_sizes: bool) {
     let bw = matches!(test, TestKind::WriteBw | TestKind::ReadBw);
     assert_eq!(server_got.1, bw.then_some(figures), "{test:?}: the report");
     assert_eq!(client_got.1, None);
+    // Close order: where perftest's server closes the control connection
+    // first, our client waits for that FIN before sending its own (Linux
+    // siw's server fails its last Send otherwise).
+    pair.a.capture_stop().unwrap();
+    let bytes = std::fs::read(&pcap).unwrap();
+    let _ = std::fs::remove_file(&pcap);
+    let fins = first_fins(&bytes);
+    assert_eq!(
+        fins.len(),
+        n + 1,
+        "{test:?}: control and {n} data connections"
+    );
+    if server_closes_control(test) {
+        assert!(
+            fins[0],
+            "{test:?}: the server's FIN first on the control connection"
+        );
+    }
     println!("{test:?} -q {n}: both sides learnt each other's buffers");
 }
 

@@ -186,6 +186,18 @@ const FIRST_MESSAGE_DELAY: Duration = Duration::from_millis(500);
 /// How long [`Session::finish`] waits for the peer to close its side.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
+/// Whether perftest's server closes the control connection first (its
+/// client closes the data connections first in every test; siw↔siw
+/// captures in `../shared/interop/captures/`: the server's FIN comes first
+/// on the control connection of write_bw, read_bw, read_lat and send_lat,
+/// the client's in send_bw and write_lat).
+pub fn server_closes_control(test: TestKind) -> bool {
+    matches!(
+        test,
+        TestKind::WriteBw | TestKind::ReadBw | TestKind::ReadLat | TestKind::SendLat
+    )
+}
+
 /// Receive buffers kept posted on the control connection.
 const RECV_SLOTS: usize = 8;
 /// Bytes per control buffer: the longest message is 64.
@@ -196,6 +208,7 @@ const SEND_ID: u64 = u64::MAX;
 /// The control connection's verbs objects.
 #[derive(Debug)]
 struct Control {
+    pd: crate::api::ProtectionDomain,
     cq: Cq,
     qp: Qp,
     mr: MemoryRegistration,
@@ -234,6 +247,8 @@ pub struct Session<'dp> {
 impl Drop for Session<'_> {
     fn drop(&mut self) {
         let _ = self.dp.dereg_mr(&self.ctrl.mr);
+        // Freed once the control QP and the registration are gone.
+        self.dp.release_pd(self.ctrl.pd);
     }
 }
 
@@ -370,6 +385,7 @@ impl<'dp> Session<'dp> {
         let region = Region::new((RECV_SLOTS + 1) * SLOT).map_err(crate::api::Error::from)?;
         let mr = dp.reg_mr(pd, &region, 0, region.len(), Access::LOCAL_WRITE)?;
         let ctrl = Control {
+            pd,
             cq,
             qp,
             mr,
@@ -485,11 +501,37 @@ impl<'dp> Session<'dp> {
                 self.x.step()
             )));
         }
+        if self.side == Side::Client && server_closes_control(self.test) {
+            self.client_close_data_then_await_control();
+        }
         self.close();
         // The control buffer is deregistered when `self` drops, below.
         let report =
             matches!(self.test, TestKind::WriteBw | TestKind::ReadBw) && self.side == Side::Server;
         Ok(report.then(|| self.x.peer().report))
+    }
+
+    /// perftest's client order where its server closes the control
+    /// connection: the data connections first, then (bounded by
+    /// [`CLOSE_WAIT`]) the server's close of the control connection before
+    /// ours. Closing the control connection at once, right after the
+    /// server's last Send, made Linux siw's server report that Send as
+    /// failed (`Bad wc status`) and exit 1.
+    fn client_close_data_then_await_control(&mut self) {
+        for qp in self
+            .data
+            .iter()
+            .filter(|q| q.status() == QpStatus::Connected)
+        {
+            let _ = self.dp.disconnect(qp, false);
+        }
+        let deadline = Instant::now() + self.timeout.min(CLOSE_WAIT);
+        while self.ctrl.qp.status() == QpStatus::Connected && Instant::now() < deadline {
+            self.take_events();
+            if !self.dp.poll() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
 
     /// Closes every connection of the session and waits (a little) for
