@@ -189,6 +189,10 @@ pub struct MemLinkConfig {
     pub multi_seg_tx: bool,
     /// How received frames are spread over each end's queues.
     pub steering: Steering,
+    /// Frames one `tx_burst` takes at most (0: every frame given), the
+    /// rest left with the caller as a device whose ring is full leaves
+    /// them (`net_ring` does): what the worker must retry.
+    pub tx_burst_max: usize,
 }
 
 /// How a [`MemLink`] end spreads received frames over its queues.
@@ -218,6 +222,7 @@ impl Default for MemLinkConfig {
             seed: 1,
             multi_seg_tx: true,
             steering: Steering::Rss,
+            tx_burst_max: 0,
         }
     }
 }
@@ -330,6 +335,7 @@ pub struct MemLink {
     loss_threshold: u64,
     seed: u64,
     frame_cap: usize,
+    tx_burst_max: usize,
 }
 
 impl MemLink {
@@ -360,6 +366,7 @@ impl MemLink {
             loss_threshold: (config.loss.clamp(0.0, 1.0) * u64::MAX as f64) as u64,
             seed: config.seed ^ side.wrapping_mul(0x9e37_79b9_7f4a_7c15),
             frame_cap: config.mtu + FRAME_OVERHEAD,
+            tx_burst_max: config.tx_burst_max,
         };
         (mk(&a, &b, mac_a, 1), mk(&b, &a, mac_b, 2))
     }
@@ -428,6 +435,7 @@ impl Link for MemLink {
             loss_threshold: self.loss_threshold,
             frame_cap: self.frame_cap,
             multi_seg: self.caps.multi_seg_tx,
+            tx_burst_max: self.tx_burst_max,
         })
     }
 }
@@ -444,6 +452,8 @@ pub struct MemQueue {
     loss_threshold: u64,
     frame_cap: usize,
     multi_seg: bool,
+    /// See [`MemLinkConfig::tx_burst_max`].
+    tx_burst_max: usize,
 }
 
 impl MemQueue {
@@ -526,8 +536,11 @@ impl LinkQueue for MemQueue {
     }
 
     fn tx_burst(&mut self, frames: &mut Vec<MemFrame>) -> usize {
-        let n = frames.len();
-        for mut f in frames.drain(..) {
+        let n = match self.tx_burst_max {
+            0 => frames.len(),
+            max => frames.len().min(max),
+        };
+        for mut f in frames.drain(..n) {
             self.deliver(&f);
             f.reset();
             self.spare.push(f);
