@@ -841,6 +841,9 @@ pub struct ConnectionInfo {
     pub ird: u16,
     /// Our outbound Read depth.
     pub ord: u16,
+    /// The MPA revision in use: the reply's (1 is RFC 5044, 2 adds
+    /// RFC 6581's peer-to-peer and IRD/ORD words).
+    pub revision: u8,
     /// CRC32c in use.
     pub crc: bool,
     /// The peer inserts markers.

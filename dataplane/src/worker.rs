@@ -1439,6 +1439,7 @@ impl Conn {
                             remote: self.remote,
                             ird: n.ird,
                             ord: n.ord,
+                            revision: n.revision,
                             crc: n.framing.crc,
                             markers_rx: n.framing.markers_rx,
                             markers_tx: n.framing.markers_tx,

@@ -706,6 +706,11 @@ fn service_serves_perf_and_rping_over_veth() {
         data_qp["mpa"]["crc"].is_boolean(),
         "negotiated MPA options: {data_qp}"
     );
+    // Both ends offer revision 2 (RFC 6581) by default.
+    assert_eq!(
+        data_qp["mpa"]["revision"], 2,
+        "negotiated MPA revision: {data_qp}"
+    );
     let samples = parse_exposition(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
     let scraped_rx = sample(&samples, "iwarp_rx_packets_total", &[("worker", "0")]);
     assert!(scraped_rx.is_some_and(|v| v > 0.0), "{body}");
@@ -714,11 +719,12 @@ fn service_serves_perf_and_rping_over_veth() {
         "{body}"
     );
     println!(
-        "during write-bw: stats rx_packets {rx}, tx_packets {}, data QP {} peer {peer} received {} bytes (crc {}, ird/ord {}/{}); \
+        "during write-bw: stats rx_packets {rx}, tx_packets {}, data QP {} peer {peer} received {} bytes (MPA rev {}, crc {}, ird/ord {}/{}); \
          metrics: {} samples, iwarp_rx_packets_total{{worker=\"0\"}} {}",
         n(&stats, &["ports", "0", "tx_packets"]),
         data_qp["qpn"],
         data_qp["bytes_received"],
+        data_qp["mpa"]["revision"],
         data_qp["mpa"]["crc"],
         data_qp["mpa"]["ird"],
         data_qp["mpa"]["ord"],
@@ -865,18 +871,77 @@ fn service_serves_perf_and_rping_over_veth() {
     let lat_labels = [("responder", "perf:18516"), ("test", "write-lat")];
     let p50 = sample(
         &samples,
-        "iwarp_perf_latency_seconds",
+        "iwarp_perf_last_latency_seconds",
         &[lat_labels[0], lat_labels[1], ("quantile", "0.5")],
     );
     let p99 = sample(
         &samples,
-        "iwarp_perf_latency_seconds",
+        "iwarp_perf_last_latency_seconds",
         &[lat_labels[0], lat_labels[1], ("quantile", "0.99")],
     );
-    let count = sample(&samples, "iwarp_perf_latency_seconds_count", &lat_labels);
+    let count = sample(
+        &samples,
+        "iwarp_perf_last_latency_seconds_count",
+        &lat_labels,
+    );
     assert!(
         p50.is_some_and(|v| v > 0.0) && p99 >= p50 && count.is_some_and(|c| c > 0.0),
         "write-lat summary: {body}"
+    );
+    // The histogram of every write-lat sample: cumulative buckets in
+    // increasing `le`, `+Inf` last and equal to `_count`.
+    let buckets: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|(n, l, _)| {
+            n == "iwarp_perf_latency_seconds_bucket"
+                && lat_labels
+                    .iter()
+                    .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|(_, l, v)| {
+            let le = match l.get("le").map(String::as_str) {
+                Some("+Inf") => f64::INFINITY,
+                Some(t) => t.parse().unwrap_or_else(|_| panic!("bad le {t:?}")),
+                None => panic!("bucket without le: {l:?}"),
+            };
+            (le, *v)
+        })
+        .collect();
+    assert!(buckets.len() > 1, "write-lat histogram buckets: {body}");
+    assert!(
+        buckets
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
+        "buckets increase in le and count: {buckets:?}"
+    );
+    let hist_count = sample(&samples, "iwarp_perf_latency_seconds_count", &lat_labels);
+    let hist_sum = sample(&samples, "iwarp_perf_latency_seconds_sum", &lat_labels);
+    let inf = buckets.last().copied().unwrap_or_default();
+    assert!(inf.0.is_infinite(), "+Inf bucket last: {buckets:?}");
+    assert_eq!(hist_count, Some(inf.1), "_count equals the +Inf bucket");
+    assert!(
+        inf.1 > 0.0 && hist_sum.is_some_and(|s| s > 0.0),
+        "write-lat histogram: {body}"
+    );
+    // No sample of the bandwidth responder's.
+    assert_eq!(
+        sample(
+            &samples,
+            "iwarp_perf_latency_seconds_count",
+            &[("responder", "perf:18515")]
+        ),
+        None
+    );
+    let median_bucket = buckets
+        .iter()
+        .find(|b| b.1 >= inf.1 / 2.0)
+        .map_or(f64::NAN, |b| b.0);
+    println!(
+        "write-lat histogram: {} samples, sum {:.6} s, {} buckets, median at most {} s",
+        inf.1,
+        hist_sum.unwrap_or(0.0),
+        buckets.len(),
+        median_bucket
     );
     println!(
         "after: sessions perf:18515 2, perf:18516 1, rping:7174 1; last write-bw {:.1} MB/s; \
@@ -1054,9 +1119,10 @@ fn event_scopes_route_events_to_their_threads() {
                 .expect("a snapshot of the queue pair");
             let c = snap.connection.expect("what the connection negotiated");
             assert_eq!(*c.remote.ip(), ip_c);
+            assert_eq!(c.revision, 2, "MPA revision both ends offer");
             println!(
-                "port {port}: QP {} from {} (crc {}, ird/ord {}/{}), {} events",
-                snap.qpn.0, c.remote, c.crc, c.ird, c.ord, events
+                "port {port}: QP {} from {} (MPA rev {}, crc {}, ird/ord {}/{}), {} events",
+                snap.qpn.0, c.remote, c.revision, c.crc, c.ird, c.ord, events
             );
         }
         // The reset one goes down; the other stays up until closed here.

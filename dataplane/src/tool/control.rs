@@ -292,6 +292,7 @@ pub fn qps_json(dp: &Dataplane) -> Vec<Value> {
                 "state": status_name(q.status),
                 "peer": c.map(|c| c.remote.to_string()),
                 "mpa": c.map(|c| json!({
+                    "revision": c.revision,
                     "crc": c.crc,
                     "markers_rx": c.markers_rx,
                     "markers_tx": c.markers_tx,
@@ -459,11 +460,12 @@ pub fn run_qp_list(a: &QpListArgs) -> Result<(), ToolError> {
     }
     writeln!(
         out,
-        "{:>6} {:>6} {:<13} {:<21} {:<5} {:<7} {:<6} {:>7} {:>14} {:>14} {:>8} {:>6}",
+        "{:>6} {:>6} {:<13} {:<21} {:>3} {:<5} {:<7} {:<6} {:>7} {:>14} {:>14} {:>8} {:>6}",
         "qpn",
         "worker",
         "state",
         "peer",
+        "rev",
         "crc",
         "markers",
         "rtr",
@@ -486,11 +488,16 @@ pub fn run_qp_list(a: &QpListArgs) -> Result<(), ToolError> {
         };
         writeln!(
             out,
-            "{:>6} {:>6} {:<13} {:<21} {:<5} {:<7} {:<6} {:>7} {:>14} {:>14} {:>8} {:>6}",
+            "{:>6} {:>6} {:<13} {:<21} {:>3} {:<5} {:<7} {:<6} {:>7} {:>14} {:>14} {:>8} {:>6}",
             n(q, "qpn"),
             n(q, "worker"),
             n(q, "state"),
             n(q, "peer"),
+            if m.is_object() {
+                n(m, "revision")
+            } else {
+                "-".into()
+            },
             if m.is_object() {
                 n(m, "crc")
             } else {

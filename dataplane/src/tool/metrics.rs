@@ -12,8 +12,12 @@
 //! Names: `iwarp_<what>_total` counters and gauges labelled by `worker`,
 //! the link's own counters as `iwarp_link_<what>_total{port="0"}`,
 //! queue-pair gauges labelled by `state`, responder figures labelled by
-//! `responder` (`perf:18515`, `rping:7174`), and the perf latency tests'
-//! last run as a summary, `iwarp_perf_latency_seconds{quantile=…}`.
+//! `responder` (`perf:18515`, `rping:7174`), the perf latency tests'
+//! samples of all sessions as a histogram,
+//! `iwarp_perf_latency_seconds_bucket{le=…}` (1, 2 and 5 of each decade
+//! from 1 µs to 10 s), and their last run's quantiles as a summary,
+//! `iwarp_perf_last_latency_seconds{quantile=…}` (a family has one type,
+//! hence two names).
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read as _, Write};
@@ -21,6 +25,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::runner::{LatencyHistogram, LATENCY_BOUNDS_NS};
 use super::serve::Service;
 use super::ToolError;
 use crate::api::{Dataplane, QpStatus};
@@ -124,6 +129,25 @@ impl Family<'_> {
         }
         let _ = writeln!(self.out, " {}", number(value));
     }
+}
+
+/// A histogram's `_bucket` (cumulative, `+Inf` last), `_sum` and
+/// `_count` samples of one series; `name` is the family's.
+fn histogram(f: &mut Family<'_>, name: &str, labels: &[(&str, &str)], h: &LatencyHistogram) {
+    let bucket = format!("{name}_bucket");
+    let mut below = 0u64;
+    for (i, &c) in h.counts.iter().enumerate() {
+        below = below.saturating_add(c);
+        let le = LATENCY_BOUNDS_NS
+            .get(i)
+            .map_or(f64::INFINITY, |&ns| ns as f64 / 1e9);
+        let le = number(le);
+        let mut l = labels.to_vec();
+        l.push(("le", le.as_str()));
+        f.sample(&bucket, &l, below as f64);
+    }
+    f.sample(&format!("{name}_sum"), labels, h.sum_ns as f64 / 1e9);
+    f.sample(&format!("{name}_count"), labels, below as f64);
 }
 
 /// A label value escaped as the format asks (backslash, quote, newline).
@@ -311,8 +335,21 @@ pub fn render_service(svc: &Service) -> String {
     let mut f = Family::head(
         &mut out,
         name,
+        "histogram",
+        "Latency samples of a perf latency responder's sessions served to the end.",
+    );
+    for r in rs {
+        if let Some(h) = r.latency_histogram() {
+            let labels = [("responder", r.name.as_str()), ("test", r.kind.as_str())];
+            histogram(&mut f, name, &labels, &h);
+        }
+    }
+    let name = "iwarp_perf_last_latency_seconds";
+    let mut f = Family::head(
+        &mut out,
+        name,
         "summary",
-        "Latency of a perf responder's last latency run.",
+        "Latency quantiles of a perf responder's last latency run.",
     );
     for (r, l) in &lasts {
         let Some((lat, iters)) = l
@@ -338,11 +375,15 @@ pub fn render_service(svc: &Service) -> String {
         }
         let labels = [("responder", r.name.as_str()), ("test", r.kind.as_str())];
         f.sample(
-            "iwarp_perf_latency_seconds_sum",
+            "iwarp_perf_last_latency_seconds_sum",
             &labels,
             lat.avg_us / 1e6 * iters as f64,
         );
-        f.sample("iwarp_perf_latency_seconds_count", &labels, iters as f64);
+        f.sample(
+            "iwarp_perf_last_latency_seconds_count",
+            &labels,
+            iters as f64,
+        );
     }
     out
 }
@@ -367,6 +408,38 @@ mod tests {
         assert_eq!(
             out,
             "# HELP x_total An x.\n# TYPE x_total counter\nx_total{worker=\"0\"} 7\n"
+        );
+    }
+
+    #[test]
+    fn histograms_are_cumulative_with_inf_last() {
+        let mut h = LatencyHistogram::default();
+        for ns in [500, 1_500, 1_500, 3_000, 20_000_000_000] {
+            h.record(ns);
+        }
+        let mut out = String::new();
+        let mut f = Family::head(&mut out, "l_seconds", "histogram", "L.");
+        histogram(&mut f, "l_seconds", &[("test", "t")], &h);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2 + LATENCY_BOUNDS_NS.len() + 1 + 2, "{out}");
+        assert_eq!(lines[2], "l_seconds_bucket{test=\"t\",le=\"0.000001\"} 1");
+        assert_eq!(lines[3], "l_seconds_bucket{test=\"t\",le=\"0.000002\"} 3");
+        assert_eq!(lines[4], "l_seconds_bucket{test=\"t\",le=\"0.000005\"} 4");
+        assert!(
+            out.contains("l_seconds_bucket{test=\"t\",le=\"0.001\"} 4\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("l_seconds_bucket{test=\"t\",le=\"10\"} 4\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("l_seconds_bucket{test=\"t\",le=\"+Inf\"} 5\n"),
+            "{out}"
+        );
+        assert!(
+            out.ends_with("l_seconds_sum{test=\"t\"} 20.0000065\nl_seconds_count{test=\"t\"} 5\n"),
+            "{out}"
         );
     }
 

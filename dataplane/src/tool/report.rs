@@ -89,6 +89,7 @@ pub fn lat_line(r: &RunResult) -> String {
         max_us: 0.0,
         avg_us: 0.0,
         stdev_us: 0.0,
+        histogram: super::runner::LatencyHistogram::default(),
     });
     format!(
         " {:<7} {:<12} {:<14.2} {:<14.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}",
@@ -268,6 +269,7 @@ mod tests {
             max_us: 9.25,
             avg_us: 2.1,
             stdev_us: 0.3,
+            histogram: Default::default(),
         });
         let t = perftest_table(&[r], &spec(TestKind::SendLat));
         let lines: Vec<&str> = t.lines().collect();

@@ -668,6 +668,73 @@ pub struct LatencySummary {
     pub avg_us: f64,
     /// Standard deviation.
     pub stdev_us: f64,
+    /// Every sample in fixed buckets, for the service's metrics (not part
+    /// of the JSON report).
+    #[serde(skip)]
+    pub histogram: LatencyHistogram,
+}
+
+/// Upper bounds of the latency histogram's buckets, in nanoseconds: 1, 2
+/// and 5 of each decade from 1 µs to 10 s. Fixed, so that runs add up and
+/// a scraper sees the same `le` labels every time.
+pub const LATENCY_BOUNDS_NS: [u64; 22] = [
+    1_000,
+    2_000,
+    5_000,
+    10_000,
+    20_000,
+    50_000,
+    100_000,
+    200_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+    200_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_000_000_000,
+    5_000_000_000,
+    10_000_000_000,
+];
+
+/// Latency samples counted in the buckets of [`LATENCY_BOUNDS_NS`]: the
+/// shape of a Prometheus histogram, which needs exact counts per bound
+/// rather than the quantiles of [`LatencySummary`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LatencyHistogram {
+    /// Samples per bucket, not cumulative: `counts[i]` holds those at most
+    /// `LATENCY_BOUNDS_NS[i]` and above the bound before; the last entry
+    /// those above the largest bound.
+    pub counts: [u64; LATENCY_BOUNDS_NS.len() + 1],
+    /// The samples' sum, in nanoseconds.
+    pub sum_ns: u128,
+}
+
+impl LatencyHistogram {
+    /// Counts one sample (bounds are inclusive, as Prometheus' `le`).
+    pub fn record(&mut self, ns: u64) {
+        let i = LATENCY_BOUNDS_NS.partition_point(|&b| b < ns);
+        self.counts[i] += 1;
+        self.sum_ns += u128::from(ns);
+    }
+
+    /// Adds another histogram's samples.
+    pub fn add(&mut self, other: &LatencyHistogram) {
+        for (a, b) in self.counts.iter_mut().zip(other.counts) {
+            *a = a.saturating_add(b);
+        }
+        self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
+    }
+
+    /// Samples counted.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().fold(0u64, |n, &c| n.saturating_add(c))
+    }
 }
 
 impl LatencySummary {
@@ -678,7 +745,9 @@ impl LatencySummary {
         }
         let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).ok()?;
         let (mut sum, mut sq) = (0f64, 0f64);
+        let mut histogram = LatencyHistogram::default();
         for &s in samples {
+            histogram.record(s);
             let s = s.max(1);
             h.saturating_record(s);
             let f = s as f64;
@@ -697,6 +766,7 @@ impl LatencySummary {
             max_us: us(h.max() as f64),
             avg_us: us(avg),
             stdev_us: us(var.sqrt()),
+            histogram,
         })
     }
 }
@@ -1731,6 +1801,31 @@ mod tests {
         assert!((s.avg_us - 500.5).abs() < 0.01);
         assert!(s.stdev_us > 288.0 && s.stdev_us < 289.0, "{s:?}");
         assert!(LatencySummary::from_nanos(&[]).is_none());
+        // 1..=1000 µs: 1 in the 1 µs bucket, 1 in 2 µs, 3 in 5 µs, 5 in
+        // 10 µs, ... 500 in 1 ms.
+        let h = s.histogram;
+        assert_eq!(h.count(), 1000);
+        assert_eq!(&h.counts[..10], &[1, 1, 3, 5, 10, 30, 50, 100, 300, 500]);
+        assert!(h.counts[10..].iter().all(|&c| c == 0));
+        assert_eq!(h.sum_ns, 500_500_000);
+    }
+
+    #[test]
+    fn latency_histogram_bounds_and_sums() {
+        let mut h = LatencyHistogram::default();
+        for ns in [0, 1_000, 1_001, 10_000_000_000, 10_000_000_001, u64::MAX] {
+            h.record(ns);
+        }
+        assert_eq!(h.counts[0], 2, "at most 1 µs, the bound included");
+        assert_eq!(h.counts[1], 1);
+        assert_eq!(h.counts[LATENCY_BOUNDS_NS.len() - 1], 1, "10 s itself");
+        assert_eq!(h.counts[LATENCY_BOUNDS_NS.len()], 2, "above 10 s");
+        assert_eq!(h.count(), 6);
+        let mut t = h;
+        t.add(&h);
+        assert_eq!(t.count(), 12);
+        assert_eq!(t.sum_ns, 2 * h.sum_ns);
+        assert!(LATENCY_BOUNDS_NS.windows(2).all(|w| w[0] < w[1]));
     }
 
     const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 1, 0xa]);

@@ -29,7 +29,9 @@ use super::common::{catch_interrupts, eal_runtime_dir, interrupted, open_datapla
 use super::perf::{PerfOptions, Plan};
 use super::perftest::{Session, SessionParams};
 use super::rping::{self, RpingOptions};
-use super::runner::{LatencySummary, RemoteBuf, Resources, Role, RunSpec, TestKind};
+use super::runner::{
+    LatencyHistogram, LatencySummary, RemoteBuf, Resources, Role, RunSpec, TestKind,
+};
 use super::{control, metrics, ToolError};
 use crate::api::{Dataplane, EventScope};
 use crate::config::{Config, PerfResponderConfig, RpingResponderConfig, SizeValue};
@@ -204,6 +206,9 @@ pub struct ResponderState {
     pub active: AtomicBool,
     /// The last session's figures.
     pub last: Mutex<Option<LastRun>>,
+    /// Perf latency tests: the samples of every run of every session
+    /// served to the end, for the metrics' histogram.
+    pub latency: Option<Mutex<LatencyHistogram>>,
 }
 
 /// What a responder's last session measured.
@@ -222,7 +227,7 @@ pub struct LastRun {
 }
 
 impl ResponderState {
-    fn new(name: String, kind: String) -> ResponderState {
+    fn new(name: String, kind: String, latency: bool) -> ResponderState {
         ResponderState {
             name,
             kind,
@@ -230,12 +235,20 @@ impl ResponderState {
             failures: AtomicU64::new(0),
             active: AtomicBool::new(false),
             last: Mutex::new(None),
+            latency: latency.then(|| Mutex::new(LatencyHistogram::default())),
         }
     }
 
     /// The last session's figures.
     pub fn last_run(&self) -> Option<LastRun> {
         self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The latency samples of all its sessions (perf latency tests).
+    pub fn latency_histogram(&self) -> Option<LatencyHistogram> {
+        self.latency
+            .as_ref()
+            .map(|h| *h.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -557,12 +570,18 @@ pub fn run(args: &ServeArgs) -> Result<(), ToolError> {
     let dp = open_dataplane(&config)?;
     let mut responders: Vec<ResponderState> = perf
         .iter()
-        .map(|p| ResponderState::new(format!("perf:{}", p.port), p.plan.test.to_string()))
+        .map(|p| {
+            ResponderState::new(
+                format!("perf:{}", p.port),
+                p.plan.test.to_string(),
+                p.plan.test.is_latency(),
+            )
+        })
         .collect();
     responders.extend(
         rpings
             .iter()
-            .map(|r| ResponderState::new(format!("rping:{}", r.port), "rping".into())),
+            .map(|r| ResponderState::new(format!("rping:{}", r.port), "rping".into(), false)),
     );
     let svc = Service {
         dp,
@@ -839,6 +858,7 @@ fn perf_session(
     let remote = session.remote();
     let mut last = None;
     let mut bytes = 0;
+    let mut histogram = LatencyHistogram::default();
     let result = (|| {
         for (k, &size) in plan.sizes.iter().enumerate() {
             if k > 0 {
@@ -846,6 +866,9 @@ fn perf_session(
             }
             let r = resources.run(dp, &spec_of(plan, size), &remote, &mut |_| {})?;
             bytes += r.bytes;
+            if let Some(l) = &r.latency {
+                histogram.add(&l.histogram);
+            }
             last = Some(r);
         }
         Ok::<_, ToolError>(())
@@ -857,6 +880,9 @@ fn perf_session(
     resources.close(dp);
     let theirs = theirs?;
     state.sessions.fetch_add(1, Ordering::Relaxed);
+    if let Some(h) = &state.latency {
+        h.lock().unwrap_or_else(|e| e.into_inner()).add(&histogram);
+    }
     let run = LastRun {
         peer: peer.clone(),
         bytes: theirs
