@@ -95,6 +95,7 @@ fn main() {
         stop: AtomicBool::new(false),
         started: Instant::now(),
         log: Log::new(Level::Error, false),
+        capture: Default::default(),
     };
     let listener = TcpListener::bind("127.0.0.1:0").expect("metrics listener");
     let addr = listener.local_addr().expect("its address").to_string();
