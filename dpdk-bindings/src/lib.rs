@@ -10,7 +10,8 @@
 //! - [`Mempool`], [`Mbuf`] (freed on drop), [`MbufBurst`] (a fixed array of 32
 //!   owned mbufs passed to bursts without allocating).
 //! - [`Port`] and its per-core [`RxQueue`] / [`TxQueue`], used through
-//!   `&mut self` by the one worker that owns them.
+//!   `&mut self` by the one worker that owns them; [`PortCounters`] reads
+//!   its device counters ([`PortStats`], [`XStat`]) from any other thread.
 //! - [`ExtMem`], [`HugeMap`] and [`ExtBufPool`]: user memory registered with
 //!   EAL and DMA-mapped, hugepage-backed memory, and the shared-info slots
 //!   through which TX payload is attached to mbufs without a copy, with an
@@ -46,7 +47,8 @@ pub use extmem::{
 pub use mbuf::{AttachError, CksumStatus, Drain, Mbuf, MbufBurst, Segments, BURST};
 pub use mempool::Mempool;
 pub use port::{
-    offload, DevInfo, Port, PortConfig, PortSetup, PortStats, RssHashConf, RxQueue, TxQueue,
+    offload, DevInfo, Port, PortConfig, PortCounters, PortSetup, PortStats, RssHashConf, RxQueue,
+    TxQueue, XStat,
 };
 pub use ring::MbufRing;
 

@@ -202,6 +202,32 @@ pub struct PortStats {
     pub rx_nombuf: u64,
 }
 
+impl From<&sys::rte_eth_stats> for PortStats {
+    fn from(s: &sys::rte_eth_stats) -> Self {
+        PortStats {
+            ipackets: s.ipackets,
+            opackets: s.opackets,
+            ibytes: s.ibytes,
+            obytes: s.obytes,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            oerrors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        }
+    }
+}
+
+/// One of a driver's extended counters (`rte_eth_xstats_get`): what the
+/// driver calls it (`rx_good_packets`, `rx_q0_errors`, a NIC's
+/// `rx_crc_errors`, …) and its value. Drivers differ in what they keep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XStat {
+    /// The driver's name for it.
+    pub name: String,
+    /// Its value (almost always a count since the port started).
+    pub value: u64,
+}
+
 /// An Ethernet port owned by this process.
 #[derive(Debug)]
 pub struct Port {
@@ -573,21 +599,27 @@ impl Port {
 
     /// The port's counters.
     pub fn stats(&self) -> Result<PortStats, DpdkError> {
-        let mut s = sys::rte_eth_stats::default();
-        // SAFETY: the port is valid; `s` is a valid out-pointer.
-        check("rte_eth_stats_get", unsafe {
-            sys::rte_eth_stats_get(self.id(), &mut s)
-        })?;
-        Ok(PortStats {
-            ipackets: s.ipackets,
-            opackets: s.opackets,
-            ibytes: s.ibytes,
-            obytes: s.obytes,
-            imissed: s.imissed,
-            ierrors: s.ierrors,
-            oerrors: s.oerrors,
-            rx_nombuf: s.rx_nombuf,
-        })
+        stats_of(self.id())
+    }
+
+    /// The driver's extended counters, by name.
+    pub fn xstats(&self) -> Result<Vec<XStat>, DpdkError> {
+        xstats_of(self.id())
+    }
+
+    /// The name DPDK gave the port (`net_ring0`, `net_af_packet0`, a PCI
+    /// address).
+    pub fn name(&self) -> Result<String, DpdkError> {
+        name_of(self.id())
+    }
+
+    /// A handle that reads this port's counters from any thread, for as
+    /// long as it lives (it keeps the port open, as a queue handle does,
+    /// so the port cannot be stopped or reconfigured while one is out).
+    pub fn counters(&self) -> PortCounters {
+        PortCounters {
+            port: self.inner.clone(),
+        }
     }
 
     /// The RSS key and hash types in force; `ENOTSUP` where the device has
@@ -742,6 +774,154 @@ impl Port {
         Arc::get_mut(&mut self.inner)
             .ok_or_else(|| DpdkError::with_message(op, libc::EBUSY, "queue handles are still out"))
     }
+}
+
+/// Reads a started port's device counters from a thread that is not one of
+/// its workers (a control socket, a metrics scrape), while the workers poll
+/// its queues.
+///
+/// This is how DPDK's own telemetry reads them: its ethdev handlers call
+/// `rte_eth_stats_get` and `rte_eth_xstats_get` from the telemetry thread,
+/// not an lcore, while the data path runs. The drivers read counters that
+/// their burst functions or the hardware keep (per-queue software counts,
+/// device registers) and take no queue, so a read neither waits for a
+/// worker nor makes one wait. Each 64-bit counter is read whole, but the
+/// counters are not read at one instant: `ibytes` may include a frame that
+/// `ipackets` does not yet. What the handle does not do is reset the
+/// counters (`rte_eth_stats_reset` races with the burst functions'
+/// updates on the software drivers).
+#[derive(Debug, Clone)]
+pub struct PortCounters {
+    port: Arc<PortInner>,
+}
+
+impl PortCounters {
+    /// The DPDK port id.
+    pub fn port_id(&self) -> u16 {
+        self.port.id
+    }
+
+    /// The name DPDK gave the port.
+    pub fn name(&self) -> Result<String, DpdkError> {
+        name_of(self.port.id)
+    }
+
+    /// The PMD's name (`net_ring`, `net_af_packet`, `net_ixgbe`, …).
+    pub fn driver_name(&self) -> Result<String, DpdkError> {
+        let mut info = sys::rte_eth_dev_info::default();
+        // SAFETY: the port is open while this handle lives; `info` is a
+        // valid out-pointer.
+        check("rte_eth_dev_info_get", unsafe {
+            sys::rte_eth_dev_info_get(self.port.id, &mut info)
+        })?;
+        if info.driver_name.is_null() {
+            return Ok(String::new());
+        }
+        // SAFETY: a NUL-terminated string owned by the driver.
+        Ok(unsafe { CStr::from_ptr(info.driver_name) }
+            .to_string_lossy()
+            .into_owned())
+    }
+
+    /// The port's basic counters (`rte_eth_stats_get`).
+    pub fn stats(&self) -> Result<PortStats, DpdkError> {
+        stats_of(self.port.id)
+    }
+
+    /// The driver's extended counters, by name (`rte_eth_xstats_get`).
+    pub fn xstats(&self) -> Result<Vec<XStat>, DpdkError> {
+        xstats_of(self.port.id)
+    }
+}
+
+fn stats_of(id: u16) -> Result<PortStats, DpdkError> {
+    let mut s = sys::rte_eth_stats::default();
+    // SAFETY: the caller holds the port open; `s` is a valid out-pointer.
+    check("rte_eth_stats_get", unsafe {
+        sys::rte_eth_stats_get(id, &mut s)
+    })?;
+    Ok(PortStats::from(&s))
+}
+
+fn name_of(id: u16) -> Result<String, DpdkError> {
+    let mut buf: [std::os::raw::c_char; sys::RTE_ETH_NAME_MAX_LEN as usize] =
+        [0; sys::RTE_ETH_NAME_MAX_LEN as usize];
+    // SAFETY: the caller holds the port open; `buf` has the
+    // RTE_ETH_NAME_MAX_LEN bytes DPDK writes at most, NUL included.
+    check("rte_eth_dev_get_name_by_port", unsafe {
+        sys::rte_eth_dev_get_name_by_port(id, buf.as_mut_ptr())
+    })?;
+    Ok(c_name(&buf))
+}
+
+/// Attempts at reading the extended counters before giving up, should
+/// their number change between the calls (a driver that adds queues).
+const XSTATS_ATTEMPTS: usize = 4;
+
+fn xstats_of(id: u16) -> Result<Vec<XStat>, DpdkError> {
+    let op = "rte_eth_xstats_get";
+    let count =
+        |ret: i32, op: &'static str| usize::try_from(ret).map_err(|_| DpdkError::from_ret(op, ret));
+    for _ in 0..XSTATS_ATTEMPTS {
+        // SAFETY: the caller holds the port open; a null array of size 0
+        // asks for the number of counters.
+        let n = count(
+            unsafe { sys::rte_eth_xstats_get_names(id, std::ptr::null_mut(), 0) },
+            "rte_eth_xstats_get_names",
+        )?;
+        let size = u32::try_from(n).map_err(|_| DpdkError::new(op, libc::ERANGE))?;
+        let mut names = vec![sys::rte_eth_xstat_name::default(); n];
+        // SAFETY: `names` has room for `size` entries.
+        let got = count(
+            unsafe { sys::rte_eth_xstats_get_names(id, names.as_mut_ptr(), size) },
+            "rte_eth_xstats_get_names",
+        )?;
+        if got > n {
+            continue;
+        }
+        names.truncate(got);
+        let mut values = vec![sys::rte_eth_xstat::default(); n];
+        // SAFETY: `values` has room for `size` entries.
+        let got = count(
+            unsafe { sys::rte_eth_xstats_get(id, values.as_mut_ptr(), size) },
+            op,
+        )?;
+        if got > n {
+            continue;
+        }
+        values.truncate(got);
+        return Ok(pair_xstats(&names, &values));
+    }
+    Err(DpdkError::with_message(
+        op,
+        libc::EAGAIN,
+        "the number of extended counters kept changing",
+    ))
+}
+
+/// Each value with its name: a value's `id` indexes the names (values
+/// whose id has no name are left out).
+fn pair_xstats(names: &[sys::rte_eth_xstat_name], values: &[sys::rte_eth_xstat]) -> Vec<XStat> {
+    values
+        .iter()
+        .filter_map(|v| {
+            let name = names.get(usize::try_from(v.id).ok()?)?;
+            Some(XStat {
+                name: c_name(&name.name),
+                value: v.value,
+            })
+        })
+        .collect()
+}
+
+/// A fixed-size C string: up to its first NUL (all of it without one).
+fn c_name(raw: &[std::os::raw::c_char]) -> String {
+    let bytes: Vec<u8> = raw
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// The generic device behind port `id`, if the port exists.
@@ -940,5 +1120,91 @@ impl Drop for RingSet {
                 sys::rte_ring_free(r.as_ptr());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(text: &str) -> sys::rte_eth_xstat_name {
+        let mut n = sys::rte_eth_xstat_name::default();
+        for (d, s) in n.name.iter_mut().zip(text.bytes()) {
+            *d = s as std::os::raw::c_char;
+        }
+        n
+    }
+
+    #[test]
+    fn port_stats_from_the_raw_struct() {
+        let raw = sys::rte_eth_stats {
+            ipackets: 1,
+            opackets: 2,
+            ibytes: 3,
+            obytes: 4,
+            imissed: 5,
+            ierrors: 6,
+            oerrors: 7,
+            rx_nombuf: 8,
+            ..Default::default()
+        };
+        assert_eq!(
+            PortStats::from(&raw),
+            PortStats {
+                ipackets: 1,
+                opackets: 2,
+                ibytes: 3,
+                obytes: 4,
+                imissed: 5,
+                ierrors: 6,
+                oerrors: 7,
+                rx_nombuf: 8,
+            }
+        );
+    }
+
+    #[test]
+    fn extended_counters_pair_by_id() {
+        let names = [
+            name("rx_good_packets"),
+            name("tx_good_packets"),
+            name("rx_q0_errors"),
+        ];
+        // Out of order, and one id past the names (left out).
+        let values = [
+            sys::rte_eth_xstat { id: 2, value: 9 },
+            sys::rte_eth_xstat { id: 0, value: 41 },
+            sys::rte_eth_xstat { id: 7, value: 1 },
+            sys::rte_eth_xstat { id: 1, value: 40 },
+        ];
+        let got = pair_xstats(&names, &values);
+        let got: Vec<(&str, u64)> = got.iter().map(|x| (x.name.as_str(), x.value)).collect();
+        assert_eq!(
+            got,
+            [
+                ("rx_q0_errors", 9),
+                ("rx_good_packets", 41),
+                ("tx_good_packets", 40)
+            ]
+        );
+        assert!(pair_xstats(&names, &[]).is_empty());
+    }
+
+    #[test]
+    fn c_names_stop_at_nul_or_the_end() {
+        assert_eq!(c_name(&name("net_ring0").name), "net_ring0");
+        let full = [b'a' as std::os::raw::c_char; 64];
+        assert_eq!(c_name(&full).len(), 64, "no NUL: the whole array");
+        assert_eq!(c_name(&[0; 4]), "");
+        let odd = [
+            0xffu8 as std::os::raw::c_char,
+            b'x' as std::os::raw::c_char,
+            0,
+        ];
+        assert_eq!(
+            c_name(&odd),
+            "\u{fffd}x",
+            "invalid UTF-8 replaced, not a panic"
+        );
     }
 }
