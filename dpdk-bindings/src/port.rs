@@ -13,7 +13,7 @@
 use std::ffi::{CStr, CString};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::eal::Eal;
 use crate::error::{check, DpdkError};
@@ -613,12 +613,14 @@ impl Port {
         name_of(self.id())
     }
 
-    /// A handle that reads this port's counters from any thread, for as
-    /// long as it lives (it keeps the port open, as a queue handle does,
-    /// so the port cannot be stopped or reconfigured while one is out).
+    /// A handle that reads this port's counters from any thread. It does
+    /// not keep the port open (reads fail with `ENODEV` once the port and
+    /// its queues are gone), but while one is out the port cannot be
+    /// stopped or reconfigured, as with a queue handle.
     pub fn counters(&self) -> PortCounters {
         PortCounters {
-            port: self.inner.clone(),
+            id: self.inner.id,
+            port: Arc::downgrade(&self.inner),
         }
     }
 
@@ -790,29 +792,43 @@ impl Port {
 /// `ipackets` does not yet. What the handle does not do is reset the
 /// counters (`rte_eth_stats_reset` races with the burst functions'
 /// updates on the software drivers).
+///
+/// The handle holds the port weakly, so that it never decides when the port
+/// closes (the last queue does, on its worker's way out): each read holds
+/// it open for the length of the call only.
 #[derive(Debug, Clone)]
 pub struct PortCounters {
-    port: Arc<PortInner>,
+    id: u16,
+    port: Weak<PortInner>,
 }
 
 impl PortCounters {
     /// The DPDK port id.
     pub fn port_id(&self) -> u16 {
-        self.port.id
+        self.id
+    }
+
+    /// The port, held open for one read.
+    fn open(&self, op: &'static str) -> Result<Arc<PortInner>, DpdkError> {
+        self.port
+            .upgrade()
+            .ok_or_else(|| DpdkError::with_message(op, libc::ENODEV, "the port is closed"))
     }
 
     /// The name DPDK gave the port.
     pub fn name(&self) -> Result<String, DpdkError> {
-        name_of(self.port.id)
+        let _open = self.open("rte_eth_dev_get_name_by_port")?;
+        name_of(self.id)
     }
 
     /// The PMD's name (`net_ring`, `net_af_packet`, `net_ixgbe`, …).
     pub fn driver_name(&self) -> Result<String, DpdkError> {
+        let _open = self.open("rte_eth_dev_info_get")?;
         let mut info = sys::rte_eth_dev_info::default();
-        // SAFETY: the port is open while this handle lives; `info` is a
-        // valid out-pointer.
+        // SAFETY: `_open` holds the port open; `info` is a valid
+        // out-pointer.
         check("rte_eth_dev_info_get", unsafe {
-            sys::rte_eth_dev_info_get(self.port.id, &mut info)
+            sys::rte_eth_dev_info_get(self.id, &mut info)
         })?;
         if info.driver_name.is_null() {
             return Ok(String::new());
@@ -825,12 +841,14 @@ impl PortCounters {
 
     /// The port's basic counters (`rte_eth_stats_get`).
     pub fn stats(&self) -> Result<PortStats, DpdkError> {
-        stats_of(self.port.id)
+        let _open = self.open("rte_eth_stats_get")?;
+        stats_of(self.id)
     }
 
     /// The driver's extended counters, by name (`rte_eth_xstats_get`).
     pub fn xstats(&self) -> Result<Vec<XStat>, DpdkError> {
-        xstats_of(self.port.id)
+        let _open = self.open("rte_eth_xstats_get")?;
+        xstats_of(self.id)
     }
 }
 

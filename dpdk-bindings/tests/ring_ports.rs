@@ -19,6 +19,7 @@ fn ring_ports_bursts_and_external_buffers() {
     let pool = Mempool::new(&eal, "ring_pool", 2047, 64, 2176, -1).expect("pool");
 
     loopback_vdev(&eal, &pool);
+    counters_after_close(&eal, &pool);
     let (mut a, mut b) = Port::ring_pair(&eal, "rp", 2, 256).expect("ring pair");
     let info = a.dev_info().unwrap();
     assert_eq!(info.driver_name, "net_ring");
@@ -130,6 +131,25 @@ fn device_counters(a: &mut Port, b: &Port) {
     assert_eq!(x("rx_q0_packets") + x("rx_q1_packets"), sa.ipackets);
     println!("ring pair: {} extended counters, all named", xa.len());
     assert!(xa.iter().all(|s| !s.name.is_empty()));
+}
+
+/// A counters handle outlives its port without keeping it open: reads
+/// then fail with `ENODEV`.
+fn counters_after_close(eal: &Eal, pool: &Mempool) {
+    let (mut c, d) = Port::ring_pair(eal, "rc", 1, 64).expect("ring pair");
+    c.configure(&PortConfig::default(), pool).unwrap();
+    c.start().unwrap();
+    let counters = c.counters();
+    assert_eq!(
+        counters.stats().unwrap(),
+        Default::default(),
+        "nothing sent yet"
+    );
+    assert!(counters.xstats().is_ok());
+    drop((c, d));
+    let e = counters.stats().unwrap_err();
+    assert_eq!(e.errno(), libc::ENODEV, "{e}");
+    assert_eq!(counters.xstats().unwrap_err().errno(), libc::ENODEV);
 }
 
 /// A `--vdev=net_ring0` port loops back: what it sends, it receives.
