@@ -995,6 +995,8 @@ pub struct Dataplane {
     qps: Mutex<Vec<Weak<QpShared>>>,
     /// The port's own counters, when [`Dataplane::open`] made the link.
     link_counters: Option<LinkCounters>,
+    /// The DPDK device under the link, if any ([`Dataplane::port_stats`]).
+    dev_port: Option<crate::dpdk_link::DevicePort>,
     /// The packet capture, when one runs ([`Dataplane::capture_start`]).
     capture: crate::capture::Capture,
 }
@@ -1084,6 +1086,7 @@ impl Dataplane {
     ) -> Result<Dataplane, Error> {
         config.validate()?;
         let caps = link.caps().clone();
+        let dev_port = link.device();
         let count = config.workers.count;
         if usize::from(caps.queues) < count {
             return Err(Error::InvalidArgument(
@@ -1204,6 +1207,7 @@ impl Dataplane {
             next_connect: AtomicUsize::new(0),
             qps: Mutex::new(Vec::new()),
             link_counters: None,
+            dev_port,
             capture: crate::capture::Capture::default(),
         })
     }
@@ -1937,6 +1941,17 @@ impl Dataplane {
                 ]
             }
         }
+    }
+
+    /// The device counters of each DPDK port under the dataplane (its
+    /// first and only port today), read now: what the NIC or its driver
+    /// counted, including frames dropped before any worker saw them
+    /// (`rx_missed`, `rx_nombuf`, errors). Empty for an in-memory link,
+    /// which has no device; its software counters are in
+    /// [`Dataplane::link_stats`]. Called from the control path (a control
+    /// socket, a metrics scrape): it takes nothing a worker waits on.
+    pub fn port_stats(&self) -> Vec<crate::dpdk_link::DevicePortStats> {
+        self.dev_port.iter().map(|d| d.read()).collect()
     }
 
     /// Every live queue pair (one the application still holds), in order

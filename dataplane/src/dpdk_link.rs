@@ -88,8 +88,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use dpdk_bindings::{
-    CksumStatus, DpdkError, Eal, ExtBufPool, Mbuf, MbufBurst, Mempool, Port, PortConfig, PortSetup,
-    RxQueue, TxQueue, BURST,
+    CksumStatus, DpdkError, Eal, ExtBufPool, Mbuf, MbufBurst, Mempool, Port, PortConfig,
+    PortCounters, PortSetup, PortStats, RxQueue, TxQueue, BURST,
 };
 use tcp_offload::iface::{DeviceCksum, RxChecksum};
 use tcp_offload::wire::{checksum, EthernetAddress};
@@ -303,6 +303,129 @@ pub struct DpdkLinkStats {
     pub mem_not_registered: AtomicU64,
 }
 
+/// A DPDK port's own counters, as the device (or its driver) keeps them,
+/// below the workers: what `rte_eth_stats_get` reports. The device counts
+/// frames before a worker sees them, so these show drops the workers'
+/// counters cannot: `rx_missed` (no free RX descriptor: the workers fell
+/// behind), `rx_nombuf` (no mbuf to refill a descriptor with), and frames
+/// the device found in error.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Frames received (`ipackets`).
+    pub rx_packets: u64,
+    /// Frames sent (`opackets`).
+    pub tx_packets: u64,
+    /// Bytes received (`ibytes`; 0 where the driver does not count them,
+    /// as `net_ring` does not).
+    pub rx_bytes: u64,
+    /// Bytes sent (`obytes`).
+    pub tx_bytes: u64,
+    /// Frames the device dropped for want of an RX descriptor (`imissed`).
+    pub rx_missed: u64,
+    /// Erroneous frames received (`ierrors`).
+    pub rx_errors: u64,
+    /// Frames the device failed to send (`oerrors`).
+    pub tx_errors: u64,
+    /// RX mbuf allocation failures (`rx_nombuf`).
+    pub rx_nombuf: u64,
+}
+
+impl From<PortStats> for DeviceCounters {
+    fn from(s: PortStats) -> Self {
+        DeviceCounters {
+            rx_packets: s.ipackets,
+            tx_packets: s.opackets,
+            rx_bytes: s.ibytes,
+            tx_bytes: s.obytes,
+            rx_missed: s.imissed,
+            rx_errors: s.ierrors,
+            tx_errors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        }
+    }
+}
+
+impl DeviceCounters {
+    /// Each counter with the name the control socket and the metrics give
+    /// it.
+    pub fn named(&self) -> [(&'static str, u64); 8] {
+        [
+            ("rx_packets", self.rx_packets),
+            ("tx_packets", self.tx_packets),
+            ("rx_bytes", self.rx_bytes),
+            ("tx_bytes", self.tx_bytes),
+            ("rx_missed", self.rx_missed),
+            ("rx_errors", self.rx_errors),
+            ("tx_errors", self.tx_errors),
+            ("rx_nombuf", self.rx_nombuf),
+        ]
+    }
+}
+
+/// One read of a DPDK port's device counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevicePortStats {
+    /// The DPDK port id.
+    pub port_id: u16,
+    /// The name DPDK gave the port (`net_af_packet0`, a PCI address).
+    pub name: String,
+    /// The driver (`net_af_packet`, `net_ixgbe`, …).
+    pub driver: String,
+    /// The basic counters, or why they could not be read.
+    pub counters: Result<DeviceCounters, String>,
+    /// The driver's extended counters by name, in the driver's order
+    /// (empty where it keeps none or they could not be read).
+    pub xstats: Vec<(String, u64)>,
+}
+
+/// The device behind a [`DpdkLink`], whose counters the control path reads
+/// on demand from a thread of its own ([`DevicePort::read`]), never from a
+/// worker: see [`dpdk_bindings::PortCounters`] for why that is safe while
+/// the workers poll the port's queues (it is what DPDK's telemetry does).
+#[derive(Debug, Clone)]
+pub struct DevicePort {
+    counters: PortCounters,
+    name: String,
+    driver: String,
+}
+
+impl DevicePort {
+    fn new(port: &Port) -> DevicePort {
+        let counters = port.counters();
+        DevicePort {
+            name: port.name().unwrap_or_else(|_| format!("port{}", port.id())),
+            driver: counters.driver_name().unwrap_or_default(),
+            counters,
+        }
+    }
+
+    /// The name DPDK gave the port.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Reads the counters now. A read allocates (names of the extended
+    /// counters) and may read device registers: the control path's work,
+    /// a few times a second at most.
+    pub fn read(&self) -> DevicePortStats {
+        DevicePortStats {
+            port_id: self.counters.port_id(),
+            name: self.name.clone(),
+            driver: self.driver.clone(),
+            counters: self
+                .counters
+                .stats()
+                .map(DeviceCounters::from)
+                .map_err(|e| e.to_string()),
+            xstats: self
+                .counters
+                .xstats()
+                .map(|x| x.into_iter().map(|s| (s.name, s.value)).collect())
+                .unwrap_or_default(),
+        }
+    }
+}
+
 /// A DPDK port as a [`Link`]. See the module documentation.
 #[derive(Debug)]
 pub struct DpdkLink {
@@ -497,6 +620,10 @@ impl Link for DpdkLink {
 
     fn take_queue(&mut self, index: u16) -> Option<DpdkQueue> {
         self.queues.get_mut(usize::from(index))?.take()
+    }
+
+    fn device(&self) -> Option<DevicePort> {
+        Some(DevicePort::new(&self.port))
     }
 }
 

@@ -69,6 +69,14 @@ pub trait Link {
 
     /// Queue pair `index`, once (`None` if out of range or taken).
     fn take_queue(&mut self, index: u16) -> Option<Self::Queue>;
+
+    /// The DPDK device under the link, whose own counters the control
+    /// path reads ([`crate::api::Dataplane::port_stats`]); `None` for a
+    /// link with no device (the in-memory link, whose software counters
+    /// are the link's own).
+    fn device(&self) -> Option<crate::dpdk_link::DevicePort> {
+        None
+    }
 }
 
 /// A frame could not take more: out of room or out of segments.

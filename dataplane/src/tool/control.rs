@@ -19,8 +19,11 @@
 //! ```
 //!
 //! Everything served is read from what the workers publish into atomics
-//! ([`Dataplane::stats`], [`Dataplane::qp_snapshots`]): a request never
-//! waits for a worker and a worker never waits for a request. A capture
+//! ([`Dataplane::stats`], [`Dataplane::qp_snapshots`]) or from the DPDK
+//! device's own counters ([`Dataplane::port_stats`], under each port's
+//! `device_counters`: what the NIC dropped before a worker saw it): a
+//! request never waits for a worker and a worker never waits for a
+//! request. A capture
 //! is written by a thread of its own ([`crate::capture`]); stopping one
 //! waits for each worker's next loop to let go of its ring.
 
@@ -37,6 +40,7 @@ use serde_json::{json, Value};
 use super::serve::Service;
 use super::ToolError;
 use crate::api::{Dataplane, QpStatus};
+use crate::dpdk_link::DevicePortStats;
 use crate::worker::WorkerStats;
 
 /// Where `iwarp stats` and `iwarp qp list` look without `--socket`.
@@ -246,6 +250,7 @@ pub fn stats_json(svc: &Service) -> Value {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), Value::from(v)))
                 .collect::<serde_json::Map<_, _>>(),
+            "device_counters": dp.port_stats().first().map(device_json),
         }],
         "qps": { "total": qps.len(), "connected": connected },
         "responders": svc.responders.iter().map(|r| {
@@ -269,6 +274,33 @@ pub fn stats_json(svc: &Service) -> Value {
             })
         }).collect::<Vec<_>>(),
     })
+}
+
+/// A port's device counters: the basic ones by name, or `error` when the
+/// driver could not report them, and the driver's extended ones under
+/// `xstats`. (`null` in place of the object: a link with no device.)
+fn device_json(d: &DevicePortStats) -> Value {
+    let mut o = serde_json::Map::new();
+    o.insert("port_id".into(), d.port_id.into());
+    o.insert("name".into(), d.name.clone().into());
+    o.insert("driver".into(), d.driver.clone().into());
+    match &d.counters {
+        Ok(c) => {
+            for (k, v) in c.named() {
+                o.insert(k.into(), v.into());
+            }
+        }
+        Err(e) => {
+            o.insert("error".into(), e.clone().into());
+        }
+    }
+    let x: serde_json::Map<String, Value> = d
+        .xstats
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::from(*v)))
+        .collect();
+    o.insert("xstats".into(), x.into());
+    Value::Object(o)
 }
 
 fn status_name(s: QpStatus) -> &'static str {
@@ -424,6 +456,7 @@ pub fn run_stats(a: &StatsArgs) -> Result<(), ToolError> {
             let parts: Vec<String> = link.iter().map(|(k, v)| format!("{k} {v}")).collect();
             writeln!(out, "  link: {}", parts.join(", "))?;
         }
+        write_device(&mut out, &p["device_counters"])?;
     }
     writeln!(
         out,
@@ -447,6 +480,47 @@ pub fn run_stats(a: &StatsArgs) -> Result<(), ToolError> {
         )?;
     }
     out.flush()?;
+    Ok(())
+}
+
+/// The `device` lines of a port: the NIC's own counters, then its
+/// driver's extended counters that are not zero.
+fn write_device(out: &mut impl Write, d: &Value) -> std::io::Result<()> {
+    if !d.is_object() {
+        return writeln!(out, "  device: none (not a DPDK port)");
+    }
+    let head = format!(
+        "  device {} ({}, port {})",
+        n(d, "name"),
+        n(d, "driver"),
+        n(d, "port_id")
+    );
+    if d.get("error").is_some() {
+        return writeln!(out, "{head}: counters unavailable: {}", n(d, "error"));
+    }
+    writeln!(
+        out,
+        "{head}: rx {} packets {} bytes, tx {} packets {} bytes, rx missed {}, rx errors {}, \
+         tx errors {}, rx no mbuf {}",
+        n(d, "rx_packets"),
+        n(d, "rx_bytes"),
+        n(d, "tx_packets"),
+        n(d, "tx_bytes"),
+        n(d, "rx_missed"),
+        n(d, "rx_errors"),
+        n(d, "tx_errors"),
+        n(d, "rx_nombuf")
+    )?;
+    let nonzero: Vec<String> = d["xstats"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, v)| v.as_u64() != Some(0))
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    if !nonzero.is_empty() {
+        writeln!(out, "  device xstats (non-zero): {}", nonzero.join(", "))?;
+    }
     Ok(())
 }
 
@@ -614,5 +688,63 @@ mod tests {
         assert_eq!(group_id("root"), Some(0));
         assert_eq!(group_id("4242"), Some(4242));
         assert_eq!(group_id("no-such-group-here"), None);
+    }
+
+    fn device(counters: Result<crate::dpdk_link::DeviceCounters, String>) -> DevicePortStats {
+        DevicePortStats {
+            port_id: 0,
+            name: "net_ring0".into(),
+            driver: "net_ring".into(),
+            counters,
+            xstats: vec![("rx_good_packets".into(), 5), ("rx_q0_errors".into(), 0)],
+        }
+    }
+
+    #[test]
+    fn device_counters_in_json_and_text() {
+        let c = crate::dpdk_link::DeviceCounters {
+            rx_packets: 5,
+            tx_packets: 6,
+            rx_missed: 1,
+            ..Default::default()
+        };
+        let j = device_json(&device(Ok(c)));
+        assert_eq!(j["name"], "net_ring0");
+        assert_eq!(j["driver"], "net_ring");
+        assert_eq!(j["rx_packets"], 5);
+        assert_eq!(j["tx_packets"], 6);
+        assert_eq!(j["rx_missed"], 1);
+        assert_eq!(j["rx_nombuf"], 0);
+        assert_eq!(j["xstats"]["rx_good_packets"], 5);
+        assert!(j.get("error").is_none());
+        let mut text = Vec::new();
+        write_device(&mut text, &j).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains("device net_ring0 (net_ring, port 0): rx 5 packets")
+                && text.contains("rx missed 1,")
+                && text.contains("device xstats (non-zero): rx_good_packets 5\n")
+                && !text.contains("rx_q0_errors"),
+            "{text}"
+        );
+
+        let j = device_json(&device(Err("rte_eth_stats_get: not supported".into())));
+        assert_eq!(j["error"], "rte_eth_stats_get: not supported");
+        assert!(
+            j.get("rx_packets").is_none(),
+            "no zeros in place of a failed read"
+        );
+        let mut text = Vec::new();
+        write_device(&mut text, &j).unwrap();
+        assert!(String::from_utf8(text)
+            .unwrap()
+            .contains("counters unavailable: rte_eth_stats_get: not supported"));
+
+        let mut text = Vec::new();
+        write_device(&mut text, &Value::Null).unwrap();
+        assert_eq!(
+            String::from_utf8(text).unwrap(),
+            "  device: none (not a DPDK port)\n"
+        );
     }
 }

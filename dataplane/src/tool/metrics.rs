@@ -4,13 +4,21 @@
 //! request per connection).
 //!
 //! Every figure comes from what the workers publish into atomics
-//! ([`Dataplane::stats`], [`Dataplane::qp_snapshots`]) or from the
-//! responders' last runs: a scrape takes no lock a worker could wait on
-//! and sends nothing to the workers, so scraping does not slow the data
-//! path (the `scrape` benchmark in `benches/` measures it).
+//! ([`Dataplane::stats`], [`Dataplane::qp_snapshots`]), from the DPDK
+//! device's own counters ([`Dataplane::port_stats`], read by the scraping
+//! thread as DPDK's telemetry reads them) or from the responders' last
+//! runs: a scrape takes no lock a worker could wait on and sends nothing
+//! to the workers, so scraping does not slow the data path (the `scrape`
+//! benchmark in `benches/` measures it).
 //!
 //! Names: `iwarp_<what>_total` counters and gauges labelled by `worker`,
-//! the link's own counters as `iwarp_link_<what>_total{port="0"}`,
+//! the link's own counters as `iwarp_link_<what>_total{port="0"}`, the
+//! NIC's as `iwarp_port_<what>_total{port="0",device="net_af_packet0"}`
+//! (`rx_packets`, `tx_packets`, `rx_bytes`, `tx_bytes`, `rx_missed`,
+//! `rx_errors`, `tx_errors`, `rx_nombuf`: frames the NIC counted or dropped
+//! before a worker saw them) and its driver's extended counters as
+//! `iwarp_port_xstat{port,device,stat="rx_good_packets"}` (untyped: the
+//! drivers decide what they mean),
 //! queue-pair gauges labelled by `state`, responder figures labelled by
 //! `responder` (`perf:18515`, `rping:7174`), the perf latency tests'
 //! samples of all sessions as a histogram,
@@ -29,6 +37,7 @@ use super::runner::{LatencyHistogram, LATENCY_BOUNDS_NS};
 use super::serve::Service;
 use super::ToolError;
 use crate::api::{Dataplane, QpStatus};
+use crate::dpdk_link::{DeviceCounters, DevicePortStats};
 use crate::worker::WorkerStats;
 
 /// The content type of the text exposition format.
@@ -246,6 +255,7 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
         let help = format!("The port's link counter {counter} (below the workers).");
         Family::head(out, &name, "counter", &help).sample(&name, &[("port", "0")], value as f64);
     }
+    render_ports(&dp.port_stats(), out);
     let qps = dp.qp_snapshots();
     let mut f = Family::head(out, "iwarp_qps", "gauge", "Queue pairs by state.");
     for (state, st) in [
@@ -256,6 +266,85 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
     ] {
         let n = qps.iter().filter(|q| q.status == st).count();
         f.sample("iwarp_qps", &[("state", state)], n as f64);
+    }
+}
+
+/// The device counters of the DPDK ports, labelled by `port` (the
+/// dataplane's port index) and `device` (DPDK's name for it); nothing for
+/// a link with no device. A port whose counters could not be read has no
+/// samples rather than zeros.
+fn render_ports(ports: &[DevicePortStats], out: &mut String) {
+    if ports.is_empty() {
+        return;
+    }
+    let families: [(&str, &str, fn(&DeviceCounters) -> u64); 8] = [
+        (
+            "iwarp_port_rx_packets_total",
+            "Frames the NIC received (rte_eth_stats ipackets), before any worker.",
+            |c| c.rx_packets,
+        ),
+        (
+            "iwarp_port_tx_packets_total",
+            "Frames the NIC sent (opackets).",
+            |c| c.tx_packets,
+        ),
+        (
+            "iwarp_port_rx_bytes_total",
+            "Bytes the NIC received (ibytes; 0 where the driver does not count them).",
+            |c| c.rx_bytes,
+        ),
+        (
+            "iwarp_port_tx_bytes_total",
+            "Bytes the NIC sent (obytes).",
+            |c| c.tx_bytes,
+        ),
+        (
+            "iwarp_port_rx_missed_total",
+            "Frames the NIC dropped for want of an RX descriptor: the workers fell behind (imissed).",
+            |c| c.rx_missed,
+        ),
+        (
+            "iwarp_port_rx_errors_total",
+            "Erroneous frames the NIC received (ierrors).",
+            |c| c.rx_errors,
+        ),
+        (
+            "iwarp_port_tx_errors_total",
+            "Frames the NIC failed to send (oerrors).",
+            |c| c.tx_errors,
+        ),
+        (
+            "iwarp_port_rx_nombuf_total",
+            "Times the NIC found no mbuf to receive into (rx_nombuf).",
+            |c| c.rx_nombuf,
+        ),
+    ];
+    let labels: Vec<[(&str, String); 2]> = (0..ports.len())
+        .map(|i| [("port", i.to_string()), ("device", ports[i].name.clone())])
+        .collect();
+    for (name, help, get) in families {
+        let mut f = Family::head(out, name, "counter", help);
+        for (p, l) in ports.iter().zip(&labels) {
+            if let Ok(c) = &p.counters {
+                f.sample(name, &[(l[0].0, &l[0].1), (l[1].0, &l[1].1)], get(c) as f64);
+            }
+        }
+    }
+    let name = "iwarp_port_xstat";
+    let mut f = Family::head(
+        out,
+        name,
+        "untyped",
+        "The driver's extended counters (rte_eth_xstats), by the driver's name for each.",
+    );
+    for (p, l) in ports.iter().zip(&labels) {
+        for (stat, value) in &p.xstats {
+            f.sample(
+                name,
+                &[(l[0].0, &l[0].1), (l[1].0, &l[1].1), ("stat", stat)],
+                *value as f64,
+            );
+        }
     }
 }
 
@@ -441,6 +530,57 @@ mod tests {
             out.ends_with("l_seconds_sum{test=\"t\"} 20.0000065\nl_seconds_count{test=\"t\"} 5\n"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn port_counters_are_labelled_by_port_and_device() {
+        let ok = DevicePortStats {
+            port_id: 3,
+            name: "net_af_packet0".into(),
+            driver: "net_af_packet".into(),
+            counters: Ok(DeviceCounters {
+                rx_packets: 10,
+                tx_packets: 9,
+                rx_bytes: 1000,
+                tx_bytes: 900,
+                rx_missed: 2,
+                rx_errors: 1,
+                tx_errors: 0,
+                rx_nombuf: 4,
+            }),
+            xstats: vec![("rx_good_packets".into(), 10), ("rx_q0_errors".into(), 1)],
+        };
+        let failed = DevicePortStats {
+            port_id: 4,
+            name: "0000:01:00.0".into(),
+            counters: Err("rte_eth_stats_get: not supported".into()),
+            xstats: Vec::new(),
+            ..ok.clone()
+        };
+        let mut out = String::new();
+        render_ports(&[ok, failed], &mut out);
+        let p0 = "{port=\"0\",device=\"net_af_packet0\"}";
+        for line in [
+            format!("iwarp_port_rx_packets_total{p0} 10"),
+            format!("iwarp_port_tx_bytes_total{p0} 900"),
+            format!("iwarp_port_rx_missed_total{p0} 2"),
+            format!("iwarp_port_rx_errors_total{p0} 1"),
+            format!("iwarp_port_tx_errors_total{p0} 0"),
+            format!("iwarp_port_rx_nombuf_total{p0} 4"),
+            "# TYPE iwarp_port_rx_missed_total counter".to_string(),
+            "# TYPE iwarp_port_xstat untyped".to_string(),
+            "iwarp_port_xstat{port=\"0\",device=\"net_af_packet0\",stat=\"rx_q0_errors\"} 1"
+                .to_string(),
+        ] {
+            assert!(out.lines().any(|l| l == line), "no {line:?} in\n{out}");
+        }
+        assert!(
+            !out.contains("port=\"1\""),
+            "an unreadable port has no samples, not zeros:\n{out}"
+        );
+        let mut none = String::new();
+        render_ports(&[], &mut none);
+        assert!(none.is_empty(), "no device, no port families");
     }
 
     #[test]
