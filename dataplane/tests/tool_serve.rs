@@ -14,7 +14,9 @@
 //!   clients in the other; the control socket is a file-system path, so
 //!   the test reaches it from outside both namespaces; the metrics are
 //!   read from a thread that joined the service's namespace (setns(2)).
-//!   Without root it prints a skip notice, or fails with
+//!   During the perf run, both show the af_packet device's own counters
+//!   (`device_counters`, `iwarp_port_*_total{port,device}`) next to the
+//!   worker's; over the in-memory link there are none. Without root it prints a skip notice, or fails with
 //!   `IWARP_REQUIRE_ROOT_TESTS=1`.
 
 mod tool_common;
@@ -444,6 +446,10 @@ fn service_on_a_memory_link_answers_and_stops_clean() {
         stats["ports"][0]["link"]["tx_frames"].is_u64(),
         "the memory link's counters: {stats}"
     );
+    assert!(
+        stats["ports"][0]["device_counters"].is_null(),
+        "an in-memory link has no device counters: {stats}"
+    );
     let qps = query(&["qp", "list"], &socket);
     let list = qps["qps"].as_array().expect("qps");
     assert!(
@@ -467,6 +473,10 @@ fn service_on_a_memory_link_answers_and_stops_clean() {
     let samples = parse_exposition(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
     assert!(sample(&samples, "iwarp_loops_total", &[("worker", "0")]).is_some_and(|v| v > 0.0));
     assert!(sample(&samples, "iwarp_link_rx_ring_full_total", &[("port", "0")]).is_some());
+    assert!(
+        !body.contains("iwarp_port_"),
+        "no device families over an in-memory link: {body}"
+    );
     assert_eq!(
         sample(
             &samples,
@@ -597,6 +607,93 @@ fn scrape_in(ns: &str, addr: &str) -> Result<String, String> {
     .map_err(|_| "scraper panicked".to_string())?
 }
 
+/// The NIC's own counters during a perf run, from the control socket (a
+/// `stats` answer taken before the scrape) and the scraped metrics: the
+/// af_packet device received at least the frames the worker did and
+/// counted bytes, no frame was in error or lacked an mbuf, the metrics
+/// (scraped after) are no smaller, and `iwarp stats` prints them as a
+/// table too. `rx_missed` is printed, not asserted zero: frames the kernel
+/// ring of af_packet had no room for, on a loaded machine, are exactly what
+/// it shows where the driver reports them.
+fn device_counters_while_running(stats: &Value, samples: &[Sample], socket: &Path) {
+    let dev = &stats["ports"][0]["device_counters"];
+    assert_eq!(dev["name"], "net_af_packet0", "{stats}");
+    assert_eq!(dev["driver"], "net_af_packet", "{stats}");
+    let dn = |k: &str| n(dev, &[k]);
+    let worker_rx = n(stats, &["workers", "0", "rx_packets"]);
+    assert!(
+        dn("rx_packets") >= worker_rx && dn("rx_packets") > 0,
+        "the device counts every frame a worker sees: {dev}, worker rx {worker_rx}"
+    );
+    assert!(
+        dn("tx_packets") > 0 && dn("rx_bytes") > 0 && dn("tx_bytes") > 0,
+        "{dev}"
+    );
+    assert!(
+        dn("rx_bytes") >= 60 * dn("rx_packets"),
+        "at least a minimal frame each: {dev}"
+    );
+    for k in ["rx_errors", "rx_nombuf"] {
+        assert_eq!(dn(k), 0, "{k}: {dev}");
+    }
+    assert!(
+        dev["tx_errors"].is_u64() && dev["rx_missed"].is_u64(),
+        "{dev}"
+    );
+    assert!(dev["xstats"].is_object(), "{dev}");
+    let labels = [("port", "0"), ("device", "net_af_packet0")];
+    let m = |name: &str| {
+        sample(samples, name, &labels).unwrap_or_else(|| panic!("no {name}{labels:?} scraped"))
+    };
+    let scraped = [
+        "iwarp_port_rx_packets_total",
+        "iwarp_port_tx_packets_total",
+        "iwarp_port_rx_bytes_total",
+        "iwarp_port_tx_bytes_total",
+        "iwarp_port_rx_missed_total",
+        "iwarp_port_rx_errors_total",
+        "iwarp_port_tx_errors_total",
+        "iwarp_port_rx_nombuf_total",
+    ]
+    .map(|name| (name, m(name)));
+    for (name, v) in scraped {
+        let key = name
+            .strip_prefix("iwarp_port_")
+            .and_then(|k| k.strip_suffix("_total"))
+            .unwrap_or(name);
+        assert!(
+            v >= dn(key) as f64,
+            "{name} {v} scraped after stats said {}",
+            dn(key)
+        );
+    }
+    let xstats = samples
+        .iter()
+        .filter(|(n, l, _)| n == "iwarp_port_xstat" && l.contains_key("stat"))
+        .count();
+    println!(
+        "device counters during write-bw: stats {dev}; metrics {}, {xstats} iwarp_port_xstat samples",
+        scraped
+            .iter()
+            .map(|(n, v)| format!("{n}{{port=\"0\",device=\"net_af_packet0\"}} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let out = iwarp(
+        "stats-table",
+        &["stats", "--socket", socket.to_str().expect("utf-8")],
+        Duration::from_secs(20),
+    );
+    let text = &out.stdout;
+    assert!(out.status.success(), "{:?}", out.stderr);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("  device net_af_packet0 (net_af_packet, port "))
+        .unwrap_or_else(|| panic!("no device line in `iwarp stats`:\n{text}"));
+    assert!(line.contains(", rx errors 0, "), "{line}");
+    println!("iwarp stats: {line}");
+}
+
 #[test]
 fn service_serves_perf_and_rping_over_veth() {
     if !require_root() {
@@ -714,6 +811,7 @@ fn service_serves_perf_and_rping_over_veth() {
     let samples = parse_exposition(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
     let scraped_rx = sample(&samples, "iwarp_rx_packets_total", &[("worker", "0")]);
     assert!(scraped_rx.is_some_and(|v| v > 0.0), "{body}");
+    device_counters_while_running(&stats, &samples, &socket);
     assert!(
         sample(&samples, "iwarp_qps", &[("state", "connected")]).is_some_and(|v| v >= 1.0),
         "{body}"

@@ -269,6 +269,9 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
     }
 }
 
+/// A device counter: its name, help and where it is read.
+type PortCounter = (&'static str, &'static str, fn(&DeviceCounters) -> u64);
+
 /// The device counters of the DPDK ports, labelled by `port` (the
 /// dataplane's port index) and `device` (DPDK's name for it); nothing for
 /// a link with no device. A port whose counters could not be read has no
@@ -277,7 +280,7 @@ fn render_ports(ports: &[DevicePortStats], out: &mut String) {
     if ports.is_empty() {
         return;
     }
-    let families: [(&str, &str, fn(&DeviceCounters) -> u64); 8] = [
+    let families: [PortCounter; 8] = [
         (
             "iwarp_port_rx_packets_total",
             "Frames the NIC received (rte_eth_stats ipackets), before any worker.",
