@@ -875,6 +875,26 @@ mod tests {
     }
 
     #[test]
+    fn armed_losses_take_exactly_the_next_long_frames() {
+        let (mut a, mut b) = MemLink::pair(&MemLinkConfig::default(), MAC_A, MAC_B);
+        let (mut qa, mut qb) = (a.take_queue(0).unwrap(), b.take_queue(0).unwrap());
+        a.stats_handle().lose_next(2, 100);
+        let mut arrived = Vec::new();
+        for len in [60, 200, 60, 100, 300, 60] {
+            let mut f = qa.alloc_tx().unwrap();
+            f.append(&vec![len as u8; len]).unwrap();
+            qa.tx_burst(&mut vec![f]);
+            let mut rx = Vec::new();
+            qb.rx_burst(&mut rx, 4);
+            arrived.extend(rx.iter().map(|r| r.as_ref().len()));
+        }
+        // The 200- and 100-byte frames were lost, the short ones and the
+        // long one after the armed count ran out arrived.
+        assert_eq!(arrived, [60, 60, 300, 60]);
+        assert_eq!(a.stats().lost.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
     fn named_links_join_two_openers() {
         let cfg = MemLinkConfig::default();
         let mut a = MemLink::named("link-test-join", &cfg, MAC_A);

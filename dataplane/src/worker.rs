@@ -265,8 +265,9 @@ pub struct WorkerCounters {
     pub tx_summed_bytes: AtomicU64,
     /// Payload bytes summed again from registered memory for a segment
     /// that the record's stored sum would have covered, because that sum
-    /// was already used once (a retransmission; see
-    /// [`FpduRecord::tx_sum`]). Zero on ports that offload the checksum.
+    /// was already used once: a retransmission, which carries whatever the
+    /// application's buffer holds by then and must be summed from it (see
+    /// the module documentation). Zero on ports that offload the checksum.
     pub tx_resummed_bytes: AtomicU64,
     /// Retransmissions whose payload, summed again, no longer matched the
     /// sum taken when the record was built: the application changed a
