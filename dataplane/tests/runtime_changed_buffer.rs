@@ -38,8 +38,14 @@ struct Rig {
     links: (MemLinkStatsHandle, MemLinkStatsHandle),
 }
 
-fn rig(crc: bool) -> Rig {
-    let (la, lb) = MemLink::pair(&MemLinkConfig::default(), MAC_A, MAC_B);
+/// Two dataplanes asking for the MPA CRC or not, over a link with
+/// multi-segment transmit (payload attached) or without (copied).
+fn rig(crc: bool, multi_seg_tx: bool) -> Rig {
+    let link = MemLinkConfig {
+        multi_seg_tx,
+        ..MemLinkConfig::default()
+    };
+    let (la, lb) = MemLink::pair(&link, MAC_A, MAC_B);
     let links = (la.stats_handle(), lb.stats_handle());
     let config = |ip, mac| {
         let mut c = dataplane::config::Config::single("mem:test", ip, mac);
@@ -79,7 +85,12 @@ struct Outcome {
 /// completed on a (and b for a Send) and, when `expect_end`, both sides
 /// have reported the end of the connection.
 fn run(crc: bool, op: Op, expect_end: bool) -> Outcome {
-    let Rig { p, links } = rig(crc);
+    run_on(crc, true, op, expect_end)
+}
+
+/// [`run`] over a link with or without multi-segment transmit.
+fn run_on(crc: bool, multi_seg_tx: bool, op: Op, expect_end: bool) -> Outcome {
+    let Rig { p, links } = rig(crc, multi_seg_tx);
     let (mut a, mut b) = connect_crc(&p, crc);
     let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let (src_dp, src_pd, dst_dp, dst_pd) = match op {
@@ -217,6 +228,16 @@ fn a_write_changed_before_completion_ends_in_a_crc_terminate() {
     println!("write: completion {:?}", o.status);
 }
 
+/// A port without multi-segment transmit copies the payload into the
+/// frame on each transmission instead of attaching it: the same.
+#[test]
+fn a_write_changed_on_a_copying_port_ends_in_a_crc_terminate() {
+    let o = run_on(true, false, Op::Write, true);
+    assert_crc_terminate(&o, true);
+    assert_resummed(&o);
+    println!("write on a copying port: completion {:?}", o.status);
+}
+
 #[test]
 fn a_send_changed_before_completion_ends_in_a_crc_terminate() {
     let o = run(true, Op::Send, true);
@@ -291,7 +312,7 @@ fn without_crc_a_changed_read_source_completes() {
 /// while a segment is lost: the resent segment's fresh sum matches.
 #[test]
 fn an_unchanged_buffer_resent_is_not_reported() {
-    let Rig { p, links } = rig(true);
+    let Rig { p, links } = rig(true, true);
     let (mut a, mut b) = connect_crc(&p, true);
     links.0.lose_next(1, DATA_FRAME);
     let n = exchange(&p, &mut a, &mut b, Op::Write, LEN, 1);
