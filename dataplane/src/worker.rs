@@ -270,9 +270,9 @@ pub struct WorkerCounters {
     /// the module documentation). Zero on ports that offload the checksum.
     pub tx_resummed_bytes: AtomicU64,
     /// Retransmissions whose payload, summed again, no longer matched the
-    /// sum taken when the record was built: the application changed a
-    /// buffer of a posted Send, Write or Read Response source before its
-    /// completion. A lower bound (a change that keeps the 16-bit sum goes
+    /// sum taken when the record was built: the application changed the
+    /// buffer of a posted Send or Write before its completion, or the
+    /// source of a Read being answered. A lower bound (a change that keeps the 16-bit sum goes
     /// unseen); the peer's MPA CRC check is what ends such a stream.
     pub tx_payload_changed: AtomicU64,
     /// Received TCP frames handed to the worker that owns their connection
@@ -813,9 +813,10 @@ impl FpduRecord {
     /// The payload is attached from (or copied out of) the application's
     /// registered region each time the segment goes out, so a
     /// retransmission carries whatever the buffer holds then. An
-    /// application that changes the buffer of a posted Send, Write or the
-    /// source of a Read it answers before the completion breaks the verbs
-    /// contract, but the stream must still end cleanly: with the stored
+    /// application that changes the buffer of a posted Send or Write
+    /// before its completion, or the source of a Read the peer has not yet
+    /// seen complete, breaks the verbs contract, but the stream must still
+    /// end cleanly: with the stored
     /// sum, the resent bytes would carry a checksum of the old ones, the
     /// peer's TCP would drop every copy as corrupt and the connection
     /// would stall until TCP gave up. Summed afresh, the segment passes
