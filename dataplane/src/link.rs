@@ -250,6 +250,17 @@ pub struct MemLinkStats {
     pub rx_ring_full: AtomicU64,
 }
 
+/// Losses a test arms on one end of a [`MemLink`] while it runs: the next
+/// `n` frames from this end of at least `min_len` bytes are lost (counted
+/// in [`MemLinkStats::lost`]), so that a test can drop exactly the
+/// segments it means to (the first transmission of a record) and no pure
+/// acknowledgement.
+#[derive(Debug, Default)]
+struct ArmedLoss {
+    frames: AtomicU64,
+    min_len: AtomicUsize,
+}
+
 /// Receive buffers of one end.
 #[derive(Debug)]
 struct BufPool {
@@ -288,6 +299,7 @@ struct End {
     /// The next queue of [`Steering::RoundRobin`].
     turn: AtomicUsize,
     stats: MemLinkStats,
+    armed: ArmedLoss,
 }
 
 impl End {
@@ -309,6 +321,7 @@ impl End {
             steering: config.steering,
             turn: AtomicUsize::new(0),
             stats: MemLinkStats::default(),
+            armed: ArmedLoss::default(),
         }
     }
 
@@ -419,6 +432,14 @@ impl MemLinkStatsHandle {
     pub fn get(&self) -> &MemLinkStats {
         &self.0.stats
     }
+
+    /// Loses the next `n` frames this end sends that are at least
+    /// `min_len` bytes long (on top of [`MemLinkConfig::loss`]); a later
+    /// call replaces what is left of an earlier one.
+    pub fn lose_next(&self, n: u64, min_len: usize) {
+        self.0.armed.min_len.store(min_len, Ordering::Relaxed);
+        self.0.armed.frames.store(n, Ordering::Relaxed);
+    }
 }
 
 impl Link for MemLink {
@@ -476,10 +497,21 @@ impl MemQueue {
         self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) < self.loss_threshold
     }
 
+    /// Whether `frame` is one of the losses armed by
+    /// [`MemLinkStatsHandle::lose_next`] (and takes it).
+    fn armed_loss(&self, frame: &MemFrame) -> bool {
+        let armed = &self.me.armed;
+        frame.len >= armed.min_len.load(Ordering::Relaxed)
+            && armed
+                .frames
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+    }
+
     fn deliver(&mut self, frame: &MemFrame) {
         add(&self.me.stats.tx_frames, 1);
         add(&self.me.stats.tx_bytes, frame.len as u64);
-        if self.lost() {
+        if self.armed_loss(frame) || self.lost() {
             add(&self.me.stats.lost, 1);
             return;
         }
@@ -848,6 +880,26 @@ mod tests {
         assert_eq!(got as u64 + lost, 1000);
         assert!((150..350).contains(&lost), "lost {lost}");
         assert_eq!(b.stats().rx_no_buffer.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn armed_losses_take_exactly_the_next_long_frames() {
+        let (mut a, mut b) = MemLink::pair(&MemLinkConfig::default(), MAC_A, MAC_B);
+        let (mut qa, mut qb) = (a.take_queue(0).unwrap(), b.take_queue(0).unwrap());
+        a.stats_handle().lose_next(2, 100);
+        let mut arrived = Vec::new();
+        for len in [60, 200, 60, 100, 300, 60] {
+            let mut f = qa.alloc_tx().unwrap();
+            f.append(&vec![len as u8; len]).unwrap();
+            qa.tx_burst(&mut vec![f]);
+            let mut rx = Vec::new();
+            qb.rx_burst(&mut rx, 4);
+            arrived.extend(rx.iter().map(|r| r.as_ref().len()));
+        }
+        // The 200- and 100-byte frames were lost, the short ones and the
+        // long one after the armed count ran out arrived.
+        assert_eq!(arrived, [60, 60, 300, 60]);
+        assert_eq!(a.stats().lost.load(Ordering::Relaxed), 2);
     }
 
     #[test]

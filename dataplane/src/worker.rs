@@ -48,6 +48,10 @@
 //! A record is queued in TCP until acknowledged; retransmissions rebuild
 //! their frames from it (the region stays pinned). Records TCP drops on a
 //! reset come back through [`FpduRecord`]'s `Drop` and return their pins.
+//! Without checksum offload a retransmission sums its payload again from
+//! the region rather than reuse the record's stored sum, so that a buffer
+//! the application changed before its completion reaches the peer's MPA
+//! CRC check instead of stalling in its TCP (`FpduRecord::tx_sum`).
 //!
 //! # STag replicas
 //!
@@ -79,7 +83,7 @@
 //! buffers come from the port's pool, frames are reused, records carry
 //! their headers inline.
 
-use core::cell::RefCell;
+use core::cell::{Cell, RefCell};
 use core::net::{Ipv4Addr, SocketAddrV4};
 use core::ops::Range;
 use core::time::Duration;
@@ -259,6 +263,18 @@ pub struct WorkerCounters {
     /// zero unless the CRC is off, markers cut the payload, or a record
     /// no longer fits one segment (after an MSS shrink).
     pub tx_summed_bytes: AtomicU64,
+    /// Payload bytes summed again from registered memory for a segment
+    /// that the record's stored sum would have covered, because that sum
+    /// was already used once: a retransmission, which carries whatever the
+    /// application's buffer holds by then and must be summed from it (see
+    /// the module documentation). Zero on ports that offload the checksum.
+    pub tx_resummed_bytes: AtomicU64,
+    /// Retransmissions whose payload, summed again, no longer matched the
+    /// sum taken when the record was built: the application changed the
+    /// buffer of a posted Send or Write before its completion, or the
+    /// source of a Read being answered. A lower bound (a change that keeps the 16-bit sum goes
+    /// unseen); the peer's MPA CRC check is what ends such a stream.
+    pub tx_payload_changed: AtomicU64,
     /// Received TCP frames handed to the worker that owns their connection
     /// (on a port that cannot steer flows to queues, the software
     /// dispatcher).
@@ -302,6 +318,10 @@ pub struct WorkerStats {
     pub idle_sleeps: u64,
     /// See [`WorkerCounters::tx_summed_bytes`].
     pub tx_summed_bytes: u64,
+    /// See [`WorkerCounters::tx_resummed_bytes`].
+    pub tx_resummed_bytes: u64,
+    /// See [`WorkerCounters::tx_payload_changed`].
+    pub tx_payload_changed: u64,
     /// See [`WorkerCounters::dispatched_out`].
     pub dispatched_out: u64,
     /// See [`WorkerCounters::dispatched_in`].
@@ -328,11 +348,23 @@ impl WorkerCounters {
             loops: g(&self.loops),
             idle_sleeps: g(&self.idle_sleeps),
             tx_summed_bytes: g(&self.tx_summed_bytes),
+            tx_resummed_bytes: g(&self.tx_resummed_bytes),
+            tx_payload_changed: g(&self.tx_payload_changed),
             dispatched_out: g(&self.dispatched_out),
             dispatched_in: g(&self.dispatched_in),
             dispatch_drops: g(&self.dispatch_drops),
         }
     }
+}
+
+/// Whether two partial sums of the same bytes' positions fold to the same
+/// one's-complement value (0 and 0xffff are both zero).
+fn same_sum(a: u32, b: u32) -> bool {
+    let norm = |s: u32| match checksum::fold(s) {
+        0xffff => 0,
+        v => v,
+    };
+    norm(a) == norm(b)
 }
 
 /// Adds to a counter only this worker writes: a plain load and store
@@ -675,6 +707,30 @@ pub struct FpduRecord {
     region: Option<Region>,
     markers: bool,
     owner: Owner,
+    /// The record's stored payload sum ([`OutRecord::payload_sum`]) went
+    /// into a segment's checksum once; later segments sum the payload
+    /// from memory ([`FpduRecord::tx_sum`]).
+    stored_sum_spent: Cell<bool>,
+}
+
+/// The payload sum of one TCP segment cut from a record, and where it came
+/// from ([`FpduRecord::tx_sum`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct SegmentSum {
+    /// The Internet checksum's partial sum of the segment's record bytes.
+    sum: u32,
+    /// Payload bytes read from memory because no stored sum covered them
+    /// ([`WorkerCounters::tx_summed_bytes`]).
+    read: usize,
+    /// Payload bytes read from memory although the stored sum covered
+    /// them, because it was already spent
+    /// ([`WorkerCounters::tx_resummed_bytes`]).
+    resummed: usize,
+    /// The bytes summed again no longer match the stored sum
+    /// ([`WorkerCounters::tx_payload_changed`]).
+    changed: bool,
+    /// The stored sum went into this segment.
+    used_stored: bool,
 }
 
 /// A piece of a record within a range: bytes it holds, or payload at an
@@ -697,6 +753,7 @@ impl FpduRecord {
             region,
             markers,
             owner,
+            stored_sum_spent: Cell::new(false),
         }
     }
 
@@ -746,37 +803,87 @@ impl FpduRecord {
     /// header bytes in place, payload from the sum the CRC pass stored
     /// when the segment carries all of it, from the region otherwise.
     pub fn checksum_sum(&self, range: Range<usize>) -> u32 {
-        self.segment_sum(range).0
+        self.sum_range(range, true).sum
     }
 
-    /// [`FpduRecord::checksum_sum`], and how many payload bytes it had to
-    /// read from the region (zero when the stored sum covered them).
-    fn segment_sum(&self, range: Range<usize>) -> (u32, usize) {
+    /// The payload sum for the TCP checksum of the segment the transmit
+    /// path is building now: the stored sum at most once, then the bytes
+    /// themselves.
+    ///
+    /// The payload is attached from (or copied out of) the application's
+    /// registered region each time the segment goes out, so a
+    /// retransmission carries whatever the buffer holds then. An
+    /// application that changes the buffer of a posted Send or Write
+    /// before its completion, or the source of a Read the peer has not yet
+    /// seen complete, breaks the verbs contract, but the stream must still
+    /// end cleanly: with the stored
+    /// sum, the resent bytes would carry a checksum of the old ones, the
+    /// peer's TCP would drop every copy as corrupt and the connection
+    /// would stall until TCP gave up. Summed afresh, the segment passes
+    /// the peer's TCP, and with the MPA CRC on (computed over the old
+    /// bytes) the peer's CRC check fails and ends the stream with a
+    /// Terminate (RFC 5044 §8, MPA CRC error) that both applications see;
+    /// with the CRC off the peer places the new bytes, which the verbs
+    /// leave undefined. The first transmission keeps the folded sum (the
+    /// fast path): should the buffer have changed between the record's
+    /// CRC pass and that transmission, only that one segment is lost.
+    ///
+    /// A change is counted ([`SegmentSum::changed`]) and nothing else: the
+    /// sender does not end the stream itself. RFC 5040 has no Terminate
+    /// for a sender's own buffer changing under it, the 16-bit sum misses
+    /// some changes (so any action would depend on which loss happened to
+    /// force a retransmission), and the peer's CRC check already detects
+    /// every change the CRC covers, on every transmission. A buffer
+    /// rewritten while its segment is summed and sent can still go out
+    /// with a mismatching checksum; the next retransmission sums it again.
+    fn tx_sum(&self, range: Range<usize>) -> SegmentSum {
+        let s = self.sum_range(range, !self.stored_sum_spent.get());
+        if s.used_stored {
+            self.stored_sum_spent.set(true);
+        }
+        s
+    }
+
+    /// [`FpduRecord::checksum_sum`] with its sources: the stored sum is
+    /// used only when `trust_stored`; otherwise the payload it covers is
+    /// summed again and compared with it.
+    fn sum_range(&self, range: Range<usize>, trust_stored: bool) -> SegmentSum {
         // The payload as one range of its region, and the sum of it the
         // CRC pass computed (`OutRecord::payload_sum`).
         let stored = self.rec.as_ref().and_then(|rec| {
             let p = rec.payload()?.range();
             Some((p.offset() as usize, p.len() as usize, rec.payload_sum()?))
         });
-        let mut acc = 0u32;
-        let mut read = 0usize;
+        let from_region = |offset, len| {
+            self.region
+                .as_ref()
+                .map_or(0, |r: &Region| r.checksum_sum(offset, len))
+        };
+        let mut out = SegmentSum::default();
         let _ = self.walk::<()>(range, |rel, c| {
             let s = match c {
                 Chunk::Bytes(b) => checksum::sum(b),
                 Chunk::Payload { offset, len } => match stored {
-                    Some((o, l, sum)) if (o, l) == (offset, len) => sum,
+                    Some((o, l, sum)) if (o, l) == (offset, len) && trust_stored => {
+                        out.used_stored = true;
+                        sum
+                    }
+                    Some((o, l, sum)) if (o, l) == (offset, len) => {
+                        out.resummed += len;
+                        let fresh = from_region(offset, len);
+                        out.changed |= !same_sum(fresh, sum);
+                        fresh
+                    }
                     _ => {
-                        read += len;
-                        self.region
-                            .as_ref()
-                            .map_or(0, |r| r.checksum_sum(offset, len))
+                        out.read += len;
+                        from_region(offset, len)
                     }
                 },
             };
-            acc = checksum::combine_at(acc, s, rel);
+            out.sum = checksum::combine_at(out.sum, s, rel);
             Ok(())
         });
-        (acc, read)
+        out
     }
 
     /// Appends the record bytes in `range` to `frame`: bytes copied,
@@ -2356,16 +2463,21 @@ impl<Q: LinkQueue> Worker<Q> {
                 continue;
             }
             let mut hdr = [0u8; HDR_BUF];
-            let mut summed = 0usize;
+            let mut seg = SegmentSum::default();
             let parts = self.iface.poll_frame_parts(now, &mut hdr, |r, range| {
                 (!offload).then(|| {
-                    let (sum, read) = r.segment_sum(range);
-                    summed += read;
-                    sum
+                    seg = r.tx_sum(range);
+                    seg.sum
                 })
             });
-            if summed > 0 {
-                bump(&self.counters.tx_summed_bytes, summed as u64);
+            if seg.read > 0 {
+                bump(&self.counters.tx_summed_bytes, seg.read as u64);
+            }
+            if seg.resummed > 0 {
+                bump(&self.counters.tx_resummed_bytes, seg.resummed as u64);
+                if seg.changed {
+                    bump(&self.counters.tx_payload_changed, 1);
+                }
             }
             match parts {
                 None => {

@@ -42,10 +42,21 @@ fn two_percent_loss_each_way() {
     println!("lossy: {total} bytes verified; retransmits {retransmits}; a {sa:?}; b {sb:?}");
     assert!(retransmits > 0, "the link lost nothing?");
     assert_eq!(p.a.stats()[0].terminates + p.b.stats()[0].terminates, 0);
-    // Retransmitted segments took their TCP checksum's payload sum from the
-    // record too (the port offloads no checksum, the MPA CRC is on): no
-    // payload byte was read again for it.
-    let summed = p.a.stats()[0].tx_summed_bytes + p.b.stats()[0].tx_summed_bytes;
+    // First transmissions took their TCP checksum's payload sum from the
+    // record's CRC pass (the port offloads no checksum, the MPA CRC is on):
+    // no payload byte was summed apart from it for them.
+    let (sa, sb) = (p.a.stats()[0], p.b.stats()[0]);
+    let summed = sa.tx_summed_bytes + sb.tx_summed_bytes;
     println!("lossy: payload bytes summed apart from the CRC pass: {summed}");
     assert_eq!(summed, 0);
+    // Retransmissions summed their payload again from memory (a buffer
+    // the application changed meanwhile must not go out under the old
+    // sum); the buffers were left alone, so no sum differed.
+    let resummed = sa.tx_resummed_bytes + sb.tx_resummed_bytes;
+    let changed = sa.tx_payload_changed + sb.tx_payload_changed;
+    println!(
+        "lossy: payload bytes summed again for retransmissions: {resummed}; changed: {changed}"
+    );
+    assert!(resummed > 0, "retransmissions re-summed nothing");
+    assert_eq!(changed, 0);
 }

@@ -213,6 +213,9 @@ fn worker_json(i: usize, s: &WorkerStats) -> Value {
         "connections": s.connections,
         "loops": s.loops,
         "idle_sleeps": s.idle_sleeps,
+        "tx_summed_bytes": s.tx_summed_bytes,
+        "tx_resummed_bytes": s.tx_resummed_bytes,
+        "tx_payload_changed": s.tx_payload_changed,
         "dispatched_out": s.dispatched_out,
         "dispatched_in": s.dispatched_in,
         "dispatch_drops": s.dispatch_drops,
@@ -437,6 +440,20 @@ pub fn run_stats(a: &StatsArgs) -> Result<(), ToolError> {
                 .map(|c| format!("{:>14}", n(w, c)))
                 .collect::<String>()
         )?;
+    }
+    // Rare and a sign of an application bug, so a line only when it
+    // happened rather than a column always zero.
+    for w in data["workers"].as_array().into_iter().flatten() {
+        if w["tx_payload_changed"].as_u64().is_some_and(|c| c > 0) {
+            writeln!(
+                out,
+                "worker {}: {} retransmissions carried payload the application changed before \
+                 its completion ({} bytes summed again on retransmission)",
+                n(w, "worker"),
+                n(w, "tx_payload_changed"),
+                n(w, "tx_resummed_bytes")
+            )?;
+        }
     }
     for p in data["ports"].as_array().into_iter().flatten() {
         writeln!(

@@ -187,7 +187,7 @@ type WorkerCounter = (&'static str, &'static str, fn(&WorkerStats) -> u64);
 /// can say; the service adds its responders).
 pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
     let stats = dp.stats();
-    let counters: [WorkerCounter; 10] = [
+    let counters: [WorkerCounter; 13] = [
         ("iwarp_rx_packets_total", "Frames received.", |s| {
             s.rx_packets
         }),
@@ -228,6 +228,21 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             "iwarp_dispatch_drops_total",
             "Frames dropped because the owning worker's dispatch ring was full.",
             |s| s.dispatch_drops,
+        ),
+        (
+            "iwarp_tx_summed_bytes_total",
+            "Payload bytes summed for a TCP checksum apart from the MPA CRC pass.",
+            |s| s.tx_summed_bytes,
+        ),
+        (
+            "iwarp_tx_resummed_bytes_total",
+            "Payload bytes summed again for a TCP checksum on retransmission.",
+            |s| s.tx_resummed_bytes,
+        ),
+        (
+            "iwarp_tx_payload_changed_total",
+            "Retransmissions whose payload the application changed before its completion.",
+            |s| s.tx_payload_changed,
         ),
         ("iwarp_loops_total", "Poll-loop iterations.", |s| s.loops),
     ];

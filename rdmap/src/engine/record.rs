@@ -168,8 +168,13 @@ impl OutRecord {
     ///
     /// It is computed in the same pass over the payload as the MPA CRC
     /// ([`Placement::crc32c_and_sum`]), so a driver whose port cannot
-    /// offload the TCP checksum sums the payload never again: not when the
-    /// segment is first sent, not when it is retransmitted. `None` with the
+    /// offload the TCP checksum need not sum the payload again when the
+    /// segment is first sent. It describes the bytes as they were at that
+    /// pass: a driver that reads the payload from the application's memory
+    /// again on retransmission should sum those bytes again too, lest an
+    /// application that changed the buffer before its completion (against
+    /// the verbs) make every resent copy fail the peer's TCP checksum
+    /// instead of the peer's MPA CRC check. `None` with the
     /// CRC off, without payload, when markers cut the payload into pieces
     /// (the driver then sums the pieces itself), or when the memory said
     /// the sum is not wanted ([`Placement::sum_with_crc`]: the port
