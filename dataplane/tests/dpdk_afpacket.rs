@@ -15,10 +15,9 @@
 //! directories are gone. Needs root (prints a skip notice without it, or
 //! fails with `IWARP_REQUIRE_ROOT_TESTS=1`).
 
-use std::io::{BufRead, BufReader};
+mod netns_common;
+
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +26,7 @@ use dataplane::api::{
     Stag, WcOpcode, WcStatus, WorkCompletion,
 };
 use dataplane::config::Config;
+use netns_common::{require_root, NsChild, TwoNs};
 use tcp_offload::wire::EthernetAddress;
 
 /// The environment variable naming the side a child plays.
@@ -82,107 +82,6 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn run(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", args.join(" ")))?;
-    if !out.status.success() {
-        return Err(format!(
-            "`{}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Two namespaces joined by a veth pair, one end in each, no addresses
-/// (the dataplanes own theirs); removed on drop.
-struct TwoNs {
-    ns: [String; 2],
-    ifs: [String; 2],
-}
-
-impl TwoNs {
-    fn create() -> Result<TwoNs, String> {
-        let pid = std::process::id();
-        let me = TwoNs {
-            ns: [format!("iwps{pid}"), format!("iwpc{pid}")],
-            ifs: [format!("iwpvs{pid}"), format!("iwpvc{pid}")],
-        };
-        for ns in &me.ns {
-            run(&["ip", "netns", "add", ns])?;
-        }
-        run(&[
-            "ip", "link", "add", &me.ifs[0], "type", "veth", "peer", "name", &me.ifs[1],
-        ])?;
-        for (ns, ifname) in me.ns.iter().zip(&me.ifs) {
-            run(&["ip", "link", "set", ifname, "netns", ns])?;
-            let v6 = format!("net.ipv6.conf.{ifname}.disable_ipv6=1");
-            let _ = run(&["ip", "netns", "exec", ns, "sysctl", "-qw", &v6]);
-            // Real, fully checksummed frames of at most the MTU.
-            run(&[
-                "ip", "netns", "exec", ns, "ethtool", "-K", ifname, "tx", "off", "tso", "off",
-                "gso", "off", "sg", "off", "rx", "off", "gro", "off",
-            ])?;
-            run(&["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"])?;
-            run(&[
-                "ip", "netns", "exec", ns, "ip", "link", "set", ifname, "promisc", "on",
-            ])?;
-            run(&["ip", "netns", "exec", ns, "ip", "link", "set", ifname, "up"])?;
-        }
-        Ok(me)
-    }
-}
-
-impl Drop for TwoNs {
-    fn drop(&mut self) {
-        for ns in &self.ns {
-            let _ = run(&["ip", "netns", "del", ns]);
-        }
-    }
-}
-
-/// A child process, killed by its PID if still running when dropped, and
-/// its EAL runtime directory removed.
-struct ChildGuard {
-    name: &'static str,
-    child: Child,
-    runtime: PathBuf,
-}
-
-impl ChildGuard {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
-                // SAFETY: kill has no memory effects; `pid` is our own
-                // child, not yet reaped (waited for just below).
-                unsafe { libc::kill(pid, libc::SIGINT) };
-            }
-            let end = Instant::now() + Duration::from_secs(2);
-            while Instant::now() < end && matches!(self.child.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-            eprintln!("{} (pid {}) stopped", self.name, self.child.id());
-        }
-        let _ = std::fs::remove_dir_all(&self.runtime);
-    }
-}
-
 /// Starts this binary as `role` in `ns`, its port on `ifname`; its output
 /// lines go to `lines`, prefixed.
 fn spawn_child(
@@ -190,48 +89,17 @@ fn spawn_child(
     ns: &str,
     ifname: &str,
     lines: mpsc::Sender<(&'static str, String)>,
-) -> ChildGuard {
+) -> NsChild {
     let exe = std::env::current_exe().expect("own executable");
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .arg(exe)
-        .args(["--exact", TEST, "--nocapture", "--test-threads", "1"])
-        .env(ROLE, role)
-        .env(IFACE, ifname)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting a child under ip netns exec");
-    for stream in [
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        let lines = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                if lines.send((role, line)).is_err() {
-                    break;
-                }
-            }
-        });
-    }
-    // `ip netns exec` execs the program: the PID is the child's own, and
-    // so its EAL file prefix (`iwarp-<pid>`, see `eal_args_for`).
-    let runtime = PathBuf::from(format!("/var/run/dpdk/iwarp-{}", child.id()));
-    ChildGuard {
-        name: role,
-        child,
-        runtime,
-    }
+    let args = ["--exact", TEST, "--nocapture", "--test-threads", "1"].map(String::from);
+    NsChild::spawn(
+        role,
+        ns,
+        &exe,
+        &args,
+        &[(ROLE, role), (IFACE, ifname)],
+        lines,
+    )
 }
 
 /// Waits for a line from `role` starting with `prefix`; prints every
@@ -241,7 +109,7 @@ fn wait_line(
     role: &str,
     prefix: &str,
     deadline: Instant,
-    children: &mut [&mut ChildGuard],
+    children: &mut [&mut NsChild],
 ) -> String {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -291,12 +159,7 @@ fn afpacket_two_processes_write_read_send() {
         Ok("client") => return client(),
         _ => {}
     }
-    if !is_root() {
-        assert!(
-            std::env::var("IWARP_REQUIRE_ROOT_TESTS").as_deref() != Ok("1"),
-            "this test needs root (network namespaces, veth, AF_PACKET)"
-        );
-        println!("skipped: needs root");
+    if !require_root() {
         return;
     }
     let net = TwoNs::create().expect("two namespaces and a veth pair");
@@ -331,13 +194,7 @@ fn afpacket_two_processes_write_read_send() {
             std::thread::sleep(Duration::from_millis(20));
         };
         assert!(status.success(), "the {} failed: {status}", c.name);
-        assert!(
-            !c.runtime.exists(),
-            "the {} (pid {}) left {} behind",
-            c.name,
-            c.pid(),
-            c.runtime.display()
-        );
+        c.assert_runtime_gone();
     }
     while let Ok((who, line)) = rx.try_recv() {
         println!("[{who}] {line}");
@@ -356,12 +213,7 @@ fn afpacket_two_processes_write_read_send() {
         };
         assert_eq!(n, want, "{line}");
     }
-    let names = net.ns.clone();
-    drop(net);
-    let list = run(&["ip", "netns", "list"]).unwrap_or_default();
-    for ns in names {
-        assert!(!list.contains(&ns), "namespace {ns} still there");
-    }
+    net.remove_and_check();
     println!(
         "net_af_packet, two processes: {expect} bytes verified by the client (WRITE, READ back, \
          SEND), {} by the server (WRITE region and SEND payload); namespaces and runtime \
