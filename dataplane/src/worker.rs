@@ -259,6 +259,10 @@ pub struct WorkerCounters {
     /// zero unless the CRC is off, markers cut the payload, or a record
     /// no longer fits one segment (after an MSS shrink).
     pub tx_summed_bytes: AtomicU64,
+    /// Frames sent whose payload was copied into one mbuf because the
+    /// port lacks multi-segment transmit (af_xdp in DPDK 22.11): zero on
+    /// ports that take payload by reference.
+    pub tx_copied_frames: AtomicU64,
     /// Received TCP frames handed to the worker that owns their connection
     /// (on a port that cannot steer flows to queues, the software
     /// dispatcher).
@@ -302,6 +306,8 @@ pub struct WorkerStats {
     pub idle_sleeps: u64,
     /// See [`WorkerCounters::tx_summed_bytes`].
     pub tx_summed_bytes: u64,
+    /// See [`WorkerCounters::tx_copied_frames`].
+    pub tx_copied_frames: u64,
     /// See [`WorkerCounters::dispatched_out`].
     pub dispatched_out: u64,
     /// See [`WorkerCounters::dispatched_in`].
@@ -328,6 +334,7 @@ impl WorkerCounters {
             loops: g(&self.loops),
             idle_sleeps: g(&self.idle_sleeps),
             tx_summed_bytes: g(&self.tx_summed_bytes),
+            tx_copied_frames: g(&self.tx_copied_frames),
             dispatched_out: g(&self.dispatched_out),
             dispatched_in: g(&self.dispatched_in),
             dispatch_drops: g(&self.dispatch_drops),
@@ -2331,6 +2338,7 @@ impl<Q: LinkQueue> Worker<Q> {
         let offload = self.caps.tx_checksum_offload;
         let attach = self.caps.multi_seg_tx;
         let capture_ts = self.capture.ring().map(crate::capture::Ring::now_ns);
+        let mut copied = 0u64;
         while self.tx_batch.len() < TX_BURST {
             let frame = match self.spare_frame.take() {
                 Some(f) => f,
@@ -2380,6 +2388,7 @@ impl<Q: LinkQueue> Worker<Q> {
                     ..
                 }) => {
                     let captured = capture_ts.map(|ts| (ts, payload.clone()));
+                    let has_payload = payload.is_some();
                     let ok = frame.append(&hdr[..header_len]).is_ok()
                         && payload
                             .map_or(true, |(r, range)| r.emit(&mut frame, range, attach).is_ok())
@@ -2389,11 +2398,15 @@ impl<Q: LinkQueue> Worker<Q> {
                             ring.record_segment(ts, &hdr[..header_len], p, pad);
                         }
                         self.tx_batch.push(frame);
+                        copied += u64::from(has_payload && !attach);
                     } else {
                         self.local_drops += 1;
                     }
                 }
             }
+        }
+        if copied > 0 {
+            bump(&self.counters.tx_copied_frames, copied);
         }
         if self.tx_batch.is_empty() {
             return false;
