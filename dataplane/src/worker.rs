@@ -259,9 +259,11 @@ pub struct WorkerCounters {
     /// zero unless the CRC is off, markers cut the payload, or a record
     /// no longer fits one segment (after an MSS shrink).
     pub tx_summed_bytes: AtomicU64,
-    /// Frames sent whose payload was copied into one mbuf because the
-    /// port lacks multi-segment transmit (af_xdp in DPDK 22.11): zero on
-    /// ports that take payload by reference.
+    /// Frames queued for transmit whose payload was copied into the frame
+    /// because the link lacks multi-segment transmit ([`LinkCaps::multi_seg_tx`]:
+    /// af_xdp in DPDK 22.11): zero on links that take payload by reference.
+    ///
+    /// [`LinkCaps::multi_seg_tx`]: crate::link::LinkCaps::multi_seg_tx
     pub tx_copied_frames: AtomicU64,
     /// Received TCP frames handed to the worker that owns their connection
     /// (on a port that cannot steer flows to queues, the software
