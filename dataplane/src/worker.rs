@@ -275,6 +275,12 @@ pub struct WorkerCounters {
     /// source of a Read being answered. A lower bound (a change that keeps the 16-bit sum goes
     /// unseen); the peer's MPA CRC check is what ends such a stream.
     pub tx_payload_changed: AtomicU64,
+    /// Frames queued for transmit whose payload was copied into the frame
+    /// because the link lacks multi-segment transmit ([`LinkCaps::multi_seg_tx`]:
+    /// af_xdp in DPDK 22.11): zero on links that take payload by reference.
+    ///
+    /// [`LinkCaps::multi_seg_tx`]: crate::link::LinkCaps::multi_seg_tx
+    pub tx_copied_frames: AtomicU64,
     /// Received TCP frames handed to the worker that owns their connection
     /// (on a port that cannot steer flows to queues, the software
     /// dispatcher).
@@ -322,6 +328,8 @@ pub struct WorkerStats {
     pub tx_resummed_bytes: u64,
     /// See [`WorkerCounters::tx_payload_changed`].
     pub tx_payload_changed: u64,
+    /// See [`WorkerCounters::tx_copied_frames`].
+    pub tx_copied_frames: u64,
     /// See [`WorkerCounters::dispatched_out`].
     pub dispatched_out: u64,
     /// See [`WorkerCounters::dispatched_in`].
@@ -350,6 +358,7 @@ impl WorkerCounters {
             tx_summed_bytes: g(&self.tx_summed_bytes),
             tx_resummed_bytes: g(&self.tx_resummed_bytes),
             tx_payload_changed: g(&self.tx_payload_changed),
+            tx_copied_frames: g(&self.tx_copied_frames),
             dispatched_out: g(&self.dispatched_out),
             dispatched_in: g(&self.dispatched_in),
             dispatch_drops: g(&self.dispatch_drops),
@@ -2438,6 +2447,7 @@ impl<Q: LinkQueue> Worker<Q> {
         let offload = self.caps.tx_checksum_offload;
         let attach = self.caps.multi_seg_tx;
         let capture_ts = self.capture.ring().map(crate::capture::Ring::now_ns);
+        let mut copied = 0u64;
         while self.tx_batch.len() < TX_BURST {
             let frame = match self.spare_frame.take() {
                 Some(f) => f,
@@ -2492,6 +2502,7 @@ impl<Q: LinkQueue> Worker<Q> {
                     ..
                 }) => {
                     let captured = capture_ts.map(|ts| (ts, payload.clone()));
+                    let has_payload = payload.is_some();
                     let ok = frame.append(&hdr[..header_len]).is_ok()
                         && payload
                             .map_or(true, |(r, range)| r.emit(&mut frame, range, attach).is_ok())
@@ -2501,11 +2512,15 @@ impl<Q: LinkQueue> Worker<Q> {
                             ring.record_segment(ts, &hdr[..header_len], p, pad);
                         }
                         self.tx_batch.push(frame);
+                        copied += u64::from(has_payload && !attach);
                     } else {
                         self.local_drops += 1;
                     }
                 }
             }
+        }
+        if copied > 0 {
+            bump(&self.counters.tx_copied_frames, copied);
         }
         if self.tx_batch.is_empty() {
             return false;

@@ -6,16 +6,15 @@
 //! `IWARP_REQUIRE_ROOT_TESTS=1`).
 
 mod kernel;
+mod netns_common;
 
-use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use kernel::driver::{Driver, Loss, FRAME_BUF};
-use kernel::netns::{require_root, Netns};
 use kernel::raw::RawSocket;
-use kernel::transfer::{run, Open, Transfer};
+use kernel::transfer::{ping, run, Open, Transfer};
+use netns_common::{require_root, Netns};
 use tcp_offload::tcp::{Config, State};
 use tcp_offload::wire::{ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetFrame};
 
@@ -88,6 +87,8 @@ fn kernel_arp_request_reaches_raw_socket() {
     );
     let connected = prober.join().expect("prober thread").expect("prober");
     assert!(!connected, "nothing should answer for {} yet", net.our_ip);
+    drop(sock);
+    net.remove_and_check();
 }
 
 /// Bytes each way in the bulk tests.
@@ -231,40 +232,10 @@ fn kernel_ping_answered_by_engine() {
     }
     let net = Netns::create().expect("creating the namespace and veth pair");
     let mut driver = Driver::new(&net, Config::default(), None).expect("opening the raw socket");
-    let mut ping = net
-        .command("ping")
-        .args(["-c", "3", "-i", "0.2", "-W", "2", "-s", "1000"])
-        .arg(net.our_ip.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running ping in the namespace (package iputils-ping)");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(status) = ping.try_wait().expect("waiting for ping") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = ping.kill();
-            let _ = ping.wait();
-            panic!(
-                "ping still running after 15 s; interface {:?}",
-                driver.iface.stats()
-            );
-        }
-        let rx = driver.receive().expect("raw socket receive");
-        driver.run_timers();
-        let tx = driver.transmit().expect("raw socket send");
-        if rx == 0 && tx == 0 {
-            driver.wait().expect("poll");
-        }
-    };
-    let mut out = String::new();
-    if let Some(mut so) = ping.stdout.take() {
-        let _ = so.read_to_string(&mut out);
-    }
+    let (status, out, stats) = ping(&net, &mut driver, 3);
+    drop(driver);
+    net.remove_and_check();
     print!("{out}");
-    let stats = *driver.iface.stats();
     println!("interface {stats:?}");
     assert!(status.success(), "ping failed ({status}): {out}");
     assert!(out.contains("3 received"), "ping output: {out}");

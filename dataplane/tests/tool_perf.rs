@@ -10,6 +10,7 @@
 //! The namespace tests need root: without it they print a skip notice, or
 //! fail with `IWARP_REQUIRE_ROOT_TESTS=1`.
 
+mod netns_common;
 mod tool_common;
 
 use std::process::Command;
@@ -254,7 +255,6 @@ fn pair(test: &str, extra: &[&str], iters: u64) {
         return;
     }
     let net = TwoNs::create().expect("two namespaces and a veth pair");
-    let names = net.ns.to_vec();
     let ips = ["10.79.0.1", "10.79.0.2"];
     let macs = ["02:1a:fb:00:00:01", "02:1a:fb:00:00:02"];
     let prefixes = [
@@ -305,12 +305,7 @@ fn pair(test: &str, extra: &[&str], iters: u64) {
     for d in &dirs {
         assert!(!d.0.exists(), "{} left behind", d.0.display());
     }
-    drop(net);
-    assert_eq!(
-        TwoNs::names_left(&names),
-        Vec::<String>::new(),
-        "namespaces left"
-    );
+    net.remove_and_check();
 
     let lat = test.ends_with("-lat");
     let verify = extra.contains(&"--data_validation");
@@ -473,7 +468,6 @@ fn interrupted_runs_leave_nothing_over_veth() {
         return;
     }
     let net = TwoNs::create().expect("two namespaces and a veth pair");
-    let names = net.ns.to_vec();
     let prefixes = [unique_prefix("perf-int-s"), unique_prefix("perf-int-c")];
     let dirs = prefixes.clone().map(|p| RuntimeDir(runtime_dir(&p)));
     let command = |side: usize, peer: Option<&str>| {
@@ -533,12 +527,7 @@ fn interrupted_runs_leave_nothing_over_veth() {
     for d in &dirs {
         assert!(!d.0.exists(), "{} left behind", d.0.display());
     }
-    drop(net);
-    assert_eq!(
-        TwoNs::names_left(&names),
-        Vec::<String>::new(),
-        "namespaces left"
-    );
+    net.remove_and_check();
     println!("runtime directories and namespaces removed");
 }
 

@@ -18,6 +18,7 @@
 //!   a veth pair, on `net_af_packet`; both must exit 0, and the
 //!   namespaces and EAL runtime directories must be gone afterwards.
 
+mod netns_common;
 mod runtime_common;
 
 #[path = "../../rdmap/tests/replay_golden/mod.rs"]
@@ -27,10 +28,8 @@ mod runtime_common;
 )]
 mod rping_golden;
 
-use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -40,6 +39,7 @@ use dataplane::tool::rping::{
     INFO_LEN, MAX_SIZE,
 };
 use dataplane::tool::ToolError;
+use netns_common::{require_root, NsChild, TwoNs};
 use rdmap::mpa::deframe::{DeframeEvent, Deframer};
 use rdmap::mpa::frame::{FrameKind, FrameRepr};
 use rdmap::wire::{DdpRepr, RdmapOpcode, ReadRequest};
@@ -541,144 +541,22 @@ const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 79, 0, 1);
 const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 79, 0, 2);
 const CHILD_TIMEOUT: Duration = Duration::from_secs(90);
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn sh(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", args.join(" ")))?;
-    if !out.status.success() {
-        return Err(format!(
-            "`{}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Two namespaces joined by a veth pair, no addresses (the dataplanes own
-/// theirs); removed on drop, panics included.
-struct TwoNs {
-    ns: [String; 2],
-    ifs: [String; 2],
-}
-
-impl TwoNs {
-    fn create() -> Result<TwoNs, String> {
-        let pid = std::process::id();
-        let me = TwoNs {
-            ns: [format!("iwrs{pid}"), format!("iwrc{pid}")],
-            ifs: [format!("iwrvs{pid}"), format!("iwrvc{pid}")],
-        };
-        for ns in &me.ns {
-            sh(&["ip", "netns", "add", ns])?;
-        }
-        sh(&[
-            "ip", "link", "add", &me.ifs[0], "type", "veth", "peer", "name", &me.ifs[1],
-        ])?;
-        for (ns, ifname) in me.ns.iter().zip(&me.ifs) {
-            sh(&["ip", "link", "set", ifname, "netns", ns])?;
-            let v6 = format!("net.ipv6.conf.{ifname}.disable_ipv6=1");
-            let _ = sh(&["ip", "netns", "exec", ns, "sysctl", "-qw", &v6]);
-            sh(&[
-                "ip", "netns", "exec", ns, "ethtool", "-K", ifname, "tx", "off", "tso", "off",
-                "gso", "off", "sg", "off", "rx", "off", "gro", "off",
-            ])?;
-            sh(&["ip", "netns", "exec", ns, "ip", "link", "set", ifname, "up"])?;
-        }
-        Ok(me)
-    }
-}
-
-impl Drop for TwoNs {
-    fn drop(&mut self) {
-        for ns in &self.ns {
-            let _ = sh(&["ip", "netns", "del", ns]);
-        }
-    }
-}
-
-/// `iwarp rping` in a namespace; killed by PID if still running when
-/// dropped, its EAL runtime directory removed.
-struct Proc {
-    name: &'static str,
-    child: Child,
-    runtime: PathBuf,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-            eprintln!("{} (pid {}) killed", self.name, self.child.id());
-        }
-        let _ = std::fs::remove_dir_all(&self.runtime);
-    }
-}
-
 fn spawn(
     name: &'static str,
     ns: &str,
     args: &[String],
     lines: mpsc::Sender<(&'static str, String)>,
-) -> Proc {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_iwarp"), "rping"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting iwarp under ip netns exec");
-    for stream in [
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        let lines = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                if lines.send((name, line)).is_err() {
-                    break;
-                }
-            }
-        });
-    }
-    // `ip netns exec` execs iwarp: the PID, and so the EAL file prefix
-    // (`iwarp-<pid>`), are iwarp's.
-    let runtime = PathBuf::from(format!("/var/run/dpdk/iwarp-{}", child.id()));
-    Proc {
+) -> NsChild {
+    let mut all = vec!["rping".to_string()];
+    all.extend_from_slice(args);
+    NsChild::spawn(
         name,
-        child,
-        runtime,
-    }
-}
-
-/// Whether this test may run: root, or a skip notice (a failure with
-/// `IWARP_REQUIRE_ROOT_TESTS=1`).
-fn root_or_skip() -> bool {
-    if is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("IWARP_REQUIRE_ROOT_TESTS").as_deref() != Ok("1"),
-        "this test needs root (network namespaces, veth, AF_PACKET)"
-    );
-    println!("skipped: needs root");
-    false
+        ns,
+        Path::new(env!("CARGO_BIN_EXE_iwarp")),
+        &all,
+        &[],
+        lines,
+    )
 }
 
 /// What a two-process run printed.
@@ -776,12 +654,7 @@ fn two_processes(client_args: &[&str], interrupt_after: Option<usize>) -> Outcom
     assert!(s.success(), "the server failed: {s}");
     assert_eq!(signalled, interrupt_after.is_some());
     for p in [&srv, &cli] {
-        assert!(
-            !p.runtime.exists(),
-            "the {} left {} behind",
-            p.name,
-            p.runtime.display()
-        );
+        p.assert_runtime_gone();
     }
     let summary = |who: &str| {
         seen.iter()
@@ -797,18 +670,13 @@ fn two_processes(client_args: &[&str], interrupt_after: Option<usize>) -> Outcom
             .filter(|(w, l)| *w == "client" && l.starts_with("ping data: rdma-ping-"))
             .count(),
     };
-    let names = net.ns.clone();
-    drop(net);
-    let list = sh(&["ip", "netns", "list"]).unwrap_or_default();
-    for ns in names {
-        assert!(!list.contains(&ns), "namespace {ns} still there");
-    }
+    net.remove_and_check();
     out
 }
 
 #[test]
 fn two_processes_over_af_packet() {
-    if !root_or_skip() {
+    if !require_root() {
         return;
     }
     let o = two_processes(&["-C", "10", "-S", "100"], None);
@@ -831,7 +699,7 @@ fn two_processes_over_af_packet() {
 /// pings, with its summary and status 0, and the server with it.
 #[test]
 fn two_processes_client_stopped_by_sigint() {
-    if !root_or_skip() {
+    if !require_root() {
         return;
     }
     let o = two_processes(&[], Some(3));

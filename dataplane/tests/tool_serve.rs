@@ -19,6 +19,7 @@
 //!   worker's; over the in-memory link there are none. Without root it prints a skip notice, or fails with
 //!   `IWARP_REQUIRE_ROOT_TESTS=1`.
 
+mod netns_common;
 mod tool_common;
 
 use std::collections::BTreeMap;
@@ -700,7 +701,6 @@ fn service_serves_perf_and_rping_over_veth() {
         return;
     }
     let net = TwoNs::create().expect("two namespaces and a veth pair");
-    let names = net.ns.to_vec();
     let ips = ["10.83.0.1", "10.83.0.2"];
     let macs = ["02:1a:fc:00:00:01", "02:1a:fc:00:00:02"];
     let prefixes = [unique_prefix("serve-s"), unique_prefix("serve-c")];
@@ -1091,12 +1091,7 @@ fn service_serves_perf_and_rping_over_veth() {
     for d in &dirs {
         assert!(!d.0.exists(), "{} left behind", d.0.display());
     }
-    drop(net);
-    assert_eq!(
-        TwoNs::names_left(&names),
-        Vec::<String>::new(),
-        "namespaces left"
-    );
+    net.remove_and_check();
 }
 
 // ---------------------------------------------------------------------

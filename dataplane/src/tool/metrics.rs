@@ -244,6 +244,11 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             "Retransmissions whose payload the application changed before its completion.",
             |s| s.tx_payload_changed,
         ),
+        (
+            "iwarp_tx_copied_frames_total",
+            "Frames whose payload was copied into the frame because the port lacks multi-segment transmit.",
+            |s| s.tx_copied_frames,
+        ),
         ("iwarp_loops_total", "Poll-loop iterations.", |s| s.loops),
     ];
     for (name, help, get) in counters {

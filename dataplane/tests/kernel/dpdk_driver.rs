@@ -29,7 +29,8 @@ use tcp_offload::wire::EthernetAddress;
 use tcp_offload::wire::{EtherType, EthernetFrame, IpProtocol, Ipv4Packet};
 
 use crate::kernel::driver::{DriverStats, Loss, Rng, FRAME_BUF, RX_BURST};
-use crate::kernel::netns::Netns;
+use crate::kernel::transfer::Engine;
+use crate::netns_common::Netns;
 
 /// Longest sleep when idle: DPDK has no descriptor to wait on, so an idle
 /// loop naps briefly instead of spinning a core the kernel peer needs.
@@ -117,6 +118,11 @@ impl DpdkDriver {
             stats: DriverStats::default(),
         };
         Ok((driver, eal))
+    }
+
+    /// The loss it injects, if any.
+    pub fn loss(&self) -> Option<Loss> {
+        self.loss.as_ref().map(|(l, _, _)| *l)
     }
 
     /// The DPDK link (its setup and counters).
@@ -216,5 +222,33 @@ impl DpdkDriver {
             None => IDLE_NAP,
         };
         std::thread::sleep(nap);
+    }
+}
+
+impl Engine for DpdkDriver {
+    fn iface(&self) -> &Interface<Vec<u8>, Vec<u8>> {
+        &self.iface
+    }
+    fn iface_mut(&mut self) -> &mut Interface<Vec<u8>, Vec<u8>> {
+        &mut self.iface
+    }
+    fn now(&self) -> Instant {
+        DpdkDriver::now(self)
+    }
+    fn receive(&mut self) -> Result<usize, String> {
+        Ok(DpdkDriver::receive(self))
+    }
+    fn run_timers(&mut self) {
+        DpdkDriver::run_timers(self);
+    }
+    fn transmit(&mut self) -> Result<usize, String> {
+        Ok(DpdkDriver::transmit(self))
+    }
+    fn wait(&mut self) -> Result<(), String> {
+        DpdkDriver::wait(self);
+        Ok(())
+    }
+    fn stats(&mut self) -> DriverStats {
+        self.stats
     }
 }

@@ -12,8 +12,8 @@ use tcp_offload::tcp::Config;
 use tcp_offload::time::Instant;
 use tcp_offload::wire::{EtherType, EthernetAddress, EthernetFrame, IpProtocol, Ipv4Packet};
 
-use super::netns::Netns;
 use super::raw::RawSocket;
+use crate::netns_common::Netns;
 
 /// Frames read per turn before timers, the application and transmission
 /// get their turn: bounds how long our ACKs wait behind a burst.

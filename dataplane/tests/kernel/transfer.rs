@@ -1,16 +1,69 @@
 //! One bulk transfer between our engine and the kernel's TCP, both ways at
-//! once, with the bytes checked on both sides and a clean close.
+//! once, with the bytes checked on both sides and a clean close; and
+//! `ping` from the kernel answered by our engine. Both run over any
+//! [`Engine`]: the raw socket's [`Driver`] or a DPDK port's.
 
 use std::fmt::Write as _;
+use std::io::Read;
 use std::net::SocketAddrV4;
-use std::process::Command;
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
+use tcp_offload::iface::{IfaceStats, Interface};
 use tcp_offload::tcp::{Config, ConnId, ConnStats, Event, State};
+use tcp_offload::time::Instant;
 
 use super::driver::{Driver, DriverStats, Loss};
-use super::netns::{require_root, Netns};
 use super::peer::{self, check_pattern, fill_pattern, PeerSpec, Role};
+use crate::netns_common::{require_root, Netns};
+
+/// The I/O loop around the engine, whatever carries its frames.
+pub trait Engine {
+    /// The engine.
+    fn iface(&self) -> &Interface<Vec<u8>, Vec<u8>>;
+    /// The engine, to drive.
+    fn iface_mut(&mut self) -> &mut Interface<Vec<u8>, Vec<u8>>;
+    /// The engine's clock.
+    fn now(&self) -> Instant;
+    /// Hands received frames to the engine; how many came.
+    fn receive(&mut self) -> Result<usize, String>;
+    /// Runs the engine's timers if one is due.
+    fn run_timers(&mut self);
+    /// Sends what the engine has to send; how many frames it produced.
+    fn transmit(&mut self) -> Result<usize, String>;
+    /// Sleeps a little when idle.
+    fn wait(&mut self) -> Result<(), String>;
+    /// The loop's counters, brought up to date.
+    fn stats(&mut self) -> DriverStats;
+}
+
+impl Engine for Driver {
+    fn iface(&self) -> &Interface<Vec<u8>, Vec<u8>> {
+        &self.iface
+    }
+    fn iface_mut(&mut self) -> &mut Interface<Vec<u8>, Vec<u8>> {
+        &mut self.iface
+    }
+    fn now(&self) -> Instant {
+        Driver::now(self)
+    }
+    fn receive(&mut self) -> Result<usize, String> {
+        Driver::receive(self).map_err(|e| format!("raw socket receive: {e}"))
+    }
+    fn run_timers(&mut self) {
+        Driver::run_timers(self);
+    }
+    fn transmit(&mut self) -> Result<usize, String> {
+        Driver::transmit(self).map_err(|e| format!("raw socket send: {e}"))
+    }
+    fn wait(&mut self) -> Result<(), String> {
+        Driver::wait(self).map_err(|e| format!("poll: {e}"))
+    }
+    fn stats(&mut self) -> DriverStats {
+        self.update_socket_drops();
+        self.stats
+    }
+}
 
 /// Pattern seeds, distinct per direction so that data reflected back
 /// would not verify.
@@ -48,6 +101,14 @@ pub struct Outcome {
     /// Our connection's counters at the end.
     pub conn: ConnStats,
     pub driver: DriverStats,
+    /// What the kernel's side sent and received.
+    #[allow(dead_code, reason = "read by the DPDK variant's checks only")]
+    pub kernel_sent: u64,
+    #[allow(dead_code, reason = "read by the DPDK variant's checks only")]
+    pub kernel_received: u64,
+    /// The namespace's TCP counters at the end.
+    #[allow(dead_code, reason = "read by the DPDK variant's checks only")]
+    pub kernel_counters: Vec<(String, i64)>,
 }
 
 /// Kernel TCP counters of the namespace (`/proc/net/snmp` and
@@ -80,7 +141,8 @@ pub fn kernel_counters(net: &Netns) -> Vec<(String, i64)> {
     counters
 }
 
-fn counter(counters: &[(String, i64)], name: &str) -> i64 {
+/// The counter `name` of [`kernel_counters`], 0 if absent.
+pub fn counter(counters: &[(String, i64)], name: &str) -> i64 {
     counters
         .iter()
         .find(|(n, _)| n == name)
@@ -107,9 +169,9 @@ const KERNEL_COUNTERS: &[&str] = &[
     "TcpExtPAWSEstab",
 ];
 
-fn state_report(driver: &Driver, id: Option<ConnId>) -> String {
+fn state_report(driver: &mut impl Engine, id: Option<ConnId>) -> String {
     let mut s = String::new();
-    match id.and_then(|id| driver.iface.stack().conn(id)) {
+    match id.and_then(|id| driver.iface().stack().conn(id)) {
         Some(c) => {
             let _ = writeln!(
                 s,
@@ -139,9 +201,9 @@ fn state_report(driver: &Driver, id: Option<ConnId>) -> String {
             let _ = writeln!(s, "  no connection (yet, or any more)");
         }
     }
-    let _ = writeln!(s, "  interface {:?}", driver.iface.stats());
-    let _ = writeln!(s, "  stack {:?}", driver.iface.stack().stats());
-    let _ = writeln!(s, "  driver {:?}", driver.stats);
+    let _ = writeln!(s, "  interface {:?}", driver.iface().stats());
+    let _ = writeln!(s, "  stack {:?}", driver.iface().stack().stats());
+    let _ = writeln!(s, "  driver {:?}", driver.stats());
     s
 }
 
@@ -230,15 +292,25 @@ impl Drop for Capture {
     }
 }
 
-/// Runs `t`; panics with our connection's state and stats, and the
-/// kernel's view, on any failure.
+/// Runs `t` over a raw socket in a namespace of its own; panics with our
+/// connection's state and stats, and the kernel's view, on any failure.
 pub fn run(t: &Transfer) -> Option<Outcome> {
     if !require_root() {
         return None;
     }
     let net = Netns::create().expect("creating the namespace and veth pair");
-    let _capture = Capture::start(&net, t.name);
     let mut driver = Driver::new(&net, t.config.clone(), t.loss).expect("opening the raw socket");
+    let out = drive(&net, &mut driver, t);
+    drop(driver);
+    net.remove_and_check();
+    Some(out)
+}
+
+/// Runs `t` over `driver` (made with `t.config` and `t.loss`) against the
+/// kernel in `net`; panics with our connection's state and stats, and the
+/// kernel's view, on any failure.
+pub fn drive(net: &Netns, driver: &mut impl Engine, t: &Transfer) -> Outcome {
+    let _capture = Capture::start(net, t.name);
     let wall = std::time::Instant::now();
     let port = 5000 + u16::try_from(std::process::id() % 1000).unwrap_or(0);
 
@@ -247,7 +319,7 @@ pub fn run(t: &Transfer) -> Option<Outcome> {
         Open::Active => Role::Listen(SocketAddrV4::new(net.kernel_ip, port)),
         Open::Passive => {
             driver
-                .iface
+                .iface_mut()
                 .stack_mut()
                 .listen(SocketAddrV4::new(net.our_ip, port), 8)
                 .expect("listening on our side");
@@ -267,7 +339,7 @@ pub fn run(t: &Transfer) -> Option<Outcome> {
         let now = driver.now();
         id = Some(
             driver
-                .iface
+                .iface_mut()
                 .stack_mut()
                 .connect(now, net.our_ip, SocketAddrV4::new(net.kernel_ip, port))
                 .expect("connect"),
@@ -277,13 +349,12 @@ pub fn run(t: &Transfer) -> Option<Outcome> {
     // Fails the test with everything known about both sides.
     macro_rules! fail {
         ($($why:tt)*) => {{
-            driver.update_socket_drops();
             panic!(
                 "{}: {}\n{}{}",
                 t.name,
                 format!($($why)*),
-                state_report(&driver, id),
-                kernel_report(&net)
+                state_report(driver, id),
+                kernel_report(net)
             )
         }};
     }
@@ -311,15 +382,15 @@ pub fn run(t: &Transfer) -> Option<Outcome> {
         }
         let mut busy = match driver.receive() {
             Ok(n) => n > 0,
-            Err(e) => fail!("raw socket receive: {e}"),
+            Err(e) => fail!("{e}"),
         };
         driver.run_timers();
 
         if id.is_none() {
-            id = driver.iface.stack_mut().accept(port);
+            id = driver.iface_mut().stack_mut().accept(port);
         }
         if let Some(cid) = id {
-            while let Some(ev) = driver.iface.stack_mut().poll_event(cid) {
+            while let Some(ev) = driver.iface_mut().stack_mut().poll_event(cid) {
                 busy = true;
                 match ev {
                     Event::Connected => {
@@ -334,7 +405,7 @@ pub fn run(t: &Transfer) -> Option<Outcome> {
             }
             let now = driver.now();
             let mut error = None;
-            if let Some(conn) = driver.iface.stack_mut().conn_mut(cid) {
+            if let Some(conn) = driver.iface_mut().stack_mut().conn_mut(cid) {
                 last_state = conn.state();
                 final_stats = *conn.stats();
                 // In-order payload, verified.
@@ -381,7 +452,7 @@ pub fn run(t: &Transfer) -> Option<Outcome> {
 
         match driver.transmit() {
             Ok(n) => busy |= n > 0,
-            Err(e) => fail!("raw socket send: {e}"),
+            Err(e) => fail!("{e}"),
         }
 
         let ours_done = received == t.bytes
@@ -397,7 +468,7 @@ pub fn run(t: &Transfer) -> Option<Outcome> {
         }
         if !busy {
             if let Err(e) = driver.wait() {
-                fail!("poll: {e}");
+                fail!("{e}");
             }
         }
     }
@@ -407,11 +478,10 @@ pub fn run(t: &Transfer) -> Option<Outcome> {
         Ok(Err(e)) => fail!("kernel side failed: {e}"),
         Err(_) => fail!("kernel peer thread panicked"),
     };
-    driver.update_socket_drops();
     let start = connected_at.unwrap_or(wall);
     let elapsed = finished_at.unwrap_or_else(std::time::Instant::now) - start;
     let secs = elapsed.as_secs_f64().max(1e-6);
-    let counters = kernel_counters(&net);
+    let counters = kernel_counters(net);
     println!(
         "{}: {} bytes each way verified (we received {received}, the kernel {} in {:.3} s), \
          both FINs exchanged, our state {}; {:.3} s from ESTABLISHED, \
@@ -425,8 +495,8 @@ pub fn run(t: &Transfer) -> Option<Outcome> {
         t.bytes as f64 * 8.0 / secs / 1e6,
         2.0 * t.bytes as f64 * 8.0 / secs / 1e6,
     );
-    print!("{}", state_report(&driver, id));
-    println!("{}", kernel_report(&net));
+    print!("{}", state_report(driver, id));
+    println!("{}", kernel_report(net));
     // The kernel's loss recovery depends on our ACKs: one duplicate ACK
     // per out-of-order segment (RFC 5681 §4.2), SACK blocks when agreed.
     // Recovering mostly by timeout means it did not get them.
@@ -459,11 +529,62 @@ pub fn run(t: &Transfer) -> Option<Outcome> {
         println!("note: the kernel answered {rsts} late segment(s) after its close with a RST");
     }
     assert_eq!(counter(&counters, "TcpInCsumErrors"), 0, "our checksums");
-    Some(Outcome {
+    Outcome {
         received,
         acked,
         final_state: last_state,
         conn: final_stats,
-        driver: driver.stats,
-    })
+        driver: driver.stats(),
+        kernel_sent: report.sent,
+        kernel_received: report.received,
+        kernel_counters: counters,
+    }
+}
+
+/// `ping -c count -s 1000` from the namespace to our address, our engine
+/// answering (the kernel's ARP request first) until ping ends; its status,
+/// its output and the engine's counters.
+pub fn ping(net: &Netns, driver: &mut impl Engine, count: u32) -> (ExitStatus, String, IfaceStats) {
+    let mut ping = net
+        .command("ping")
+        .args([
+            "-c",
+            &count.to_string(),
+            "-i",
+            "0.2",
+            "-W",
+            "2",
+            "-s",
+            "1000",
+        ])
+        .arg(net.our_ip.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running ping in the namespace (package iputils-ping)");
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = ping.try_wait().expect("waiting for ping") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = ping.kill();
+            let _ = ping.wait();
+            panic!(
+                "ping still running after 15 s; interface {:?}",
+                driver.iface().stats()
+            );
+        }
+        let rx = driver.receive().unwrap_or_else(|e| panic!("{e}"));
+        driver.run_timers();
+        let tx = driver.transmit().unwrap_or_else(|e| panic!("{e}"));
+        if rx == 0 && tx == 0 {
+            driver.wait().unwrap_or_else(|e| panic!("{e}"));
+        }
+    };
+    let mut text = String::new();
+    if let Some(mut so) = ping.stdout.take() {
+        let _ = so.read_to_string(&mut text);
+    }
+    (status, text, *driver.iface().stats())
 }

@@ -1,9 +1,9 @@
 //! What the tests of the `iwarp` binary share: running it with a time
-//! limit (killed by PID when over, its output kept for the report), two
-//! network namespaces joined by a veth pair for a server and a client on
-//! `net_af_packet`, EAL arguments under a file prefix of the test's own,
-//! and the runtime directories EAL makes for them — all removed on drop,
-//! failed assertions included.
+//! limit (killed by PID when over, its output kept for the report), EAL
+//! arguments under a file prefix of the test's own, and the runtime
+//! directories EAL makes for them — all removed on drop, failed
+//! assertions included. The namespaces and veth pairs for a server and a
+//! client on `net_af_packet` come from `netns_common` (re-exported here).
 #![allow(dead_code, reason = "each test file uses part of the harness")]
 
 use std::io::{BufRead, BufReader, Read};
@@ -13,52 +13,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::netns_common::stop_child;
+pub use crate::netns_common::{is_root, require_root, TwoNs};
+
 /// The binary under test.
 pub const IWARP: &str = env!("CARGO_BIN_EXE_iwarp");
 
-/// Prefix of the namespaces and interfaces made here; the stale sweep
-/// removes only such names whose process is gone.
-const PREFIX: &str = "itp";
-
 static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// Whether the test may create namespaces and open AF_PACKET ports.
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Returns `true` when the caller should go on; prints a skip notice and
-/// returns `false` without root, or fails when root tests are required.
-pub fn require_root() -> bool {
-    if is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("IWARP_REQUIRE_ROOT_TESTS").as_deref() != Ok("1"),
-        "this test needs root (network namespaces, veth, AF_PACKET) and \
-         IWARP_REQUIRE_ROOT_TESTS=1 forbids skipping it"
-    );
-    println!("skipped: needs root");
-    false
-}
-
-/// Runs a helper command to completion; its stdout, or why it failed.
-pub fn sh(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", args.join(" ")))?;
-    if !out.status.success() {
-        return Err(format!(
-            "`{}` failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
 
 /// The runtime directory EAL makes for `prefix` (root: under
 /// `/var/run/dpdk`, otherwise under `$XDG_RUNTIME_DIR/dpdk` or `/tmp/dpdk`).
@@ -93,87 +54,6 @@ pub struct RuntimeDir(pub PathBuf);
 impl Drop for RuntimeDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Two namespaces joined by a veth pair, one end in each, with no kernel
-/// address (the dataplanes own theirs); removed on drop.
-pub struct TwoNs {
-    /// Server's and client's namespace.
-    pub ns: [String; 2],
-    /// The veth end in each.
-    pub ifs: [String; 2],
-}
-
-impl TwoNs {
-    /// Creates them, after removing what a killed earlier run left.
-    pub fn create() -> Result<TwoNs, String> {
-        sweep_stale();
-        let pid = std::process::id();
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let me = TwoNs {
-            ns: [format!("{PREFIX}{n}s-{pid}"), format!("{PREFIX}{n}c-{pid}")],
-            ifs: [format!("{PREFIX}{n}s{pid}"), format!("{PREFIX}{n}c{pid}")],
-        };
-        for ns in &me.ns {
-            sh(&["ip", "netns", "add", ns])?;
-        }
-        sh(&[
-            "ip", "link", "add", &me.ifs[0], "type", "veth", "peer", "name", &me.ifs[1],
-        ])?;
-        for (ns, ifname) in me.ns.iter().zip(&me.ifs) {
-            sh(&["ip", "link", "set", ifname, "netns", ns])?;
-            let v6 = format!("net.ipv6.conf.{ifname}.disable_ipv6=1");
-            let _ = sh(&["ip", "netns", "exec", ns, "sysctl", "-qw", &v6]);
-            // Real, fully checksummed frames of at most the MTU.
-            sh(&[
-                "ip", "netns", "exec", ns, "ethtool", "-K", ifname, "tx", "off", "tso", "off",
-                "gso", "off", "sg", "off", "rx", "off", "gro", "off",
-            ])?;
-            sh(&["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"])?;
-            sh(&[
-                "ip", "netns", "exec", ns, "ip", "link", "set", ifname, "promisc", "on",
-            ])?;
-            sh(&["ip", "netns", "exec", ns, "ip", "link", "set", ifname, "up"])?;
-        }
-        Ok(me)
-    }
-
-    /// Whether any of them still exists.
-    pub fn names_left(names: &[String]) -> Vec<String> {
-        let list = sh(&["ip", "netns", "list"]).unwrap_or_default();
-        names
-            .iter()
-            .filter(|n| list.split_whitespace().any(|w| w == n.as_str()))
-            .cloned()
-            .collect()
-    }
-}
-
-impl Drop for TwoNs {
-    fn drop(&mut self) {
-        for ns in &self.ns {
-            let _ = sh(&["ip", "netns", "del", ns]);
-        }
-    }
-}
-
-/// Namespaces of this harness whose test process no longer runs.
-fn sweep_stale() {
-    let Ok(list) = sh(&["ip", "netns", "list"]) else {
-        return;
-    };
-    for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
-        let Some(pid) = name
-            .strip_prefix(PREFIX)
-            .and_then(|rest| rest.rsplit_once('-'))
-            .map(|(_, pid)| pid)
-        else {
-            continue;
-        };
-        if pid.parse::<u32>().is_ok() && !PathBuf::from(format!("/proc/{pid}")).exists() {
-            let _ = sh(&["ip", "netns", "del", name]);
-        }
     }
 }
 
@@ -331,21 +211,9 @@ impl Proc {
 
     /// SIGINT, then SIGKILL two seconds later if still running.
     fn stop(&mut self) {
-        if !matches!(self.child.try_wait(), Ok(None)) {
-            return;
+        if stop_child(&mut self.child) {
+            println!("{} (pid {}) stopped", self.name, self.child.id());
         }
-        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
-            // SAFETY: kill has no memory effects; `pid` is our own child,
-            // not yet reaped (waited for just below).
-            unsafe { libc::kill(pid, libc::SIGINT) };
-        }
-        let end = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < end && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        println!("{} (pid {}) stopped", self.name, self.child.id());
     }
 }
 
