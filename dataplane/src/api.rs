@@ -308,6 +308,9 @@ pub(crate) struct SrqShared {
     /// Armed limit (0: disarmed).
     limit: AtomicU32,
     limit_reached: AtomicBool,
+    /// Set by [`Dataplane::destroy_srq`]: no more receives, no new queue
+    /// pairs.
+    destroyed: AtomicBool,
 }
 
 /// A shared receive queue (`ibv_srq`): receive buffers for every queue
@@ -321,8 +324,12 @@ pub struct Srq {
 impl Srq {
     /// Posts a receive (`ibv_post_srq_recv`): a push into the shared ring
     /// (any thread; no lock). Its SGEs are checked when a Send lands in
-    /// them. A full ring is [`PostError::QueueFull`].
+    /// them. A full ring is [`PostError::QueueFull`]; a destroyed queue
+    /// ([`Dataplane::destroy_srq`]) is [`PostError::InvalidState`].
     pub fn post_recv(&self, wr: &RecvWr) -> Result<(), PostError> {
+        if self.inner.destroyed.load(Ordering::Acquire) {
+            return Err(PostError::InvalidState);
+        }
         if wr.sges.len() > self.inner.max_sge as usize {
             return Err(PostError::TooManySges);
         }
@@ -1434,7 +1441,7 @@ impl Dataplane {
         if !c.pds.contains(&pd.id) {
             return Err(Error::Verbs(VerbsError::InvalidPd));
         }
-        if srq.is_some_and(|s| s.inner.pd != pd.id) {
+        if srq.is_some_and(|s| s.inner.pd != pd.id || s.inner.destroyed.load(Ordering::Acquire)) {
             return Err(Error::Verbs(VerbsError::InvalidSrq));
         }
         // The limit is on queue pairs alive at once (held by the
@@ -1599,8 +1606,45 @@ impl Dataplane {
                 ring: ArrayQueue::new(max_wr as usize),
                 limit: AtomicU32::new(0),
                 limit_reached: AtomicBool::new(false),
+                destroyed: AtomicBool::new(false),
             }),
         })
+    }
+
+    /// Destroys a shared receive queue (`ibv_destroy_srq`): refused with
+    /// `Busy` while a queue pair created on it is alive (held by the
+    /// application or by a worker's connection that is still closing), as
+    /// [`Dataplane::dealloc_pd`] is. Receives still posted are dropped
+    /// without completions, later posts fail with
+    /// [`PostError::InvalidState`], and its slot in the device's table
+    /// (and its hold on the protection domain) is given back, so that a
+    /// service that makes one per session never runs out.
+    pub fn destroy_srq(&self, srq: &Srq) -> Result<(), Error> {
+        let mut c = lock(&self.control);
+        if srq.inner.destroyed.load(Ordering::Acquire) {
+            return Err(Error::Verbs(VerbsError::InvalidSrq));
+        }
+        {
+            let mut reg = lock(&self.qps);
+            reg.retain(|w| w.strong_count() > 0);
+            if reg.iter().any(|w| {
+                w.upgrade()
+                    .is_some_and(|q| q.attr.srq == Some(srq.inner.id))
+            }) {
+                return Err(Error::Verbs(VerbsError::Busy));
+            }
+        }
+        c.device.destroy_srq(srq.inner.id).map_err(|e| match e {
+            VerbsError::Busy => VerbsError::Busy,
+            _ => VerbsError::InvalidSrq,
+        })?;
+        srq.inner.destroyed.store(true, Ordering::Release);
+        while srq.inner.ring.pop().is_some() {}
+        // A domain released while the queue held it may go now.
+        for id in c.pd_release.clone() {
+            let _ = self.dealloc_pd_locked(&mut c, ProtectionDomain { id });
+        }
+        Ok(())
     }
 
     /// Allocates a fast-register region of up to `max_len` bytes of
