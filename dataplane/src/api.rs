@@ -33,6 +33,56 @@
 //!   (binding a QP to the worker that received the request) or
 //!   [`Dataplane::reject`], with private data either way.
 //!
+//! # Registering application memory
+//!
+//! Memory the dataplane allocates ([`Region::new`],
+//! [`Region::new_hugepage`]) and memory the application already owns are
+//! registered the same way, with [`Dataplane::reg_mr`]:
+//!
+//! - a buffer the program allocated: [`Region::from_vec`] takes the
+//!   `Vec<u8>` (a `Box<[u8]>` through `into_vec`) without copying;
+//!   [`Region::into_inner`] gives it back once no registration, queue pair
+//!   or frame in flight refers to it (deregister, drop the
+//!   [`MemoryRegistration`], and wait for [`CmEvent::MrDeregistered`] if
+//!   the deregistration was pending; it returns the region unchanged while
+//!   something still does, so try again);
+//! - memory the program mapped (a file, shared memory):
+//!   `unsafe` [`Region::from_raw_parts`] with a pointer, a length and a
+//!   release callback (`munmap`) that runs once the dataplane is done
+//!   with it; its documentation has the contract.
+//!
+//! While registered, the program reaches the bytes through the region
+//! ([`Region::read`], [`Region::write`]), never through a `&[u8]` of its
+//! own: a peer's Write or a Read Response may land at any time.
+//! Over a DPDK port the memory is also registered with EAL (and mapped
+//! for the device); buffers that share a page share that page's
+//! registration (see [`crate::memory`]).
+//!
+//! ```no_run
+//! # use dataplane::api::{Access, Dataplane, Error, Region};
+//! # fn demo(dp: &Dataplane) -> Result<(), Error> {
+//! let pd = dp.alloc_pd()?;
+//! let region = Region::from_vec(vec![0u8; 1 << 20])?;
+//! let mr = dp.reg_mr(pd, &region, 0, region.len(), Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//! // ... post work naming mr.sge(..), give mr.rkey() and mr.addr() to the peer ...
+//! dp.dereg_mr(&mr)?;
+//! drop(mr);
+//! let buf: Vec<u8> = region.into_inner().expect("nothing else holds it");
+//! # drop(buf);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Giving objects back
+//!
+//! A long-running program gives back what it creates: [`Dataplane::dereg_mr`]
+//! and [`Dataplane::dealloc_mr`] for registrations,
+//! [`Dataplane::destroy_srq`] for shared receive queues (refused while a
+//! queue pair uses one), [`Dataplane::dealloc_pd`] or
+//! [`Dataplane::release_pd`] for protection domains. Queue pairs and
+//! completion queues hold no table slot: they go with their last handle
+//! (a queue pair once its connection is over too).
+//!
 //! # Several users of one dataplane
 //!
 //! Connection-management events are the dataplane's, not a thread's: any

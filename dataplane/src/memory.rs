@@ -49,13 +49,13 @@
 //!
 //! # Storage and registration with DPDK
 //!
-//! A region is either page-aligned heap memory ([`Region::new`], 4 KiB
-//! pages) or hugepage-backed ([`Region::new_hugepage`]: an anonymous
-//! `MAP_HUGETLB` mapping of 2 MiB pages, pinned and physically contiguous
-//! within each page; it fails with [`MemoryError::NoHugepages`] when none
-//! are free, and falls back to the heap only through
-//! [`Region::with_options`] when the caller asks). Both are read through
-//! the same word view.
+//! A region is page-aligned heap memory ([`Region::new`], 4 KiB pages),
+//! hugepage-backed ([`Region::new_hugepage`]: an anonymous `MAP_HUGETLB`
+//! mapping of 2 MiB pages, pinned and physically contiguous within each
+//! page; it fails with [`MemoryError::NoHugepages`] when none are free,
+//! and falls back to the heap only through [`Region::with_options`] when
+//! the caller asks), or memory the application owns (next section). All
+//! are read through the same atomic view.
 //!
 //! When a region is registered with a dataplane over a DPDK port, the
 //! port's queue registers its memory with EAL once
@@ -67,9 +67,44 @@
 //! ([`Region::dma_run`]), split where consecutive pages are not
 //! IOVA-contiguous, and it is unmapped and unregistered when the storage
 //! goes — after the last handle, and so after the last in-flight mbuf,
-//! whose pin holds one. Under IOVA-as-PA, heap regions are not registered
-//! (the kernel may move their 4 KiB pages): their payload is copied into
-//! mbufs; hugepage-backed regions are attached.
+//! whose pin holds one. Under IOVA-as-PA, heap regions and application
+//! memory are not registered (the kernel may move their 4 KiB pages):
+//! their payload is copied into mbufs; hugepage-backed regions are
+//! attached.
+//!
+//! # Application memory
+//!
+//! [`Region::from_vec`] takes an application's `Vec<u8>` (or a
+//! `Box<[u8]>` through `into_vec`) without copying and
+//! [`Region::into_inner`] gives it back once nothing refers to it any
+//! more; [`Region::from_raw_parts`] (`unsafe`, with its contract) takes
+//! memory the application mapped itself and runs a release callback when
+//! the dataplane is done with it. Such memory starts and ends anywhere:
+//! its whole 8-byte words are reached as atomic words like any region's,
+//! and the bytes before the first and after the last whole word as atomic
+//! bytes — each byte always at the same width, so no mixed-size access is
+//! made, and no access reaches outside the region's bytes.
+//!
+//! `rte_extmem_register` takes whole pages, and two vectors from the
+//! allocator may share one, so registering "the enclosing pages" of each
+//! region would register the shared page twice (a page belongs in one
+//! external-memory registration and one VFIO DMA mapping, which refuses
+//! an overlapping one) and the first one's removal would take the
+//! second's page with it. Instead registrations are chunks kept in one process-wide
+//! table ([`DpdkRegistration`]): the pages a region covers only in part
+//! become one-page chunks shared by reference count, its whole pages one
+//! chunk of its own. A region takes a use of the chunks already covering
+//! its pages and registers the rest; a chunk is unregistered when its last
+//! user goes, under the table's lock (registration is a control-path
+//! operation), so a new registration of the same page never races its
+//! removal. Every page of a chunk holds bytes of a live region that uses
+//! it, so a registration never outlives its memory, nor refers to a page
+//! the allocator has since given back to the kernel and mapped afresh
+//! (which under VFIO would leave the device reading the old page).
+//! External buffers split at a chunk boundary only where the IOVAs do not
+//! follow on. The alternative, registering only page-aligned memory,
+//! would leave every ordinary vector unregistered, and so unusable with a
+//! device behind VFIO.
 //!
 //! A registration keeps EAL alive (unregistering needs it): EAL is cleaned
 //! up only once every region a DPDK port registered is gone too.
@@ -1707,16 +1742,14 @@ mod tests {
                 let slot = back.clone();
                 let addr = raw as *mut u8 as usize;
                 let total = len + skew + 8;
+                let release = move || {
+                    let p = core::ptr::slice_from_raw_parts_mut(addr as *mut u8, total);
+                    // SAFETY: the box leaked above, returned once.
+                    *slot.lock().unwrap() = Some(unsafe { Box::from_raw(p) });
+                };
                 // SAFETY: the box is ours, reached only through the region
                 // until the callback hands it back.
-                let r = unsafe {
-                    Region::from_raw_parts(start, len, move || {
-                        let p = core::ptr::slice_from_raw_parts_mut(addr as *mut u8, total);
-                        // SAFETY: the box leaked above, returned once.
-                        *slot.lock().unwrap() = Some(unsafe { Box::from_raw(p) });
-                    })
-                }
-                .unwrap();
+                let r = unsafe { Region::from_raw_parts(start, len, release) }.unwrap();
                 if len >= 12 {
                     check_round_trips(&r, &original);
                 } else {
@@ -1757,16 +1790,14 @@ mod tests {
         let addr = p as usize;
         // The region is the middle of the mapping, not word-aligned.
         let start = NonNull::new(base.as_ptr().wrapping_add(PAGE_SIZE - 3)).unwrap();
+        let release = move || {
+            rel.fetch_add(1, Ordering::SeqCst);
+            // SAFETY: the mapping made above, no longer referred to.
+            unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+        };
         // SAFETY: the mapping is ours and stays mapped until the callback,
         // which unmaps it; nothing else reaches it meanwhile.
-        let r = unsafe {
-            Region::from_raw_parts(start, PAGE_SIZE + 6, move || {
-                rel.fetch_add(1, Ordering::SeqCst);
-                // SAFETY: the mapping made above, no longer referred to.
-                unsafe { libc::munmap(addr as *mut libc::c_void, len) };
-            })
-        }
-        .unwrap();
+        let r = unsafe { Region::from_raw_parts(start, PAGE_SIZE + 6, release) }.unwrap();
         r.write(0, b"edges").unwrap();
         r.write(PAGE_SIZE + 1, b"edges").unwrap();
         assert_eq!(r.to_vec(0, 5).unwrap(), b"edges");

@@ -73,17 +73,17 @@ impl Mapped {
         let released = Arc::new(AtomicUsize::new(0));
         let rel = released.clone();
         let addr = p as usize;
+        let release = move || {
+            // SAFETY: the mapping made above, no longer referred to.
+            unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+            rel.fetch_add(1, Ordering::SeqCst);
+        };
+        let ptr = NonNull::new(p.cast()).unwrap();
         // SAFETY: the mapping stays mapped (and the file is never
         // truncated) until the callback, which unmaps it; the test reaches
         // it only through the region until then.
-        let region = unsafe {
-            Region::from_raw_parts(NonNull::new(p.cast()).unwrap(), len, move || {
-                // SAFETY: the mapping made above, no longer referred to.
-                unsafe { libc::munmap(addr as *mut libc::c_void, len) };
-                rel.fetch_add(1, Ordering::SeqCst);
-            })
-        }
-        .expect("region over the mapping");
+        let region =
+            unsafe { Region::from_raw_parts(ptr, len, release) }.expect("region over the mapping");
         region.fill(0, len, fill).unwrap();
         (Mapped { fd, len, released }, region)
     }
