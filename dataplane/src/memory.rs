@@ -102,7 +102,11 @@
 //! the allocator has since given back to the kernel and mapped afresh
 //! (which under VFIO would leave the device reading the old page).
 //! External buffers split at a chunk boundary only where the IOVAs do not
-//! follow on. The alternative, registering only page-aligned memory,
+//! follow on. Each chunk is one of EAL's external memory segment lists,
+//! of which DPDK 22.11 has 128 in all; past them a registration fails,
+//! and virtual devices then attach by address while other ports refuse
+//! the memory registration. The alternative, registering only
+//! page-aligned memory,
 //! would leave every ordinary vector unregistered, and so unusable with a
 //! device behind VFIO.
 //!
@@ -118,7 +122,9 @@ use dpdk_bindings::{DpdkError, Eal, ExtMem, HugeMap, HugeMapError};
 
 use rdmap::placement::{CheckedRange, Placement, RegionHandle};
 
-/// Alignment and granularity of every region: one base page. External
+/// Alignment and granularity of every region the dataplane allocates, and
+/// the page size application memory is registered with: one base page.
+/// External
 /// buffers must not straddle a page boundary of a non-contiguous IOVA
 /// space, so the DPDK port splits attachments at this size.
 pub const PAGE_SIZE: usize = 4096;

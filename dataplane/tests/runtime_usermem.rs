@@ -14,8 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dataplane::api::{
-    Access, CmEvent, Dataplane, DisconnectReason, Error, PostError, ProtectionDomain, QpOptions,
-    RecvWr, Region, SendWr, SgeList, TerminateCause, TerminateOrigin, WcOpcode, WcStatus,
+    Access, CmEvent, Dataplane, DisconnectReason, DriveMode, Error, PostError, ProtectionDomain,
+    QpOptions, RecvWr, Region, SendWr, SgeList, TerminateCause, TerminateOrigin, WcOpcode,
+    WcStatus,
 };
 use rdmap::verbs::VerbsError;
 use runtime_common::*;
@@ -52,11 +53,21 @@ struct Mapped {
 
 impl Mapped {
     fn new(len: usize, fill: u8) -> (Mapped, Region) {
+        Mapped::inset(len, 0, fill)
+    }
+
+    /// A file of `len` bytes of `fill`, mapped whole; the region leaves
+    /// out `inset` bytes at each end of the mapping.
+    fn inset(len: usize, inset: usize, fill: u8) -> (Mapped, Region) {
         // SAFETY: a new anonymous file; the name is a NUL-terminated literal.
         let fd = unsafe { libc::memfd_create(c"iwarp-usermem".as_ptr(), libc::MFD_CLOEXEC) };
         assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
         // SAFETY: `fd` is ours.
         assert_eq!(unsafe { libc::ftruncate(fd, len as libc::off_t) }, 0);
+        let bytes = vec![fill; len];
+        // SAFETY: writes `len` bytes from `bytes` into the file.
+        let n = unsafe { libc::pwrite(fd, bytes.as_ptr().cast(), len, 0) };
+        assert_eq!(n, len as isize);
         // SAFETY: a new shared mapping of the whole file, ours until the
         // release callback unmaps it.
         let p = unsafe {
@@ -78,13 +89,12 @@ impl Mapped {
             unsafe { libc::munmap(addr as *mut libc::c_void, len) };
             rel.fetch_add(1, Ordering::SeqCst);
         };
-        let ptr = NonNull::new(p.cast()).unwrap();
+        let ptr = NonNull::new(p.cast::<u8>().wrapping_add(inset)).unwrap();
         // SAFETY: the mapping stays mapped (and the file is never
         // truncated) until the callback, which unmaps it; the test reaches
         // it only through the region until then.
-        let region =
-            unsafe { Region::from_raw_parts(ptr, len, release) }.expect("region over the mapping");
-        region.fill(0, len, fill).unwrap();
+        let region = unsafe { Region::from_raw_parts(ptr, len - 2 * inset, release) }
+            .expect("region over the mapping");
         (Mapped { fd, len, released }, region)
     }
 
@@ -241,9 +251,13 @@ fn exchange_user(
     len
 }
 
-#[test]
-fn vec_and_mapped_regions_carry_write_read_send() {
-    let p = Pair::new(&PairOptions::default());
+/// Every operation and size between vector-backed and mapped memory.
+fn write_read_send(mode: DriveMode, workers: usize, label: &str) {
+    let p = Pair::new(&PairOptions {
+        workers,
+        mode,
+        ..PairOptions::default()
+    });
     let (mut a, mut b) = connect(&p);
     let mut id = 1;
     for (src, dst) in [("vec", "vec"), ("vec", "mapped"), ("mapped", "vec")] {
@@ -254,11 +268,21 @@ fn vec_and_mapped_regions_carry_write_read_send() {
                 id += 1;
             }
             println!(
-                "{op:?} {src} -> {dst}: sizes {SIZES:?}, {total} bytes verified, memory \
+                "{label}: {op:?} {src} -> {dst}: sizes {SIZES:?}, {total} bytes verified, memory \
                  given back with every byte around the registrations unchanged"
             );
         }
     }
+}
+
+#[test]
+fn vec_and_mapped_regions_carry_write_read_send_inline() {
+    write_read_send(DriveMode::Inline, 1, "inline");
+}
+
+#[test]
+fn vec_and_mapped_regions_carry_write_read_send_threads() {
+    write_read_send(DriveMode::Threads, 2, "two worker threads");
 }
 
 /// Waits until both ends of the connection of `a` / `b` report its end by
@@ -371,6 +395,53 @@ fn remote_access_beyond_a_registration_ends_in_a_terminate() {
         println!(
             "{kind}: Read of 64 B past the registration -> RemoteAccessError and Terminate \
              (RDMAP base or bounds); sink unchanged"
+        );
+    }
+}
+
+#[test]
+fn remote_write_beyond_a_mapped_region_touches_nothing_around_it() {
+    let p = Pair::new(&PairOptions::default());
+    p.b.listen(PORT, 16).unwrap();
+    let len = 3 * 4096;
+    for (label, past_end) in [("past the end of", true), ("before the start of", false)] {
+        let (mut ea, eb) = open_conn(&p, true);
+        let (smem, src) = make("vec", 4096);
+        src.write(0, &pattern(3, 4096)).unwrap();
+        // The region is the mapping less GUARD bytes at each end, and the
+        // registration is the whole region: the bytes around it are mapped
+        // memory the dataplane must never write.
+        let (m, dst) = Mapped::inset(len, GUARD, CANARY);
+        let rlen = dst.len();
+        let smr = p.a.reg_mr(ea.pd, &src, 0, 4096, rw()).unwrap();
+        let dmr = p.b.reg_mr(eb.pd, &dst, 0, rlen, rw()).unwrap();
+        let to = if past_end {
+            dmr.addr() + rlen as u64 - 100
+        } else {
+            dmr.addr() - 100
+        };
+        let wr = SendWr::write(1, SgeList::single(smr.sge(0, 200)), to, dmr.rkey());
+        ea.qp.post_send(&wr).unwrap();
+        expect_terminated(&p, &ea, &eb, TerminateCause::DDP_TAGGED_BASE_BOUNDS);
+        let wc = wait_wc(&p, &mut ea, 1);
+        assert!(
+            matches!(wc.status, WcStatus::Success | WcStatus::RemoteAccessError),
+            "{wc:?}"
+        );
+        p.a.dereg_mr(&smr).unwrap();
+        p.b.dereg_mr(&dmr).unwrap();
+        drop((smr, dmr));
+        let file = give_back(&p, Mem::Mapped(m), dst);
+        assert_eq!(file.len(), len);
+        assert!(
+            file.iter().all(|&b| b == CANARY),
+            "a Write {label} the region changed the mapping"
+        );
+        drop(give_back(&p, smem, src));
+        println!(
+            "mapped region of {rlen} B inside a {len} B mapping, registered whole: Write of \
+             200 B {label} it -> Terminate (DDP base or bounds); all {len} bytes of the \
+             mapping unchanged"
         );
     }
 }
