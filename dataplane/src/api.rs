@@ -40,7 +40,8 @@
 //! registered the same way, with [`Dataplane::reg_mr`]:
 //!
 //! - a buffer the program allocated: [`Region::from_vec`] takes the
-//!   `Vec<u8>` (a `Box<[u8]>` through `into_vec`) without copying;
+//!   `Vec<u8>` ([`Region::from_boxed_slice`] a `Box<[u8]>`) without
+//!   copying;
 //!   [`Region::into_inner`] gives it back once no registration, queue pair
 //!   or frame in flight refers to it (deregister, drop the
 //!   [`MemoryRegistration`], and wait for [`CmEvent::MrDeregistered`] if

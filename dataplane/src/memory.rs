@@ -74,8 +74,8 @@
 //!
 //! # Application memory
 //!
-//! [`Region::from_vec`] takes an application's `Vec<u8>` (or a
-//! `Box<[u8]>` through `into_vec`) without copying and
+//! [`Region::from_vec`] takes an application's `Vec<u8>` (and
+//! [`Region::from_boxed_slice`] a `Box<[u8]>`) without copying and
 //! [`Region::into_inner`] gives it back once nothing refers to it any
 //! more; [`Region::from_raw_parts`] (`unsafe`, with its contract) takes
 //! memory the application mapped itself and runs a release callback when
@@ -88,9 +88,9 @@
 //! `rte_extmem_register` takes whole pages, and two vectors from the
 //! allocator may share one, so registering "the enclosing pages" of each
 //! region would register the shared page twice (a page belongs in one
-//! external-memory registration and one VFIO DMA mapping, which refuses
-//! an overlapping one) and the first one's removal would take the
-//! second's page with it. Instead registrations are chunks kept in one process-wide
+//! external-memory registration and one VFIO DMA mapping, which refuses an
+//! overlapping one) and the first one's removal would take the second's
+//! page with it. Instead registrations are chunks kept in one process-wide
 //! table ([`DpdkRegistration`]): the pages a region covers only in part
 //! become one-page chunks shared by reference count, its whole pages one
 //! chunk of its own. A region takes a use of the chunks already covering
@@ -100,13 +100,12 @@
 //! removal. Every page of a chunk holds bytes of a live region that uses
 //! it, so a registration never outlives its memory, nor refers to a page
 //! the allocator has since given back to the kernel and mapped afresh
-//! (which under VFIO would leave the device reading the old page).
-//! External buffers split at a chunk boundary only where the IOVAs do not
-//! follow on. Each chunk is one of EAL's external memory segment lists,
-//! of which DPDK 22.11 has 128 in all; past them a registration fails,
-//! and virtual devices then attach by address while other ports refuse
-//! the memory registration. The alternative, registering only
-//! page-aligned memory,
+//! (which under VFIO would leave the device reading the old page). External
+//! buffers split at a chunk boundary only where the IOVAs do not follow on.
+//! Each chunk is one of EAL's external memory segment lists, of which DPDK
+//! 22.11 has 128 in all; past them a registration fails, and virtual
+//! devices then attach by address while other ports refuse the memory
+//! registration. The alternative, registering only page-aligned memory,
 //! would leave every ordinary vector unregistered, and so unusable with a
 //! device behind VFIO.
 //!
@@ -124,9 +123,8 @@ use rdmap::placement::{CheckedRange, Placement, RegionHandle};
 
 /// Alignment and granularity of every region the dataplane allocates, and
 /// the page size application memory is registered with: one base page.
-/// External
-/// buffers must not straddle a page boundary of a non-contiguous IOVA
-/// space, so the DPDK port splits attachments at this size.
+/// External buffers must not straddle a page boundary of a non-contiguous
+/// IOVA space, so the DPDK port splits attachments at this size.
 pub const PAGE_SIZE: usize = 4096;
 
 const WORD: usize = 8;
@@ -685,8 +683,7 @@ impl Region {
     /// region, as for any other. Refused (and `buf` dropped) only when it
     /// is empty or no region handle is left.
     ///
-    /// A `Box<[u8]>` comes in as `Region::from_vec(boxed.into_vec())`,
-    /// which does not copy either.
+    /// A `Box<[u8]>` comes in through [`Region::from_boxed_slice`].
     pub fn from_vec(buf: Vec<u8>) -> Result<Region, MemoryError> {
         let owned = OwnedVec::new(buf);
         let (ptr, len) = (owned.ptr, owned.len);
@@ -696,6 +693,13 @@ impl Region {
         // reached by nothing but the region meanwhile, since the vector
         // was moved in.
         unsafe { Region::from_user(ptr, len, Backing::Vec(owned)) }
+    }
+
+    /// [`Region::from_vec`] for a boxed slice (no copy either);
+    /// [`Region::into_inner`] gives it back as a vector whose
+    /// `into_boxed_slice` does not copy.
+    pub fn from_boxed_slice(buf: Box<[u8]>) -> Result<Region, MemoryError> {
+        Region::from_vec(buf.into_vec())
     }
 
     /// A region over `len` bytes at `ptr` that the application mapped
@@ -1724,6 +1728,11 @@ mod tests {
         let back = r.into_inner().expect("given back once alone");
         assert_eq!(back, original);
         assert_eq!(back.as_ptr(), ptr);
+        let boxed: Box<[u8]> = back.into_boxed_slice();
+        let r = Region::from_boxed_slice(boxed).unwrap();
+        assert_eq!(r.as_ptr(), ptr, "no copy");
+        let again = r.into_inner().unwrap().into_boxed_slice();
+        assert_eq!((&*again, again.as_ptr()), (&original[..], ptr));
         assert_eq!(
             Region::from_vec(Vec::new()).unwrap_err(),
             MemoryError::Empty
