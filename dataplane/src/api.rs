@@ -33,6 +33,57 @@
 //!   (binding a QP to the worker that received the request) or
 //!   [`Dataplane::reject`], with private data either way.
 //!
+//! # Registering application memory
+//!
+//! Memory the dataplane allocates ([`Region::new`],
+//! [`Region::new_hugepage`]) and memory the application already owns are
+//! registered the same way, with [`Dataplane::reg_mr`]:
+//!
+//! - a buffer the program allocated: [`Region::from_vec`] takes the
+//!   `Vec<u8>` ([`Region::from_boxed_slice`] a `Box<[u8]>`) without
+//!   copying;
+//!   [`Region::into_inner`] gives it back once no registration, queue pair
+//!   or frame in flight refers to it (deregister, drop the
+//!   [`MemoryRegistration`], and wait for [`CmEvent::MrDeregistered`] if
+//!   the deregistration was pending; it returns the region unchanged while
+//!   something still does, so try again);
+//! - memory the program mapped (a file, shared memory):
+//!   `unsafe` [`Region::from_raw_parts`] with a pointer, a length and a
+//!   release callback (`munmap`) that runs once the dataplane is done
+//!   with it; its documentation has the contract.
+//!
+//! While registered, the program reaches the bytes through the region
+//! ([`Region::read`], [`Region::write`]), never through a `&[u8]` of its
+//! own: a peer's Write or a Read Response may land at any time.
+//! Over a DPDK port the memory is also registered with EAL (and mapped
+//! for the device); buffers that share a page share that page's
+//! registration (see [`crate::memory`]).
+//!
+//! ```no_run
+//! # use dataplane::api::{Access, Dataplane, Error, Region};
+//! # fn demo(dp: &Dataplane) -> Result<(), Error> {
+//! let pd = dp.alloc_pd()?;
+//! let region = Region::from_vec(vec![0u8; 1 << 20])?;
+//! let mr = dp.reg_mr(pd, &region, 0, region.len(), Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//! // ... post work naming mr.sge(..), give mr.rkey() and mr.addr() to the peer ...
+//! dp.dereg_mr(&mr)?;
+//! drop(mr);
+//! let buf: Vec<u8> = region.into_inner().expect("nothing else holds it");
+//! # drop(buf);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Giving objects back
+//!
+//! A long-running program gives back what it creates: [`Dataplane::dereg_mr`]
+//! and [`Dataplane::dealloc_mr`] for registrations,
+//! [`Dataplane::destroy_srq`] for shared receive queues (refused while a
+//! queue pair uses one), [`Dataplane::dealloc_pd`] or
+//! [`Dataplane::release_pd`] for protection domains. Queue pairs and
+//! completion queues hold no table slot: they go with their last handle
+//! (a queue pair once its connection is over too).
+//!
 //! # Several users of one dataplane
 //!
 //! Connection-management events are the dataplane's, not a thread's: any
@@ -308,6 +359,9 @@ pub(crate) struct SrqShared {
     /// Armed limit (0: disarmed).
     limit: AtomicU32,
     limit_reached: AtomicBool,
+    /// Set by [`Dataplane::destroy_srq`]: no more receives, no new queue
+    /// pairs.
+    destroyed: AtomicBool,
 }
 
 /// A shared receive queue (`ibv_srq`): receive buffers for every queue
@@ -321,8 +375,12 @@ pub struct Srq {
 impl Srq {
     /// Posts a receive (`ibv_post_srq_recv`): a push into the shared ring
     /// (any thread; no lock). Its SGEs are checked when a Send lands in
-    /// them. A full ring is [`PostError::QueueFull`].
+    /// them. A full ring is [`PostError::QueueFull`]; a destroyed queue
+    /// ([`Dataplane::destroy_srq`]) is [`PostError::InvalidState`].
     pub fn post_recv(&self, wr: &RecvWr) -> Result<(), PostError> {
+        if self.inner.destroyed.load(Ordering::Acquire) {
+            return Err(PostError::InvalidState);
+        }
         if wr.sges.len() > self.inner.max_sge as usize {
             return Err(PostError::TooManySges);
         }
@@ -1438,7 +1496,7 @@ impl Dataplane {
         if !c.pds.contains(&pd.id) {
             return Err(Error::Verbs(VerbsError::InvalidPd));
         }
-        if srq.is_some_and(|s| s.inner.pd != pd.id) {
+        if srq.is_some_and(|s| s.inner.pd != pd.id || s.inner.destroyed.load(Ordering::Acquire)) {
             return Err(Error::Verbs(VerbsError::InvalidSrq));
         }
         // The limit is on queue pairs alive at once (held by the
@@ -1603,8 +1661,45 @@ impl Dataplane {
                 ring: ArrayQueue::new(max_wr as usize),
                 limit: AtomicU32::new(0),
                 limit_reached: AtomicBool::new(false),
+                destroyed: AtomicBool::new(false),
             }),
         })
+    }
+
+    /// Destroys a shared receive queue (`ibv_destroy_srq`): refused with
+    /// `Busy` while a queue pair created on it is alive (held by the
+    /// application or by a worker's connection that is still closing), as
+    /// [`Dataplane::dealloc_pd`] is. Receives still posted are dropped
+    /// without completions, later posts fail with
+    /// [`PostError::InvalidState`], and its slot in the device's table
+    /// (and its hold on the protection domain) is given back, so that a
+    /// service that makes one per session never runs out.
+    pub fn destroy_srq(&self, srq: &Srq) -> Result<(), Error> {
+        let mut c = lock(&self.control);
+        if srq.inner.destroyed.load(Ordering::Acquire) {
+            return Err(Error::Verbs(VerbsError::InvalidSrq));
+        }
+        {
+            let mut reg = lock(&self.qps);
+            reg.retain(|w| w.strong_count() > 0);
+            if reg.iter().any(|w| {
+                w.upgrade()
+                    .is_some_and(|q| q.attr.srq == Some(srq.inner.id))
+            }) {
+                return Err(Error::Verbs(VerbsError::Busy));
+            }
+        }
+        c.device.destroy_srq(srq.inner.id).map_err(|e| match e {
+            VerbsError::Busy => VerbsError::Busy,
+            _ => VerbsError::InvalidSrq,
+        })?;
+        srq.inner.destroyed.store(true, Ordering::Release);
+        while srq.inner.ring.pop().is_some() {}
+        // A domain released while the queue held it may go now.
+        for id in c.pd_release.clone() {
+            let _ = self.dealloc_pd_locked(&mut c, ProtectionDomain { id });
+        }
+        Ok(())
     }
 
     /// Allocates a fast-register region of up to `max_len` bytes of

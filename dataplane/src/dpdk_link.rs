@@ -934,19 +934,22 @@ impl LinkQueue for DpdkQueue {
             }
             Err(e) => return Err(format!("registering memory with DPDK: {e}")),
         };
-        match mem.dma_map_port(self.port_id) {
-            Ok(true) => {
-                self.stats.mem_dma_mapped.fetch_add(1, Ordering::Relaxed);
-                Ok(())
+        // One mapping per registration chunk (a chunk shared with another
+        // region and mapped for this port already is not mapped again).
+        let mut mapped = true;
+        for chunk in mem.chunks() {
+            match chunk.dma_map_port(self.port_id) {
+                Ok(m) => mapped &= m,
+                Err(e) => return Err(format!("DMA-mapping memory for port {}: {e}", self.port_id)),
             }
-            Ok(false) => {
-                self.stats
-                    .mem_dma_unsupported
-                    .fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }
-            Err(e) => Err(format!("DMA-mapping memory for port {}: {e}", self.port_id)),
         }
+        let counter = if mapped {
+            &self.stats.mem_dma_mapped
+        } else {
+            &self.stats.mem_dma_unsupported
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     fn on_worker_thread(&self) -> Result<Option<Box<dyn core::any::Any>>, String> {

@@ -49,13 +49,13 @@
 //!
 //! # Storage and registration with DPDK
 //!
-//! A region is either page-aligned heap memory ([`Region::new`], 4 KiB
-//! pages) or hugepage-backed ([`Region::new_hugepage`]: an anonymous
-//! `MAP_HUGETLB` mapping of 2 MiB pages, pinned and physically contiguous
-//! within each page; it fails with [`MemoryError::NoHugepages`] when none
-//! are free, and falls back to the heap only through
-//! [`Region::with_options`] when the caller asks). Both are read through
-//! the same word view.
+//! A region is page-aligned heap memory ([`Region::new`], 4 KiB pages),
+//! hugepage-backed ([`Region::new_hugepage`]: an anonymous `MAP_HUGETLB`
+//! mapping of 2 MiB pages, pinned and physically contiguous within each
+//! page; it fails with [`MemoryError::NoHugepages`] when none are free,
+//! and falls back to the heap only through [`Region::with_options`] when
+//! the caller asks), or memory the application owns (next section). All
+//! are read through the same atomic view.
 //!
 //! When a region is registered with a dataplane over a DPDK port, the
 //! port's queue registers its memory with EAL once
@@ -67,24 +67,64 @@
 //! ([`Region::dma_run`]), split where consecutive pages are not
 //! IOVA-contiguous, and it is unmapped and unregistered when the storage
 //! goes — after the last handle, and so after the last in-flight mbuf,
-//! whose pin holds one. Under IOVA-as-PA, heap regions are not registered
-//! (the kernel may move their 4 KiB pages): their payload is copied into
-//! mbufs; hugepage-backed regions are attached.
+//! whose pin holds one. Under IOVA-as-PA, heap regions and application
+//! memory are not registered (the kernel may move their 4 KiB pages):
+//! their payload is copied into mbufs; hugepage-backed regions are
+//! attached.
+//!
+//! # Application memory
+//!
+//! [`Region::from_vec`] takes an application's `Vec<u8>` (and
+//! [`Region::from_boxed_slice`] a `Box<[u8]>`) without copying and
+//! [`Region::into_inner`] gives it back once nothing refers to it any
+//! more; [`Region::from_raw_parts`] (`unsafe`, with its contract) takes
+//! memory the application mapped itself and runs a release callback when
+//! the dataplane is done with it. Such memory starts and ends anywhere:
+//! its whole 8-byte words are reached as atomic words like any region's,
+//! and the bytes before the first and after the last whole word as atomic
+//! bytes — each byte always at the same width, so no mixed-size access is
+//! made, and no access reaches outside the region's bytes.
+//!
+//! `rte_extmem_register` takes whole pages, and two vectors from the
+//! allocator may share one, so registering "the enclosing pages" of each
+//! region would register the shared page twice (a page belongs in one
+//! external-memory registration and one VFIO DMA mapping, which refuses an
+//! overlapping one) and the first one's removal would take the second's
+//! page with it. Instead registrations are chunks kept in one process-wide
+//! table ([`DpdkRegistration`]): the pages a region covers only in part
+//! become one-page chunks shared by reference count, its whole pages one
+//! chunk of its own. A region takes a use of the chunks already covering
+//! its pages and registers the rest; a chunk is unregistered when its last
+//! user goes, under the table's lock (registration is a control-path
+//! operation), so a new registration of the same page never races its
+//! removal. Every page of a chunk holds bytes of a live region that uses
+//! it, so a registration never outlives its memory, nor refers to a page
+//! the allocator has since given back to the kernel and mapped afresh
+//! (which under VFIO would leave the device reading the old page). External
+//! buffers split at a chunk boundary only where the IOVAs do not follow on.
+//! Each chunk is one of EAL's external memory segment lists, of which DPDK
+//! 22.11 has 128 in all; past them a registration fails, and virtual
+//! devices then attach by address while other ports refuse the memory
+//! registration. The alternative, registering only page-aligned memory,
+//! would leave every ordinary vector unregistered, and so unusable with a
+//! device behind VFIO.
 //!
 //! A registration keeps EAL alive (unregistering needs it): EAL is cleaned
 //! up only once every region a DPDK port registered is gone too.
 
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use dpdk_bindings::{DpdkError, Eal, ExtMem, HugeMap, HugeMapError};
 
 use rdmap::placement::{CheckedRange, Placement, RegionHandle};
 
-/// Alignment and granularity of every region: one base page. External
-/// buffers must not straddle a page boundary of a non-contiguous IOVA
-/// space, so the DPDK port splits attachments at this size.
+/// Alignment and granularity of every region the dataplane allocates, and
+/// the page size application memory is registered with: one base page.
+/// External buffers must not straddle a page boundary of a non-contiguous
+/// IOVA space, so the DPDK port splits attachments at this size.
 pub const PAGE_SIZE: usize = 4096;
 
 const WORD: usize = 8;
@@ -206,13 +246,76 @@ fn free_handle(h: RegionHandle) {
     }
 }
 
-/// What backs a region's words: owned only to be freed (the words are
-/// read through `Storage::base`).
+/// What backs a region's bytes: owned only to be freed (the bytes are
+/// reached through `Storage::ptr`).
 #[derive(Debug)]
 #[allow(dead_code, reason = "the fields are owned to be freed, never read")]
 enum Backing {
     Heap(Box<[Page]>),
     Huge(HugeMap),
+    /// An application's buffer ([`Region::from_vec`]).
+    Vec(OwnedVec),
+    /// Memory the application mapped ([`Region::from_raw_parts`]).
+    Foreign(ForeignMem),
+    /// Handed back by [`Region::into_inner`].
+    Taken,
+}
+
+/// A `Vec<u8>` in pieces, so that its bytes are reached only through the
+/// region's atomic view while the region owns it; rebuilt to be handed
+/// back or freed.
+#[derive(Debug)]
+struct OwnedVec {
+    ptr: NonNull<u8>,
+    len: usize,
+    cap: usize,
+}
+
+impl OwnedVec {
+    fn new(v: Vec<u8>) -> OwnedVec {
+        let mut v = core::mem::ManuallyDrop::new(v);
+        OwnedVec {
+            // A `Vec`'s pointer is never null (dangling when unallocated).
+            ptr: NonNull::new(v.as_mut_ptr()).unwrap_or(NonNull::dangling()),
+            len: v.len(),
+            cap: v.capacity(),
+        }
+    }
+
+    fn into_vec(self) -> Vec<u8> {
+        let me = core::mem::ManuallyDrop::new(self);
+        // SAFETY: the pieces came from `Vec::as_mut_ptr`, `len` and
+        // `capacity` of a vector that `new` took apart and nothing else
+        // freed; `ManuallyDrop` keeps `Drop` from freeing it a second time.
+        unsafe { Vec::from_raw_parts(me.ptr.as_ptr(), me.len, me.cap) }
+    }
+}
+
+impl Drop for OwnedVec {
+    fn drop(&mut self) {
+        // SAFETY: as in `into_vec`; this is the only place that frees it.
+        drop(unsafe { Vec::from_raw_parts(self.ptr.as_ptr(), self.len, self.cap) });
+    }
+}
+
+/// Memory the application mapped, and what it asked to run once the
+/// dataplane no longer refers to it.
+struct ForeignMem {
+    release: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl core::fmt::Debug for ForeignMem {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("ForeignMem")
+    }
+}
+
+impl Drop for ForeignMem {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            release();
+        }
+    }
 }
 
 /// The size of the pages of a hugepage-backed region.
@@ -232,23 +335,37 @@ pub struct RegionOptions {
 struct Storage {
     /// The registration with DPDK, if a DPDK port registered the region:
     /// declared first so that it is unmapped and unregistered before the
-    /// memory goes. Read without a lock on the transmit path.
-    dpdk: OnceLock<ExtMem>,
+    /// memory goes (fields are dropped in order, after `Drop::drop`).
+    /// Read without a lock on the transmit path.
+    dpdk: OnceLock<DpdkRegistration>,
     /// Serialises registration attempts (control path only).
     dpdk_lock: Mutex<()>,
-    /// The first word; `words` of them, page-aligned, zeroed at creation,
-    /// valid while `backing` is.
-    base: NonNull<AtomicU64>,
+    /// Byte 0, valid for `len` bytes while `backing` is.
+    ptr: NonNull<u8>,
+    len: usize,
+    /// Bytes `[0, lead)` (fewer than a word, where byte 0 is not
+    /// word-aligned) are reached as single atomic bytes; so are the bytes
+    /// after the last whole word, `[lead + 8 * words, len)`. Each byte is
+    /// always reached at one width, never at two.
+    lead: usize,
+    /// The first whole word (at byte `lead`); `words` of them.
+    word_base: NonNull<AtomicU64>,
     words: usize,
+    /// The memory the region owns whole pages of (`[start, start + len)`,
+    /// page-aligned) or, for application memory, only the bytes of the
+    /// region: what a DPDK registration covers.
+    extent: (usize, usize),
     page_size: usize,
     backing: Backing,
-    len: usize,
     handle: RegionHandle,
 }
 
-// SAFETY: `base` points into `backing`, owned by the storage; every access
-// through it is atomic (see the module documentation), and the rest is
-// `Send`/`Sync` on its own.
+// SAFETY: `ptr` and `word_base` point into memory `backing` owns (or, for
+// application memory, that the application vouched for); every access
+// through them is atomic (see the module documentation). `backing` is
+// touched only when the storage is dropped or taken apart through
+// `&mut`/ownership (a foreign release callback is `Send` and runs then),
+// and the rest is `Send`/`Sync` on its own.
 unsafe impl Send for Storage {}
 // SAFETY: as above.
 unsafe impl Sync for Storage {}
@@ -265,9 +382,218 @@ impl core::fmt::Debug for Page {
     }
 }
 
-/// A block of memory the application owns and registers with the
-/// dataplane: page-aligned, zeroed at creation, shared with the workers.
-/// Cloning makes another handle on the same memory.
+// ---------------------------------------------------------------------
+// Registrations with DPDK, shared where regions share a page.
+// ---------------------------------------------------------------------
+
+/// One `rte_extmem_register` registration of a page range, and how many
+/// regions use it.
+#[derive(Debug)]
+struct Chunk {
+    end: usize,
+    users: usize,
+    mem: Arc<ExtMem>,
+}
+
+/// Every live registration, by start address; the ranges never overlap.
+/// Locked only to register or unregister (the control path, and the drop
+/// of a region's last handle).
+static CHUNKS: Mutex<BTreeMap<usize, Chunk>> = Mutex::new(BTreeMap::new());
+
+/// A region's share of the process's DPDK registrations: the chunks that
+/// cover its memory, by address. Dropping it gives each back; a chunk no
+/// region uses any more is unmapped and unregistered then, under the
+/// registry's lock, so that a new registration of the same pages never
+/// races with its removal.
+#[derive(Debug)]
+pub struct DpdkRegistration {
+    chunks: Vec<Arc<ExtMem>>,
+}
+
+impl DpdkRegistration {
+    /// Registers `[start, end)` with pages of `page_size` (a power of
+    /// two). A page the region covers only in part may hold other memory
+    /// (two vectors from the allocator may share one), which another
+    /// region may register too: such pages become one-page chunks shared
+    /// by reference count, so that neither region's registration fails
+    /// for the other's and neither unregisters the other's page. Whole
+    /// pages are the region's alone and become one chunk; a chunk
+    /// therefore never outlives the memory on it, since each of its pages
+    /// holds bytes of a region that still uses it.
+    ///
+    /// # Safety
+    /// `[start, end)` must be memory that stays mapped while the returned
+    /// registration lives; under IOVA-as-PA its pages must be pinned.
+    unsafe fn new(
+        eal: &Eal,
+        start: usize,
+        end: usize,
+        page_size: usize,
+    ) -> Result<DpdkRegistration, DpdkError> {
+        let ps = page_size;
+        let lo = start - start % ps;
+        let hi = end.div_ceil(ps) * ps;
+        let mut segments = Vec::with_capacity(3);
+        let (mut a, mut b) = (lo, hi);
+        if start % ps != 0 {
+            segments.push((lo, lo + ps));
+            a = lo + ps;
+        }
+        if end % ps != 0 && hi - ps >= a {
+            segments.push((hi - ps, hi));
+            b = hi - ps;
+        }
+        if a < b {
+            segments.push((a, b));
+        }
+        segments.sort_unstable();
+        let mut map = CHUNKS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut chunks = Vec::new();
+        for (s, e) in segments {
+            // SAFETY: `[s, e)` is made of pages that hold bytes of
+            // `[start, end)`, which the caller vouches for.
+            if let Err(err) = unsafe { take_range(&mut map, eal, s, e, ps, &mut chunks) } {
+                release(&mut map, &mut chunks);
+                return Err(err);
+            }
+        }
+        chunks.sort_unstable_by_key(|m| m.addr().as_ptr() as usize);
+        chunks.dedup_by(|x, y| Arc::ptr_eq(x, y));
+        Ok(DpdkRegistration { chunks })
+    }
+
+    /// The registrations covering the region, by address.
+    pub fn chunks(&self) -> &[Arc<ExtMem>] {
+        &self.chunks
+    }
+
+    /// The IOVA of the byte at `ptr` and how many of the `len` bytes from
+    /// there are IOVA-contiguous, across chunks where their IOVAs follow
+    /// on from each other.
+    fn contiguous(&self, ptr: *const u8, len: usize) -> Option<(u64, usize)> {
+        let at = ptr as usize;
+        let i = self.chunks.iter().position(|m| {
+            let s = m.addr().as_ptr() as usize;
+            at >= s && at < s + m.len()
+        })?;
+        let (iova, mut run) = self.chunks[i].contiguous(ptr, len)?;
+        for next in &self.chunks[i + 1..] {
+            if run >= len || next.addr().as_ptr() as usize != at + run {
+                break;
+            }
+            match next.contiguous(next.addr().as_ptr(), len - run) {
+                Some((i2, n)) if i2 == iova.wrapping_add(run as u64) => run += n,
+                _ => break,
+            }
+        }
+        Some((iova, run.min(len)))
+    }
+}
+
+impl Drop for DpdkRegistration {
+    fn drop(&mut self) {
+        let mut map = CHUNKS.lock().unwrap_or_else(|e| e.into_inner());
+        release(&mut map, &mut self.chunks);
+    }
+}
+
+/// Takes a use of every chunk overlapping `[s, e)` and registers the gaps
+/// between them as new chunks, appending all to `out`.
+///
+/// # Safety
+/// As [`DpdkRegistration::new`], for `[s, e)`.
+unsafe fn take_range(
+    map: &mut BTreeMap<usize, Chunk>,
+    eal: &Eal,
+    s: usize,
+    e: usize,
+    ps: usize,
+    out: &mut Vec<Arc<ExtMem>>,
+) -> Result<(), DpdkError> {
+    // Disjoint ranges sorted by start are sorted by end too.
+    let mut overlapping: Vec<usize> = map
+        .range(..e)
+        .rev()
+        .take_while(|(_, c)| c.end > s)
+        .map(|(&k, _)| k)
+        .collect();
+    overlapping.reverse();
+    let mut cursor = s;
+    let register = |from: usize, to: usize, map: &mut BTreeMap<usize, Chunk>, out: &mut Vec<_>| {
+        let Some(addr) = NonNull::new(from as *mut u8) else {
+            return Err(DpdkError::with_message(
+                "rte_extmem_register",
+                libc::EINVAL,
+                "null address",
+            ));
+        };
+        // SAFETY: `[from, to)` lies in `[s, e)` (whole pages of `ps`),
+        // which the caller vouches for until the registration goes; the
+        // chunk is dropped (unregistered) by `release` once no region
+        // uses it.
+        let mem = Arc::new(unsafe { ExtMem::register(eal, addr, to - from, ps) }?);
+        map.insert(
+            from,
+            Chunk {
+                end: to,
+                users: 1,
+                mem: mem.clone(),
+            },
+        );
+        out.push(mem);
+        Ok(())
+    };
+    for k in overlapping {
+        if k > cursor {
+            register(cursor, k, map, out)?;
+        }
+        if let Some(c) = map.get_mut(&k) {
+            c.users += 1;
+            cursor = cursor.max(c.end);
+            out.push(c.mem.clone());
+        }
+    }
+    if cursor < e {
+        register(cursor, e, map, out)?;
+    }
+    Ok(())
+}
+
+/// Gives back one use of each chunk in `chunks` (emptied); a chunk no one
+/// uses is unregistered here, under the registry's lock.
+fn release(map: &mut BTreeMap<usize, Chunk>, chunks: &mut Vec<Arc<ExtMem>>) {
+    for mem in chunks.drain(..) {
+        let key = mem.addr().as_ptr() as usize;
+        let last = match map.get_mut(&key) {
+            Some(c) if Arc::ptr_eq(&c.mem, &mem) => {
+                c.users -= 1;
+                c.users == 0
+            }
+            _ => false,
+        };
+        drop(mem);
+        if last {
+            // The registry held the last reference: unregistered here.
+            drop(map.remove(&key));
+        }
+    }
+}
+
+/// Registrations (chunks) alive in the process; each is one
+/// `rte_extmem_register` (see [`ExtMem::live`]).
+pub fn dpdk_chunks() -> usize {
+    CHUNKS.lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
+// ---------------------------------------------------------------------
+// Regions.
+// ---------------------------------------------------------------------
+
+/// A block of memory registered with the dataplane and shared with its
+/// workers: allocated by the dataplane (page-aligned, zeroed:
+/// [`Region::new`], [`Region::new_hugepage`]) or owned by the application
+/// ([`Region::from_vec`], [`Region::from_raw_parts`]). Cloning makes
+/// another handle on the same memory.
 ///
 /// See the module documentation for the rules of concurrent access.
 #[derive(Debug, Clone)]
@@ -349,6 +675,135 @@ impl Region {
         }
     }
 
+    /// A region over the application's buffer `buf`, without copying it:
+    /// its `buf.len()` bytes, as they are, at whatever alignment the
+    /// allocator gave. The region owns the buffer until
+    /// [`Region::into_inner`] gives it back (or frees it with its last
+    /// handle); meanwhile the application reaches the bytes through the
+    /// region, as for any other. Refused (and `buf` dropped) only when it
+    /// is empty or no region handle is left.
+    ///
+    /// A `Box<[u8]>` comes in through [`Region::from_boxed_slice`].
+    pub fn from_vec(buf: Vec<u8>) -> Result<Region, MemoryError> {
+        let owned = OwnedVec::new(buf);
+        let (ptr, len) = (owned.ptr, owned.len);
+        // SAFETY: `owned` holds the vector's allocation: `len` initialised
+        // bytes at `ptr`, freed only when the backing is dropped (after the
+        // storage's registration) or handed back by `into_inner`, and
+        // reached by nothing but the region meanwhile, since the vector
+        // was moved in.
+        unsafe { Region::from_user(ptr, len, Backing::Vec(owned)) }
+    }
+
+    /// [`Region::from_vec`] for a boxed slice (no copy either);
+    /// [`Region::into_inner`] gives it back as a vector whose
+    /// `into_boxed_slice` does not copy.
+    pub fn from_boxed_slice(buf: Box<[u8]>) -> Result<Region, MemoryError> {
+        Region::from_vec(buf.into_vec())
+    }
+
+    /// A region over `len` bytes at `ptr` that the application mapped
+    /// itself (a file mapping, shared memory, memory another library
+    /// allocated), without copying. `release` runs once the dataplane no
+    /// longer refers to the memory: after the region's last handle, every
+    /// registration and every frame in flight from it are gone, and after
+    /// its DPDK registration (if any) is undone. It may run on a worker
+    /// thread, so it should be quick (`munmap`, `close`). If this returns
+    /// an error, `release` is dropped without running and the memory is
+    /// still the caller's.
+    ///
+    /// # Safety
+    ///
+    /// Until `release` runs:
+    /// - `[ptr, ptr + len)` stays mapped readable and writable and is not
+    ///   freed, unmapped, remapped or `mprotect`ed; a file behind it is
+    ///   not truncated below it (a shared file mapping past the file's
+    ///   end faults with `SIGBUS`);
+    /// - no other [`Region`] is made over any of these bytes (sharing a
+    ///   page with another region is fine);
+    /// - this process reaches these bytes only through the region, or
+    ///   with atomic accesses of its own, never through plain references
+    ///   or pointers (`&[u8]`, `&mut [u8]`, `ptr::copy`) while the region
+    ///   lives.
+    ///
+    /// Writes from outside this process (another process sharing the
+    /// mapping, a device) while the dataplane reads the bytes leave what
+    /// it sends or places unspecified, as they would on an RNIC, but are
+    /// not undefined behaviour here: the dataplane reaches the memory
+    /// only with atomic word and byte accesses. The dataplane writes only
+    /// inside `[ptr, ptr + len)`, and there only where a registration
+    /// with write access (or [`Region::write`]) says.
+    pub unsafe fn from_raw_parts(
+        ptr: NonNull<u8>,
+        len: usize,
+        release: impl FnOnce() + Send + 'static,
+    ) -> Result<Region, MemoryError> {
+        let backing = Backing::Foreign(ForeignMem {
+            release: Some(Box::new(release)),
+        });
+        // SAFETY: the caller vouches for `[ptr, ptr + len)` until the
+        // release callback, which runs when the backing is dropped: after
+        // the storage's registration, with the region's last handle.
+        unsafe { Region::from_user(ptr, len, backing) }
+    }
+
+    /// A region over application memory.
+    ///
+    /// # Safety
+    /// `len` initialised bytes at `ptr` stay valid for reads and writes
+    /// while `backing` lives, and are reached by nothing but the region
+    /// (or atomically) meanwhile.
+    unsafe fn from_user(
+        ptr: NonNull<u8>,
+        len: usize,
+        backing: Backing,
+    ) -> Result<Region, MemoryError> {
+        let disarm = |b: Backing| {
+            // A refused foreign region stays the caller's: its release
+            // callback must not run.
+            if let Backing::Foreign(mut f) = b {
+                drop(f.release.take());
+            }
+        };
+        if len == 0 {
+            disarm(backing);
+            return Err(MemoryError::Empty);
+        }
+        if len > MAX_REGION_LEN || (ptr.as_ptr() as usize).checked_add(len).is_none() {
+            disarm(backing);
+            return Err(MemoryError::TooLarge);
+        }
+        let handle = match alloc_handle() {
+            Ok(h) => h,
+            Err(e) => {
+                disarm(backing);
+                return Err(e);
+            }
+        };
+        let addr = ptr.as_ptr() as usize;
+        let lead = ((WORD - addr % WORD) % WORD).min(len);
+        let words = (len - lead) / WORD;
+        // `lead` bytes on is word-aligned and inside the memory (or, with
+        // no whole word, one past its end, never dereferenced).
+        let word_base = NonNull::new(ptr.as_ptr().wrapping_add(lead).cast::<AtomicU64>())
+            .unwrap_or(NonNull::dangling());
+        Ok(Region {
+            inner: Arc::new(Storage {
+                dpdk: OnceLock::new(),
+                dpdk_lock: Mutex::new(()),
+                ptr,
+                len,
+                lead,
+                word_base,
+                words,
+                extent: (addr, len),
+                page_size: PAGE_SIZE,
+                backing,
+                handle,
+            }),
+        })
+    }
+
     fn from_parts(
         base: NonNull<AtomicU64>,
         words: usize,
@@ -361,14 +816,54 @@ impl Region {
             inner: Arc::new(Storage {
                 dpdk: OnceLock::new(),
                 dpdk_lock: Mutex::new(()),
-                base,
+                ptr: base.cast(),
+                len,
+                lead: 0,
+                word_base: base,
                 words,
+                extent: (base.as_ptr() as usize, words * WORD),
                 page_size,
                 backing,
-                len,
                 handle,
             }),
         }
+    }
+
+    /// The application's buffer back, once nothing else refers to it: no
+    /// other handle, no memory registration (deregistered, and for a
+    /// [`DeregStatus::Pending`](rdmap::verbs::DeregStatus) deregistration
+    /// its `MrDeregistered` event seen), no queue pair or frame in flight
+    /// holding it. Its DPDK registration, if any, is undone first. Gives
+    /// the region back unchanged while it is still shared (try again
+    /// later), and for a region that does not own a vector.
+    pub fn into_inner(self) -> Result<Vec<u8>, Region> {
+        if !matches!(self.inner.backing, Backing::Vec(_)) {
+            return Err(self);
+        }
+        let mut storage = match Arc::try_unwrap(self.inner) {
+            Ok(s) => s,
+            Err(inner) => return Err(Region { inner }),
+        };
+        let backing = core::mem::replace(&mut storage.backing, Backing::Taken);
+        // Unregisters from DPDK and frees the handle before the buffer is
+        // the application's again.
+        drop(storage);
+        match backing {
+            Backing::Vec(v) => Ok(v.into_vec()),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// Whether the region owns an application's vector
+    /// ([`Region::from_vec`]).
+    pub fn is_vec_backed(&self) -> bool {
+        matches!(self.inner.backing, Backing::Vec(_))
+    }
+
+    /// Handles on this memory alive (this one included): what keeps
+    /// [`Region::into_inner`] from giving the buffer back.
+    pub fn handles(&self) -> usize {
+        Arc::strong_count(&self.inner)
     }
 
     /// The size of the pages backing the region: 4 KiB, or
@@ -382,8 +877,24 @@ impl Region {
         matches!(self.inner.backing, Backing::Huge(_))
     }
 
-    /// The region's registration with DPDK, once a DPDK port made one.
+    /// The DPDK registration that covers byte 0, once a DPDK port made
+    /// one: the whole region's, for memory the dataplane allocated.
     pub fn dpdk_registration(&self) -> Option<&ExtMem> {
+        let reg = self.inner.dpdk.get()?;
+        let at = self.inner.ptr.as_ptr() as usize;
+        reg.chunks()
+            .iter()
+            .find(|m| {
+                let s = m.addr().as_ptr() as usize;
+                at >= s && at < s + m.len()
+            })
+            .map(|m| &**m)
+    }
+
+    /// Every DPDK registration that covers the region (more than one for
+    /// application memory that does not begin and end on page
+    /// boundaries: see [`DpdkRegistration`]), once a DPDK port made them.
+    pub fn dpdk_registrations(&self) -> Option<&DpdkRegistration> {
         self.inner.dpdk.get()
     }
 
@@ -392,7 +903,10 @@ impl Region {
     /// the second place if this call made it. Control path only. The
     /// caller must not ask under IOVA-as-PA for a heap region, whose pages
     /// are not pinned.
-    pub(crate) fn register_with_dpdk(&self, eal: &Eal) -> Result<(&ExtMem, bool), DpdkError> {
+    pub(crate) fn register_with_dpdk(
+        &self,
+        eal: &Eal,
+    ) -> Result<(&DpdkRegistration, bool), DpdkError> {
         if let Some(m) = self.inner.dpdk.get() {
             return Ok((m, false));
         }
@@ -406,21 +920,22 @@ impl Region {
         if let Some(m) = self.inner.dpdk.get() {
             return Ok((m, false));
         }
-        let addr = self.inner.base.cast::<u8>();
-        let len = self.inner.words * WORD;
         if !eal.iova_is_va() && !self.is_hugepage_backed() {
             return Err(DpdkError::with_message(
                 "rte_extmem_register",
                 libc::EINVAL,
-                "heap memory has no stable physical address (IOVA-as-PA): use hugepages",
+                "memory without a stable physical address (IOVA-as-PA): use hugepages",
             ));
         }
-        // SAFETY: `addr` and `len` are whole pages of `page_size` (the heap
-        // region's 4 KiB pages, or the hugepage mapping), allocated until
-        // the storage is dropped, which drops `dpdk` (unregistering) first.
-        // Under IOVA-as-PA only hugepage-backed memory gets here (checked
-        // above), whose pages are pinned.
-        let m = unsafe { ExtMem::register(eal, addr, len, self.inner.page_size) }?;
+        let (start, len) = self.inner.extent;
+        // SAFETY: the extent is memory the region owns or was vouched for
+        // (whole pages of `page_size` for the dataplane's own, the
+        // region's bytes for application memory, whose partly covered
+        // pages are therefore mapped), valid until the storage is dropped,
+        // which drops `dpdk` (unregistering) first. Under IOVA-as-PA only
+        // hugepage-backed memory gets here (checked above), whose pages
+        // are pinned.
+        let m = unsafe { DpdkRegistration::new(eal, start, start + len, self.inner.page_size) }?;
         let _ = self.inner.dpdk.set(m);
         match self.inner.dpdk.get() {
             Some(m) => Ok((m, true)),
@@ -466,7 +981,7 @@ impl Region {
     /// a registration gives out ("TO = VA", as rping and perftest expect),
     /// and the address a DMA mapping needs.
     pub fn addr(&self) -> u64 {
-        self.inner.base.as_ptr() as u64
+        self.inner.ptr.as_ptr() as u64
     }
 
     /// A raw pointer to byte 0, for registering the memory with a device
@@ -474,7 +989,7 @@ impl Region {
     /// module's rules: a device's DMA is outside the Rust memory model;
     /// a CPU access must be atomic.
     pub fn as_ptr(&self) -> *const u8 {
-        self.inner.base.as_ptr().cast()
+        self.inner.ptr.as_ptr().cast_const()
     }
 
     /// Whether `self` and `other` are handles on the same memory.
@@ -483,16 +998,104 @@ impl Region {
     }
 
     fn words(&self) -> &[AtomicU64] {
-        // SAFETY: `base` points at `words` initialised, contiguous,
-        // page-aligned `AtomicU64`s: for a heap region, boxed pages (`Page`
-        // is `repr(C)` around `[AtomicU64; WORDS_PER_PAGE]` and its size
-        // equals its alignment, asserted above, so there is no padding);
-        // for a hugepage region, a private anonymous mapping of that many
-        // bytes, zero-filled by the kernel (an all-zero `AtomicU64` is a
-        // valid one). The returned slice borrows `self`, which keeps the
-        // `Arc<Storage>` (and its backing) alive; only shared references to
-        // atomics are created, so any number may coexist across threads.
-        unsafe { core::slice::from_raw_parts(self.inner.base.as_ptr(), self.inner.words) }
+        if self.inner.words == 0 {
+            return &[];
+        }
+        // SAFETY: `word_base` points at `words` initialised, contiguous,
+        // 8-aligned words inside the region's memory: for a heap region,
+        // boxed pages (`Page` is `repr(C)` around
+        // `[AtomicU64; WORDS_PER_PAGE]` and its size equals its alignment,
+        // asserted above, so there is no padding); for a hugepage region, a
+        // private anonymous mapping of that many bytes, zero-filled by the
+        // kernel; for application memory, the whole words of its
+        // initialised bytes (`from_user` aligned the base up and rounded
+        // the count down). Any bit pattern is a valid `AtomicU64`. The
+        // slice borrows `self`, which keeps the `Arc<Storage>` (and its
+        // backing) alive; only shared references to atomics are created,
+        // so any number may coexist across threads.
+        unsafe { core::slice::from_raw_parts(self.inner.word_base.as_ptr(), self.inner.words) }
+    }
+
+    /// The bytes `[from, to)` of the region as single atomic bytes; only
+    /// ever called for the bytes outside the whole words (see
+    /// `Storage::lead`), so no byte is reached at two widths.
+    fn edge_bytes(&self, from: usize, to: usize) -> &[AtomicU8] {
+        debug_assert!(from <= to && to <= self.inner.len);
+        if from >= to {
+            return &[];
+        }
+        // SAFETY: `[from, to)` lies inside the region's `len` initialised
+        // bytes (checked by every caller against `len`), which stay valid
+        // while `self` keeps the storage alive; `AtomicU8` has the size and
+        // alignment of `u8`, and only shared references to atomics are
+        // made.
+        unsafe {
+            core::slice::from_raw_parts(
+                self.inner.ptr.as_ptr().add(from).cast::<AtomicU8>(),
+                to - from,
+            )
+        }
+    }
+
+    /// Where the whole words end (a byte offset), capped at `len`.
+    fn words_end(&self) -> usize {
+        (self.inner.lead + self.inner.words * WORD).min(self.inner.len)
+    }
+
+    /// Stores `src` at `offset`; the caller checked bounds.
+    fn store_at(&self, offset: usize, src: &[u8]) {
+        let end = offset + src.len();
+        let (lead, wend) = (self.inner.lead, self.words_end());
+        let mut at = offset;
+        let mut src = src;
+        if at < lead && !src.is_empty() {
+            let n = (lead - at).min(src.len());
+            for (slot, &b) in self.edge_bytes(at, at + n).iter().zip(&src[..n]) {
+                slot.store(b, Ordering::Relaxed);
+            }
+            at += n;
+            src = &src[n..];
+        }
+        if at < wend && !src.is_empty() {
+            let n = (wend - at).min(src.len());
+            store(self.words(), at - lead, &src[..n]);
+            at += n;
+            src = &src[n..];
+        }
+        if !src.is_empty() {
+            for (slot, &b) in self.edge_bytes(at, end).iter().zip(src) {
+                slot.store(b, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Loads `dst.len()` bytes from `offset`; the caller checked bounds.
+    fn load_at(&self, offset: usize, dst: &mut [u8]) {
+        let end = offset + dst.len();
+        let (lead, wend) = (self.inner.lead, self.words_end());
+        let mut at = offset;
+        let mut dst = dst;
+        if at < lead && !dst.is_empty() {
+            let n = (lead - at).min(dst.len());
+            let (head, rest) = dst.split_at_mut(n);
+            for (slot, b) in self.edge_bytes(at, at + n).iter().zip(head) {
+                *b = slot.load(Ordering::Relaxed);
+            }
+            at += n;
+            dst = rest;
+        }
+        if at < wend && !dst.is_empty() {
+            let n = (wend - at).min(dst.len());
+            let (body, rest) = dst.split_at_mut(n);
+            load(self.words(), at - lead, body);
+            at += n;
+            dst = rest;
+        }
+        if !dst.is_empty() {
+            for (slot, b) in self.edge_bytes(at, end).iter().zip(dst) {
+                *b = slot.load(Ordering::Relaxed);
+            }
+        }
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<(), MemoryError> {
@@ -505,14 +1108,14 @@ impl Region {
     /// Copies `dst.len()` bytes from `offset` into `dst`.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemoryError> {
         self.check(offset, dst.len())?;
-        load(self.words(), offset, dst);
+        self.load_at(offset, dst);
         Ok(())
     }
 
     /// Copies `src` into the region at `offset`.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryError> {
         self.check(offset, src.len())?;
-        store(self.words(), offset, src);
+        self.store_at(offset, src);
         Ok(())
     }
 
@@ -524,7 +1127,7 @@ impl Region {
         let end = offset + len;
         while at < end {
             let n = (end - at).min(PASS_CHUNK);
-            store(self.words(), at, &chunk[..n]);
+            self.store_at(at, &chunk[..n]);
             at += n;
         }
         Ok(())
@@ -551,7 +1154,7 @@ impl Region {
         let end = offset + len;
         while at < end {
             let n = (end - at).min(PASS_CHUNK);
-            load(self.words(), at, &mut buf[..n]);
+            self.load_at(at, &mut buf[..n]);
             f(&buf[..n]);
             at += n;
         }
@@ -1073,6 +1676,174 @@ mod tests {
         t.release(b.handle());
         assert!(t.get(b.handle()).is_none());
         assert!(t.is_empty());
+    }
+
+    /// Writes and reads of every shape at the start, middle and end of
+    /// `r`, whose bytes were `original`: each lands where asked and
+    /// nowhere else.
+    fn check_round_trips(r: &Region, original: &[u8]) {
+        let n = r.len();
+        assert_eq!(r.to_vec(0, n).unwrap(), original);
+        for start in [0, 1, 3, 7, 8, 9, n / 2, n - 10, n - 7] {
+            for len in [0, 1, 2, 7, 8, 9, 15, 17] {
+                if start + len > n {
+                    continue;
+                }
+                let data: Vec<u8> = (0..len).map(|i| (start + i * 31) as u8 ^ 0x5a).collect();
+                r.write(start, &data).unwrap();
+                let all = r.to_vec(0, n).unwrap();
+                assert_eq!(&all[start..start + len], &data[..], "{start}+{len}");
+                assert_eq!(all[..start], original[..start]);
+                assert_eq!(all[start + len..], original[start + len..]);
+                r.write(start, &original[start..start + len]).unwrap();
+            }
+        }
+        assert_eq!(r.write(n - 1, &[1, 2]), Err(MemoryError::OutOfBounds));
+        let crc = r.crc32c_append(3, 1, n - 2);
+        assert_eq!(crc, crc32c::crc32c_append(3, &original[1..n - 1]));
+        let (c2, sum) = r.crc32c_and_sum(3, 1, n - 2);
+        assert_eq!(c2, crc);
+        assert_eq!(
+            tcp_offload::wire::checksum::fold(sum),
+            tcp_offload::wire::checksum::fold(tcp_offload::wire::checksum::sum(
+                &original[1..n - 1]
+            ))
+        );
+    }
+
+    #[test]
+    fn vec_regions_round_trip_and_come_back() {
+        let original: Vec<u8> = (0..300).map(|i| (i * 7) as u8).collect();
+        let buf = original.clone();
+        let ptr = buf.as_ptr();
+        let r = Region::from_vec(buf).unwrap();
+        assert!(r.is_vec_backed());
+        assert_eq!(r.as_ptr(), ptr, "no copy");
+        assert_eq!(r.len(), 300);
+        check_round_trips(&r, &original);
+        let other = r.clone();
+        assert_eq!(r.handles(), 2);
+        let r = r.into_inner().expect_err("shared: not given back");
+        drop(other);
+        let back = r.into_inner().expect("given back once alone");
+        assert_eq!(back, original);
+        assert_eq!(back.as_ptr(), ptr);
+        let boxed: Box<[u8]> = back.into_boxed_slice();
+        let r = Region::from_boxed_slice(boxed).unwrap();
+        assert_eq!(r.as_ptr(), ptr, "no copy");
+        let again = r.into_inner().unwrap().into_boxed_slice();
+        assert_eq!((&*again, again.as_ptr()), (&original[..], ptr));
+        assert_eq!(
+            Region::from_vec(Vec::new()).unwrap_err(),
+            MemoryError::Empty
+        );
+        let heap = Region::new(10).unwrap();
+        assert!(!heap.is_vec_backed());
+        assert!(heap.into_inner().is_err(), "a heap region owns no vector");
+    }
+
+    #[test]
+    fn raw_regions_at_every_alignment_round_trip() {
+        for skew in 0..=WORD {
+            for len in [1, 5, 8, 13, 64, 301] {
+                // The region starts `skew` bytes into a boxed buffer, so
+                // that byte 0 falls on every position of a word.
+                let whole: Box<[u8]> = (0..len + skew + 8).map(|i| (i * 13) as u8).collect();
+                let original = whole[skew..skew + len].to_vec();
+                let outside = whole.to_vec();
+                let raw = Box::into_raw(whole);
+                let start = NonNull::new(raw.cast::<u8>().wrapping_add(skew)).unwrap();
+                let back = Arc::new(Mutex::new(None));
+                let slot = back.clone();
+                let addr = raw as *mut u8 as usize;
+                let total = len + skew + 8;
+                let release = move || {
+                    let p = core::ptr::slice_from_raw_parts_mut(addr as *mut u8, total);
+                    // SAFETY: the box leaked above, returned once.
+                    *slot.lock().unwrap() = Some(unsafe { Box::from_raw(p) });
+                };
+                // SAFETY: the box is ours, reached only through the region
+                // until the callback hands it back.
+                let r = unsafe { Region::from_raw_parts(start, len, release) }.unwrap();
+                if len >= 12 {
+                    check_round_trips(&r, &original);
+                } else {
+                    assert_eq!(r.to_vec(0, len).unwrap(), original);
+                    r.write(0, &vec![0xff; len]).unwrap();
+                    r.write(0, &original).unwrap();
+                }
+                r.fill(0, len, 0xee).unwrap();
+                drop(r);
+                let whole = back.lock().unwrap().take().expect("released");
+                assert!(whole[skew..skew + len].iter().all(|&b| b == 0xee));
+                assert_eq!(whole[..skew], outside[..skew], "nothing written before");
+                assert_eq!(whole[skew + len..], outside[skew + len..], "nor after");
+            }
+        }
+    }
+
+    #[test]
+    fn mapped_regions_release_after_the_last_handle() {
+        use std::sync::atomic::AtomicUsize;
+        let len = 3 * PAGE_SIZE;
+        // SAFETY: a fresh private anonymous mapping, unmapped below by the
+        // release callback only.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let base = NonNull::new(p.cast::<u8>()).unwrap();
+        let released = Arc::new(AtomicUsize::new(0));
+        let rel = released.clone();
+        let addr = p as usize;
+        // The region is the middle of the mapping, not word-aligned.
+        let start = NonNull::new(base.as_ptr().wrapping_add(PAGE_SIZE - 3)).unwrap();
+        let release = move || {
+            rel.fetch_add(1, Ordering::SeqCst);
+            // SAFETY: the mapping made above, no longer referred to.
+            unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+        };
+        // SAFETY: the mapping is ours and stays mapped until the callback,
+        // which unmaps it; nothing else reaches it meanwhile.
+        let r = unsafe { Region::from_raw_parts(start, PAGE_SIZE + 6, release) }.unwrap();
+        r.write(0, b"edges").unwrap();
+        r.write(PAGE_SIZE + 1, b"edges").unwrap();
+        assert_eq!(r.to_vec(0, 5).unwrap(), b"edges");
+        assert_eq!(r.to_vec(PAGE_SIZE + 1, 5).unwrap(), b"edges");
+        assert_eq!(
+            r.write(PAGE_SIZE + 2, b"edges"),
+            Err(MemoryError::OutOfBounds)
+        );
+        let clone = r.clone();
+        drop(r);
+        assert_eq!(released.load(Ordering::SeqCst), 0, "a handle is left");
+        assert!(
+            clone.into_inner().is_err(),
+            "foreign memory is not a vector"
+        );
+        assert_eq!(
+            released.load(Ordering::SeqCst),
+            1,
+            "released once, at the last handle"
+        );
+        // A refused region does not run its callback.
+        let never = Arc::new(AtomicUsize::new(0));
+        let n2 = never.clone();
+        // SAFETY: refused before the memory is touched.
+        let e = unsafe {
+            Region::from_raw_parts(NonNull::dangling(), 0, move || {
+                n2.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        assert_eq!(e.unwrap_err(), MemoryError::Empty);
+        assert_eq!(never.load(Ordering::SeqCst), 0);
     }
 
     #[test]

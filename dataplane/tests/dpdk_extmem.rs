@@ -327,6 +327,179 @@ fn registered_heap_regions_over_net_ring_no_hugepages() {
     assert_clean(&guard);
 }
 
+/// The 4 KiB pages `[ptr, ptr + len)` touches.
+fn pages_of(ptr: *const u8, len: usize) -> std::ops::RangeInclusive<usize> {
+    let a = ptr as usize;
+    a / 4096..=(a + len - 1) / 4096
+}
+
+/// Two vectors of `len` bytes whose memory shares a page (small
+/// allocations from the heap sit next to each other), each filled with
+/// its own byte.
+fn vectors_sharing_a_page(len: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut spare = Vec::new();
+    for _ in 0..256 {
+        let x = vec![0x11u8; len];
+        let y = vec![0x22u8; len];
+        let (px, py) = (pages_of(x.as_ptr(), len), pages_of(y.as_ptr(), len));
+        if px.contains(py.start()) || py.contains(px.start()) {
+            return (x, y);
+        }
+        spare.push((x, y));
+    }
+    panic!("no two heap vectors of {len} bytes shared a page in 256 tries");
+}
+
+/// Writes the bytes of `src` (registered as `smr` on a) into b's `sink`
+/// and checks them.
+fn write_and_check(
+    p: &Pair,
+    a: &mut End,
+    src: &dataplane::api::MemoryRegistration,
+    sink: &dataplane::api::MemoryRegistration,
+    id: u64,
+) -> usize {
+    let n = src.len() as u32;
+    let wr = SendWr::write(id, SgeList::single(src.sge(0, n)), sink.addr(), sink.rkey());
+    a.qp.post_send(&wr).unwrap();
+    let wc = wait_wc(p, a, id);
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, n), "{wc:?}");
+    let want = src.region().to_vec(src.offset(), n as usize).unwrap();
+    let got = sink.region().to_vec(sink.offset(), n as usize).unwrap();
+    assert!(got == want, "Write {id}: data differs");
+    n as usize
+}
+
+#[test]
+fn vector_regions_sharing_a_page_over_net_ring() {
+    let (guard, eal) = start("dpdk-extmem-vec", 256);
+    assert_eq!(ExtMem::live(), 0);
+    {
+        let (p, sa, _sb) = pair(&eal);
+        let (mut a, b) = connect(&p);
+        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let len = 3000;
+        let sink = Region::new(len).unwrap();
+        let smr = p.b.reg_mr(b.pd, &sink, 0, len, rw).unwrap();
+        let base = ExtMem::live();
+
+        let (x, y) = vectors_sharing_a_page(len);
+        let (px, py) = (pages_of(x.as_ptr(), len), pages_of(y.as_ptr(), len));
+        let pages: std::collections::BTreeSet<usize> = px.clone().chain(py.clone()).collect();
+        let (xv, yv) = (x.clone(), y.clone());
+        let rx = Region::from_vec(x).unwrap();
+        let ry = Region::from_vec(y).unwrap();
+        let mx = p.a.reg_mr(a.pd, &rx, 0, len, rw).unwrap();
+        let my = p.a.reg_mr(a.pd, &ry, 0, len, rw).unwrap();
+        // Both registered, the shared page once: each page touched is one
+        // registration of its own (neither vector covers a whole page).
+        assert_eq!(
+            ExtMem::live() - base,
+            pages.len(),
+            "one registration per page"
+        );
+        for r in [&rx, &ry] {
+            assert!(r.dpdk_registrations().is_some(), "registered");
+            for at in [0, len / 2, len - 1] {
+                let ptr = r.as_ptr().wrapping_add(at);
+                assert!(
+                    is_external_memory(&eal, ptr),
+                    "byte {at} is external memory"
+                );
+                assert_eq!(iova_of(&eal, ptr), Some(ptr as u64), "IOVA-as-VA");
+            }
+        }
+        let mut total = write_and_check(&p, &mut a, &mx, &smr, 1);
+        total += write_and_check(&p, &mut a, &my, &smr, 2);
+
+        // The first goes: its vector comes back intact, the page it shares
+        // stays registered for the second, which keeps working.
+        p.a.dereg_mr(&mx).unwrap();
+        drop(mx);
+        let mut rx = Some(rx);
+        let back = p.until("the first vector back", |_| {
+            match rx.take().expect("held").into_inner() {
+                Ok(v) => Some(v),
+                Err(r) => {
+                    rx = Some(r);
+                    None
+                }
+            }
+        });
+        assert!(back == xv, "the first vector comes back unchanged");
+        let shared: Vec<usize> = px.clone().filter(|pg| py.contains(pg)).collect();
+        assert!(!shared.is_empty());
+        assert_eq!(
+            ExtMem::live() - base,
+            py.clone().count(),
+            "the second's pages stay"
+        );
+        for at in [0, len / 2, len - 1] {
+            assert!(is_external_memory(&eal, ry.as_ptr().wrapping_add(at)));
+        }
+        for pg in px.clone().filter(|pg| !py.contains(pg)) {
+            assert!(
+                !is_external_memory(&eal, (pg * 4096) as *const u8),
+                "the first's own page {pg:#x} is unregistered"
+            );
+        }
+        ry.write(0, b"still working").unwrap();
+        total += write_and_check(&p, &mut a, &my, &smr, 3);
+        // And a Read into it from b.
+        sink.fill(0, len, 0x77).unwrap();
+        let rd = SendWr::read(4, my.sge(0, len as u32), smr.addr(), smr.rkey());
+        a.qp.post_send(&rd).unwrap();
+        let wc = wait_wc(&p, &mut a, 4);
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        assert!(ry.to_vec(0, len).unwrap().iter().all(|&v| v == 0x77));
+        total += len;
+
+        // The second goes: every registration of both is gone.
+        p.a.dereg_mr(&my).unwrap();
+        drop(my);
+        let mut ry = Some(ry);
+        let back = p.until("the second vector back", |_| {
+            match ry.take().expect("held").into_inner() {
+                Ok(v) => Some(v),
+                Err(r) => {
+                    ry = Some(r);
+                    None
+                }
+            }
+        });
+        assert_eq!(back.len(), len);
+        assert!(
+            back.iter().all(|&v| v == 0x77),
+            "the Read's bytes are in the vector"
+        );
+        assert_ne!(back, yv);
+        assert_eq!(
+            ExtMem::live(),
+            base,
+            "no registration of the vectors is left"
+        );
+        for pg in &pages {
+            assert!(!is_external_memory(&eal, (pg * 4096) as *const u8));
+        }
+        println!(
+            "two vectors of {len} B on pages {px:x?} and {py:x?} (sharing {shared:x?}): {} \
+             registrations for {} pages, the shared one kept while either lived; {total} \
+             bytes verified; {} payloads attached",
+            pages.len(),
+            pages.len(),
+            sa.tx_attached.load(Ordering::Relaxed)
+        );
+        p.b.dereg_mr(&smr).unwrap();
+        drop((smr, sink));
+        p.a.disconnect(&a.qp, true).unwrap();
+        drop(p);
+    }
+    assert_eq!(ExtMem::live(), 0, "no registration outlives its region");
+    assert_eq!(dataplane::memory::dpdk_chunks(), 0);
+    drop(eal);
+    assert_clean(&guard);
+}
+
 /// Restores `/proc/sys/vm/nr_hugepages` when dropped.
 struct HugepageReservation {
     previous: u64,
