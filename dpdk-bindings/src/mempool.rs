@@ -17,8 +17,9 @@ use crate::sys;
 /// in which case it is leaked together with EAL rather than freed under them.
 ///
 /// The one exception is mbufs a closed port's driver took and can never give
-/// back (see [`Mempool::credit_orphaned`]): they count as out, but nothing
-/// can reach them any more, so they do not keep the pool.
+/// back (net_af_xdp's fill ring; the port credits them when it closes, see
+/// [`Mempool::orphaned_count`]): they count as out, but nothing can reach
+/// them any more, so they do not keep the pool.
 #[derive(Clone, Debug)]
 pub struct Mempool {
     inner: Arc<MempoolInner>,

@@ -568,6 +568,12 @@ impl Port {
             sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut rxd, &mut txd)
         })?;
         let socket_u = u32::try_from(socket).unwrap_or(u32::MAX);
+        if parks {
+            // Any setup, even one that fails half way, counts: a second one
+            // voids the credit (see FillParking).
+            inner.parking_setups += 1;
+            inner.fill_parking = None;
+        }
         let in_use_before = pool.in_use_count();
         for q in 0..conf.rx_queues {
             // SAFETY: the port is configured with this many queues; a null
@@ -577,12 +583,10 @@ impl Port {
                 sys::rte_eth_rx_queue_setup(id, q, rxd, socket_u, std::ptr::null(), pool.as_ptr())
             })?;
         }
-        if parks {
-            inner.parking_setups += 1;
+        if parks && inner.parking_setups == 1 {
             let taken = pool.in_use_count().saturating_sub(in_use_before);
             let cap = AF_XDP_FILL_RESERVE.saturating_mul(u32::from(conf.rx_queues));
-            // A second configuration voids the credit (see FillParking).
-            inner.fill_parking = (inner.parking_setups == 1).then(|| FillParking {
+            inner.fill_parking = Some(FillParking {
                 pool: pool.clone(),
                 parked: taken.min(cap),
             });
