@@ -22,6 +22,5 @@ fn afpacket_two_processes_write_read_send() {
         pmd: "net_af_packet",
         device: |iface| format!("net_af_packet0,iface={iface}"),
         check: nothing_copied,
-        eal_kept: None,
     });
 }

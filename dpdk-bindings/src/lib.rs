@@ -22,9 +22,10 @@
 //!   ports whose replies land on the opener's queue.
 //!
 //! Lifetimes: DPDK frees nothing while a Rust handle can still reach it. A
-//! mempool with mbufs still out is leaked rather than freed, a port closes
-//! when its last queue handle is gone, and EAL is cleaned up when the last
-//! object holding it is dropped.
+//! mempool with mbufs still out is leaked rather than freed (except for
+//! mbufs a closed port's driver abandoned, which nothing can reach), a port
+//! closes when its last queue handle is gone, and EAL is cleaned up when
+//! the last object holding it is dropped.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 

@@ -4,6 +4,7 @@
 
 use std::ffi::CString;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::eal::Eal;
@@ -14,6 +15,11 @@ use crate::sys;
 /// A pktmbuf pool. Clones share the pool; it is freed when the last clone
 /// goes, unless mbufs from it are still out (in a queue, a ring, a burst),
 /// in which case it is leaked together with EAL rather than freed under them.
+///
+/// The one exception is mbufs a closed port's driver took and can never give
+/// back (net_af_xdp's fill ring; the port credits them when it closes, see
+/// [`Mempool::orphaned_count`]): they count as out, but nothing can reach
+/// them any more, so they do not keep the pool.
 #[derive(Clone, Debug)]
 pub struct Mempool {
     inner: Arc<MempoolInner>,
@@ -22,6 +28,10 @@ pub struct Mempool {
 #[derive(Debug)]
 struct MempoolInner {
     ptr: NonNull<sys::rte_mempool>,
+    /// Mbufs counted in use that a closed device held when it closed and
+    /// dropped without returning: no code and no device can touch them
+    /// again. A lower bound on such mbufs, never more.
+    orphaned: AtomicU32,
     eal: Option<Eal>,
 }
 
@@ -56,6 +66,7 @@ impl Mempool {
         Ok(Mempool {
             inner: Arc::new(MempoolInner {
                 ptr,
+                orphaned: AtomicU32::new(0),
                 eal: Some(eal.clone()),
             }),
         })
@@ -113,6 +124,23 @@ impl Mempool {
         unsafe { sys::shim_pktmbuf_data_room_size(self.as_ptr()) }
     }
 
+    /// Mbufs credited as orphaned by closed ports so far.
+    pub fn orphaned_count(&self) -> u32 {
+        self.inner.orphaned.load(Ordering::Acquire)
+    }
+
+    /// Records that `n` mbufs counted in use were held by a device that is
+    /// now closed and dropped them without returning them to the pool, so
+    /// that they no longer stop the pool from being freed.
+    ///
+    /// Only for a count known to be at most what the closed device really
+    /// abandoned: the pool is freed once its in-use count is no more than
+    /// the credited total, so an overstated credit would free it under an
+    /// mbuf still in use.
+    pub(crate) fn credit_orphaned(&self, n: u32) {
+        self.inner.orphaned.fetch_add(n, Ordering::AcqRel);
+    }
+
     /// The raw pool, for DPDK calls that take one (queue setup).
     pub fn as_ptr(&self) -> *mut sys::rte_mempool {
         self.inner.ptr.as_ptr()
@@ -123,9 +151,13 @@ impl Drop for MempoolInner {
     fn drop(&mut self) {
         // SAFETY: the pool is alive until rte_mempool_free below.
         let in_use = unsafe { sys::rte_mempool_in_use_count(self.ptr.as_ptr()) };
-        if in_use == 0 {
-            // SAFETY: no mbuf of the pool is outstanding and no handle is
-            // left, so nothing can touch it again.
+        // Orphaned mbufs are out for good but unreachable (their device is
+        // closed); being a lower bound, `in_use <= orphaned` means every
+        // mbuf out is one of them, and none is held by anyone.
+        if in_use <= *self.orphaned.get_mut() {
+            // SAFETY: no mbuf of the pool is outstanding except those a
+            // closed device abandoned, and no handle is left, so nothing can
+            // touch it again.
             unsafe { sys::rte_mempool_free(self.ptr.as_ptr()) };
         } else {
             // An mbuf still out would point into freed memory: keep the pool,

@@ -52,6 +52,55 @@ static CLAIMED: AtomicU64 = AtomicU64::new(0);
 /// Queues per direction a port may have here (the queue bitmaps' width).
 const MAX_QUEUES: u16 = 64;
 
+/// The AF_XDP driver, which (in DPDK 22.11, on a kernel that takes unaligned
+/// UMEM chunks) uses the RX pool itself as the socket's packet memory: each
+/// RX queue setup takes mbufs from the pool and parks them in the socket's
+/// fill ring, and close deletes the socket and unregisters the memory from
+/// the kernel without putting them back. See [`FillParking`].
+const AF_XDP_DRIVER: &str = "net_af_xdp";
+
+/// Mbufs the 22.11 AF_XDP driver takes per RX queue at setup for the fill
+/// ring (libxdp's `XSK_RING_CONS__DEFAULT_NUM_DESCS`, whatever the queue's
+/// descriptor count): a cap on what a setup is credited with.
+const AF_XDP_FILL_RESERVE: u32 = 2048;
+
+/// How long closing an AF_XDP port waits for the kernel to complete its last
+/// transmissions, so that their mbufs are reaped back into the pool.
+const AF_XDP_TX_REAP: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The mbufs a port's driver parks in its RX queues and abandons at close.
+///
+/// They are counted in use forever, so the pool could never be freed (nor
+/// EAL cleaned up, nor its runtime directory removed) once such a port has
+/// been used. Queue setup records how many it took; closing the port
+/// credits them to the pool as orphaned ([`Mempool::credit_orphaned`]), and
+/// the pool is freed when nothing but orphans is out. The credit must never
+/// exceed what the driver really abandons, which holds for 22.11's AF_XDP:
+/// - setup takes exactly [`AF_XDP_FILL_RESERVE`] mbufs per RX queue (all or
+///   nothing) into the fill ring; the credit is the in-use growth measured
+///   around setup, capped at that figure, so an allocation by another thread
+///   during setup cannot inflate it;
+/// - RX keeps that set whole: a received mbuf is handed out only once its
+///   replacement is allocated and put in the fill ring (which holds twice
+///   the set, so putting it there cannot fail), else nothing is received;
+/// - TX parks mbufs too, in the TX and completion rings, until a later burst
+///   reaps the completions; they are not credited (closing first reaps them,
+///   see [`reap_tx`]), so one the kernel has not completed in time keeps the
+///   pool, which errs on the safe side;
+/// - close (primary process only) deletes each queue's socket and the UMEM,
+///   after which the kernel writes nothing more into the pool's memory and
+///   the driver has freed its queue state, so no pointer to a parked mbuf is
+///   left anywhere.
+///
+/// A port configured more than once is not credited (a second setup may
+/// leave the first sockets behind, still bound), nor is any other driver or
+/// DPDK version, nor a secondary process (whose close leaves the sockets).
+#[derive(Debug)]
+struct FillParking {
+    pool: Mempool,
+    parked: u32,
+}
+
 /// What to ask of a port; offloads and RSS types are masked by the device's
 /// capabilities, and [`PortSetup`] says what was granted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -250,6 +299,11 @@ struct PortInner {
     _rings: Option<Arc<RingSet>>,
     /// Pools the queues receive into; released after close.
     pools: Vec<Mempool>,
+    /// The AF_XDP driver's parked RX mbufs, credited to their pool at close.
+    fill_parking: Option<FillParking>,
+    /// RX queue setups by a driver that parks mbufs; more than one
+    /// configuration withholds the credit.
+    parking_setups: u32,
     _eal: Eal,
 }
 
@@ -371,6 +425,8 @@ impl Port {
                 tx_taken: AtomicU64::new(0),
                 _rings: rings,
                 pools: Vec::new(),
+                fill_parking: None,
+                parking_setups: 0,
                 _eal: eal.clone(),
             }),
         })
@@ -448,6 +504,7 @@ impl Port {
     pub fn configure(&mut self, conf: &PortConfig, pool: &Mempool) -> Result<PortSetup, DpdkError> {
         let op = "rte_eth_dev_configure";
         let info = self.raw_info()?;
+        let parks = parks_rx_mbufs(&info);
         let id = self.id();
         let socket = self.socket_id();
         let inner = self.exclusive(op)?;
@@ -511,6 +568,13 @@ impl Port {
             sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut rxd, &mut txd)
         })?;
         let socket_u = u32::try_from(socket).unwrap_or(u32::MAX);
+        if parks {
+            // Any setup, even one that fails half way, counts: a second one
+            // voids the credit (see FillParking).
+            inner.parking_setups += 1;
+            inner.fill_parking = None;
+        }
+        let in_use_before = pool.in_use_count();
         for q in 0..conf.rx_queues {
             // SAFETY: the port is configured with this many queues; a null
             // rxconf takes the device defaults with the port's offloads; the
@@ -518,6 +582,14 @@ impl Port {
             check("rte_eth_rx_queue_setup", unsafe {
                 sys::rte_eth_rx_queue_setup(id, q, rxd, socket_u, std::ptr::null(), pool.as_ptr())
             })?;
+        }
+        if parks && inner.parking_setups == 1 {
+            let taken = pool.in_use_count().saturating_sub(in_use_before);
+            let cap = AF_XDP_FILL_RESERVE.saturating_mul(u32::from(conf.rx_queues));
+            inner.fill_parking = Some(FillParking {
+                pool: pool.clone(),
+                parked: taken.min(cap),
+            });
         }
         for q in 0..conf.tx_queues {
             // SAFETY: as above, for TX.
@@ -578,6 +650,7 @@ impl Port {
         if !inner.started {
             return Ok(());
         }
+        reap_tx(inner);
         // SAFETY: the port is valid and no queue handle exists.
         check(op, unsafe { sys::rte_eth_dev_stop(id) })?;
         inner.started = false;
@@ -942,6 +1015,44 @@ fn c_name(raw: &[std::os::raw::c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// Whether the port's driver parks RX mbufs that it abandons at close, in a
+/// way [`FillParking`] has been checked against: 22.11's AF_XDP.
+fn parks_rx_mbufs(info: &sys::rte_eth_dev_info) -> bool {
+    if info.driver_name.is_null() || !crate::DPDK_VERSION.starts_with("22.11") {
+        return false;
+    }
+    // SAFETY: a NUL-terminated string owned by the driver.
+    let name = unsafe { CStr::from_ptr(info.driver_name) };
+    name.to_bytes() == AF_XDP_DRIVER.as_bytes()
+}
+
+/// Before an AF_XDP port stops, returns the mbufs of its completed
+/// transmissions to the pool: the driver reaps completions only at the next
+/// burst, so the last frames sent stay out otherwise, and the pool would be
+/// kept. An empty burst reaps; the kernel may complete a frame a little
+/// later, so this retries until only the parked RX mbufs are out, or for
+/// [`AF_XDP_TX_REAP`] at most (only at teardown, never on the data path).
+/// Mbufs that stay out simply keep the pool, as before.
+fn reap_tx(port: &PortInner) {
+    let Some(p) = &port.fill_parking else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + AF_XDP_TX_REAP;
+    let mut none = MbufBurst::new();
+    loop {
+        for q in 0..port.nb_tx {
+            // SAFETY: the port is started and no queue handle exists (the
+            // caller is stopping or dropping it), so nothing else bursts on
+            // the queue; an empty burst hands over no mbuf.
+            unsafe { sys::shim_eth_tx_burst(port.id, q, none.as_mut_ptr(), 0) };
+        }
+        if p.pool.in_use_count() <= p.parked || std::time::Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// The generic device behind port `id`, if the port exists.
 pub(crate) fn device_of(id: u16) -> Option<NonNull<sys::rte_device>> {
     // SAFETY: any id may be asked about.
@@ -960,9 +1071,12 @@ pub(crate) fn device_of(id: u16) -> Option<NonNull<sys::rte_device>> {
 impl Drop for PortInner {
     fn drop(&mut self) {
         let id = self.id;
+        if self.started {
+            reap_tx(self);
+        }
         // SAFETY: the last handle on the port is gone, so no burst runs; the
         // port is valid until closed here.
-        unsafe {
+        let closed = unsafe {
             if self.started {
                 sys::rte_eth_dev_stop(id);
             }
@@ -973,12 +1087,20 @@ impl Drop for PortInner {
                     device = info.device;
                 }
             }
-            sys::rte_eth_dev_close(id);
+            let closed = sys::rte_eth_dev_close(id) == 0;
             // A ring pair's vdevs are removed too, so that the names are free
             // again; EAL removes the --vdev ones at cleanup.
             if !device.is_null() {
                 sys::rte_dev_remove(device);
             }
+            closed
+        };
+        // SAFETY: reads EAL's process type; EAL is alive (`_eal`).
+        let primary = unsafe { sys::rte_eal_process_type() } == sys::RTE_PROC_PRIMARY;
+        if let (true, true, Some(p)) = (closed, primary, &self.fill_parking) {
+            // The sockets and the UMEM are gone: the parked mbufs can never
+            // be written or handed out again (see FillParking).
+            p.pool.credit_orphaned(p.parked);
         }
         CLAIMED.fetch_and(!(1u64 << id), Ordering::AcqRel);
     }

@@ -48,10 +48,6 @@ pub struct Exchange {
     /// Checks a side's worker counters (`side`: "server" or "client")
     /// once its transfers are done; panics to fail it.
     pub check: fn(side: &str, stats: &[WorkerStats]),
-    /// Why a child that exited cleanly still leaves its EAL runtime
-    /// directory behind on this port, if it does (then the harness
-    /// removes it, and the test checks that it did).
-    pub eal_kept: Option<&'static str>,
 }
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 1);
@@ -213,15 +209,9 @@ pub fn run(x: &Exchange) {
             std::thread::sleep(Duration::from_millis(20));
         };
         assert!(status.success(), "the {} failed: {status}", c.name);
-        match x.eal_kept {
-            None => c.assert_runtime_gone(),
-            Some(why) if c.runtime.exists() => println!(
-                "the {} left {} behind ({why}); removed by the harness",
-                c.name,
-                c.runtime.display()
-            ),
-            Some(_) => {}
-        }
+        // The process removes its runtime directory itself when EAL is
+        // cleaned up; the harness's removal is only for a failed run.
+        c.assert_runtime_gone();
     }
     while let Ok((who, line)) = rx.try_recv() {
         println!("[{who}] {line}");

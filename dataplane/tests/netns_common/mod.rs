@@ -460,7 +460,17 @@ impl Drop for NsChild {
         if stop_child(&mut self.child) {
             eprintln!("{} (pid {}) stopped", self.name, self.child.id());
         }
-        let _ = std::fs::remove_dir_all(&self.runtime);
+        // A safety net for a failed run: a clean exit leaves nothing here
+        // (the tests assert that first), so say when there was something.
+        if self.runtime.exists() {
+            eprintln!(
+                "{} (pid {}) left {} behind; removed",
+                self.name,
+                self.child.id(),
+                self.runtime.display()
+            );
+            let _ = std::fs::remove_dir_all(&self.runtime);
+        }
     }
 }
 
