@@ -141,8 +141,8 @@ use crate::config::{Config, ConfigError};
 use crate::link::{Link, LinkQueue, MemLink, MemLinkConfig};
 use crate::memory::MemoryError;
 use crate::worker::{
-    Clock, ConnParams, Ctl, CtlReply, MrSyncLinks, SmallFrame, Worker, WorkerCounters, WorkerMsg,
-    WorkerSetup, WorkerStats, FORWARD_RING,
+    Clock, ConnParams, Ctl, CtlReply, IdleWake, MrSyncLinks, SmallFrame, Worker, WorkerCounters,
+    WorkerMsg, WorkerSetup, WorkerStats, FORWARD_RING,
 };
 
 /// How long the control path waits for a worker's answer.
@@ -482,6 +482,8 @@ pub(crate) struct QpShared {
     pub srq: Option<Arc<SrqShared>>,
     status: AtomicU8,
     worker: AtomicUsize,
+    /// Every worker's idle state: a post wakes the owner if it sleeps.
+    wake: Arc<[IdleWake]>,
     /// Published by the owning worker (see [`QpCounters`]).
     pub counters: QpCounters,
     /// What the connection negotiated, recorded by the control path when
@@ -547,6 +549,14 @@ impl QpShared {
     pub(crate) fn bind_worker(&self, w: usize) {
         self.worker.store(w, Ordering::Release);
     }
+
+    /// After a post: the owning worker, if bound and asleep, wakes up
+    /// for it (an unbound queue pair's posts wait for the binding).
+    fn wake_worker(&self) {
+        if let Some(w) = self.wake.get(self.worker.load(Ordering::Relaxed)) {
+            w.wake();
+        }
+    }
 }
 
 /// A queue pair: the application's end of a connection. Clone it freely;
@@ -597,7 +607,9 @@ impl Qp {
         if wr.sges.total_len().is_none() {
             return Err(PostError::InvalidWr);
         }
-        self.inner.sq.push(*wr).map_err(|_| PostError::QueueFull)
+        self.inner.sq.push(*wr).map_err(|_| PostError::QueueFull)?;
+        self.inner.wake_worker();
+        Ok(())
     }
 
     /// Posts a receive (`ibv_post_recv`) for one incoming Send. A queue
@@ -616,7 +628,9 @@ impl Qp {
         if wr.sges.total_len().is_none() {
             return Err(PostError::InvalidWr);
         }
-        self.inner.rq.push(*wr).map_err(|_| PostError::QueueFull)
+        self.inner.rq.push(*wr).map_err(|_| PostError::QueueFull)?;
+        self.inner.wake_worker();
+        Ok(())
     }
 }
 
@@ -983,6 +997,9 @@ struct Control {
 /// module documentation.
 pub struct Dataplane {
     workers: Vec<WorkerHandle>,
+    /// Each worker's idle state: control messages and posts wake a
+    /// sleeping worker.
+    wake: Arc<[IdleWake]>,
     inline: Option<Mutex<Vec<Box<dyn Pollable>>>>,
     events: Receiver<WorkerMsg>,
     control: Mutex<Control>,
@@ -1097,6 +1114,7 @@ impl Dataplane {
             .map(|_| Arc::new(ArrayQueue::new(FORWARD_RING)))
             .collect();
         let dispatch = Arc::new(crate::worker::DispatchRings::new(count));
+        let wake = IdleWake::set(count);
         let mut mr_sync = MrSyncLinks::mesh(count).into_iter();
         let clock = Clock::new();
         let mut workers = Vec::with_capacity(count);
@@ -1127,6 +1145,7 @@ impl Dataplane {
                     .map(|(_, q)| q.clone())
                     .collect(),
                 dispatch: dispatch.clone(),
+                wake: wake.clone(),
             };
             let thread = match mode {
                 DriveMode::Inline => {
@@ -1137,7 +1156,7 @@ impl Dataplane {
                 }
                 DriveMode::Threads => {
                     let core = config.workers.cores.get(i).copied();
-                    let (spin, sleep) = (config.idle.spin, config.idle.sleep_us);
+                    let idle = config.idle;
                     let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
                     let handle = std::thread::Builder::new()
                         .name(format!("iwarp-worker-{i}"))
@@ -1160,7 +1179,7 @@ impl Dataplane {
                             let _ = ready_tx.send(Ok(()));
                             // `run` consumes the worker (and its queue)
                             // before the thread's lcore registration goes.
-                            w.run(spin, sleep);
+                            w.run(&idle);
                         })
                         .map_err(|e| Error::Thread(e.to_string()))?;
                     match ready_rx.recv_timeout(CONTROL_TIMEOUT) {
@@ -1186,6 +1205,7 @@ impl Dataplane {
         });
         Ok(Dataplane {
             workers,
+            wake,
             inline: (mode == DriveMode::Inline).then(|| Mutex::new(inline)),
             events: out_rx,
             control: Mutex::new(Control {
@@ -1274,6 +1294,13 @@ impl Dataplane {
         }
     }
 
+    /// Wakes worker `w` if it sleeps: a control message was sent to it.
+    fn wake_worker(&self, w: usize) {
+        if let Some(k) = self.wake.get(w) {
+            k.wake();
+        }
+    }
+
     /// Sends one control message to worker `w` and waits for its answer.
     fn call(
         &self,
@@ -1283,6 +1310,7 @@ impl Dataplane {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let h = self.workers.get(w).ok_or(Error::WorkerGone)?;
         h.ctl.send(make(tx)).map_err(|_| Error::WorkerGone)?;
+        self.wake_worker(w);
         match self.wait(&rx)? {
             CtlReply::Failed(e) => Err(e),
             r => Ok(r),
@@ -1295,12 +1323,12 @@ impl Dataplane {
         let rxs: Vec<_> = self
             .workers
             .iter()
-            .map(|h| {
+            .enumerate()
+            .map(|(w, h)| {
                 let (tx, rx) = crossbeam_channel::bounded(1);
-                h.ctl
-                    .send(make(tx))
-                    .map(|()| rx)
-                    .map_err(|_| Error::WorkerGone)
+                let sent = h.ctl.send(make(tx));
+                self.wake_worker(w);
+                sent.map(|()| rx).map_err(|_| Error::WorkerGone)
             })
             .collect();
         rxs.into_iter()
@@ -1481,6 +1509,7 @@ impl Dataplane {
                 srq: srq.map(|s| s.inner.clone()),
                 status: AtomicU8::new(QpStatus::Idle as u8),
                 worker: AtomicUsize::new(UNBOUND),
+                wake: self.wake.clone(),
                 counters: QpCounters::default(),
                 connection: Mutex::new(None),
             }),
@@ -2106,8 +2135,9 @@ impl Drop for EventScope {
 
 impl Drop for Dataplane {
     fn drop(&mut self) {
-        for w in &self.workers {
+        for (i, w) in self.workers.iter().enumerate() {
             let _ = w.ctl.send(Ctl::Shutdown);
+            self.wake_worker(i);
         }
         for w in &mut self.workers {
             if let Some(t) = w.thread.take() {

@@ -209,6 +209,7 @@ fn worker_json(i: usize, s: &WorkerStats) -> Value {
         "connections": s.connections,
         "loops": s.loops,
         "idle_sleeps": s.idle_sleeps,
+        "idle_wakeups": s.idle_wakeups,
         "dispatched_out": s.dispatched_out,
         "dispatched_in": s.dispatched_in,
         "dispatch_drops": s.dispatch_drops,
