@@ -78,15 +78,15 @@
 //!
 //! A worker that finds nothing to do for `idle.spin` iterations in a row
 //! sleeps `idle.sleep_us` between polls until work comes back; with
-//! `idle.yield` each empty iteration before that gives the processor to
-//! any other runnable thread (where workers share cores with each other
-//! or with the application, a spinning worker otherwise holds the core
-//! that the thread it waits for needs). Workers ask the kernel for a fine
-//! timer slack, so that a sleep of 20 µs is not one of 70. A sleeping
-//! worker says so in its [`IdleWake`]: the application thread that posts
-//! it a work request or a control message wakes it (one system call, and
-//! only when it sleeps); frames arriving from the network cannot, so they
-//! wait for the sleep to end.
+//! `idle.yield_cpu` each empty iteration before that gives the processor
+//! to any other runnable thread (where workers share cores with each
+//! other or with the application, a spinning worker otherwise holds the
+//! core that the thread it waits for needs). Workers ask the kernel for a
+//! fine timer slack, so that a sleep of 20 µs is not one of 70. A
+//! sleeping worker says so in a flag it shares with the application: the
+//! thread that posts it a work request or a control message wakes it (one
+//! system call, and only when it sleeps); frames arriving from the
+//! network cannot, so they wait for the sleep to end.
 //!
 //! Allocation happens at connection setup and on the slow path (control
 //! messages, connection requests, ARP holds), never per packet: received
@@ -267,8 +267,8 @@ pub struct WorkerCounters {
     pub loops: AtomicU64,
     /// Times the idle back-off slept.
     pub idle_sleeps: AtomicU64,
-    /// Sleeps an application thread cut short by posting work (see
-    /// [`IdleWake`]).
+    /// Sleeps an application thread cut short by posting work or a
+    /// control message (see "Idle back-off" in the module documentation).
     pub idle_wakeups: AtomicU64,
     /// Payload bytes the TX path read from registered memory to sum a TCP
     /// checksum (ports without checksum offload) because no sum from the
