@@ -192,8 +192,8 @@ use crate::config::{Config, ConfigError};
 use crate::link::{Link, LinkQueue, MemLink, MemLinkConfig};
 use crate::memory::MemoryError;
 use crate::worker::{
-    Clock, ConnParams, Ctl, CtlReply, MrSyncLinks, SmallFrame, Worker, WorkerCounters, WorkerMsg,
-    WorkerSetup, WorkerStats, FORWARD_RING,
+    Clock, ConnParams, Ctl, CtlReply, IdleWake, MrSyncLinks, SmallFrame, Worker, WorkerCounters,
+    WorkerMsg, WorkerSetup, WorkerStats, FORWARD_RING,
 };
 
 /// How long the control path waits for a worker's answer.
@@ -540,6 +540,8 @@ pub(crate) struct QpShared {
     pub srq: Option<Arc<SrqShared>>,
     status: AtomicU8,
     worker: AtomicUsize,
+    /// Every worker's idle state: a post wakes the owner if it sleeps.
+    wake: Arc<[IdleWake]>,
     /// Published by the owning worker (see [`QpCounters`]).
     pub counters: QpCounters,
     /// What the connection negotiated, recorded by the control path when
@@ -605,6 +607,14 @@ impl QpShared {
     pub(crate) fn bind_worker(&self, w: usize) {
         self.worker.store(w, Ordering::Release);
     }
+
+    /// After a post: the owning worker, if bound and asleep, wakes up
+    /// for it (an unbound queue pair's posts wait for the binding).
+    fn wake_worker(&self) {
+        if let Some(w) = self.wake.get(self.worker.load(Ordering::Relaxed)) {
+            w.wake();
+        }
+    }
 }
 
 /// A queue pair: the application's end of a connection. Clone it freely;
@@ -655,7 +665,9 @@ impl Qp {
         if wr.sges.total_len().is_none() {
             return Err(PostError::InvalidWr);
         }
-        self.inner.sq.push(*wr).map_err(|_| PostError::QueueFull)
+        self.inner.sq.push(*wr).map_err(|_| PostError::QueueFull)?;
+        self.inner.wake_worker();
+        Ok(())
     }
 
     /// Posts a receive (`ibv_post_recv`) for one incoming Send. A queue
@@ -674,7 +686,9 @@ impl Qp {
         if wr.sges.total_len().is_none() {
             return Err(PostError::InvalidWr);
         }
-        self.inner.rq.push(*wr).map_err(|_| PostError::QueueFull)
+        self.inner.rq.push(*wr).map_err(|_| PostError::QueueFull)?;
+        self.inner.wake_worker();
+        Ok(())
     }
 }
 
@@ -1041,6 +1055,9 @@ struct Control {
 /// module documentation.
 pub struct Dataplane {
     workers: Vec<WorkerHandle>,
+    /// Each worker's idle state: control messages and posts wake a
+    /// sleeping worker.
+    wake: Arc<[IdleWake]>,
     inline: Option<Mutex<Vec<Box<dyn Pollable>>>>,
     events: Receiver<WorkerMsg>,
     control: Mutex<Control>,
@@ -1158,6 +1175,7 @@ impl Dataplane {
             .map(|_| Arc::new(ArrayQueue::new(FORWARD_RING)))
             .collect();
         let dispatch = Arc::new(crate::worker::DispatchRings::new(count));
+        let wake = IdleWake::set(count);
         let mut mr_sync = MrSyncLinks::mesh(count).into_iter();
         let clock = Clock::new();
         let mut workers = Vec::with_capacity(count);
@@ -1188,6 +1206,7 @@ impl Dataplane {
                     .map(|(_, q)| q.clone())
                     .collect(),
                 dispatch: dispatch.clone(),
+                wake: wake.clone(),
             };
             let thread = match mode {
                 DriveMode::Inline => {
@@ -1198,7 +1217,7 @@ impl Dataplane {
                 }
                 DriveMode::Threads => {
                     let core = config.workers.cores.get(i).copied();
-                    let (spin, sleep) = (config.idle.spin, config.idle.sleep_us);
+                    let idle = config.idle;
                     let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
                     let handle = std::thread::Builder::new()
                         .name(format!("iwarp-worker-{i}"))
@@ -1221,7 +1240,7 @@ impl Dataplane {
                             let _ = ready_tx.send(Ok(()));
                             // `run` consumes the worker (and its queue)
                             // before the thread's lcore registration goes.
-                            w.run(spin, sleep);
+                            w.run(&idle);
                         })
                         .map_err(|e| Error::Thread(e.to_string()))?;
                     match ready_rx.recv_timeout(CONTROL_TIMEOUT) {
@@ -1247,6 +1266,7 @@ impl Dataplane {
         });
         Ok(Dataplane {
             workers,
+            wake,
             inline: (mode == DriveMode::Inline).then(|| Mutex::new(inline)),
             events: out_rx,
             control: Mutex::new(Control {
@@ -1336,6 +1356,13 @@ impl Dataplane {
         }
     }
 
+    /// Wakes worker `w` if it sleeps: a control message was sent to it.
+    fn wake_worker(&self, w: usize) {
+        if let Some(k) = self.wake.get(w) {
+            k.wake();
+        }
+    }
+
     /// Sends one control message to worker `w` and waits for its answer.
     fn call(
         &self,
@@ -1345,6 +1372,7 @@ impl Dataplane {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let h = self.workers.get(w).ok_or(Error::WorkerGone)?;
         h.ctl.send(make(tx)).map_err(|_| Error::WorkerGone)?;
+        self.wake_worker(w);
         match self.wait(&rx)? {
             CtlReply::Failed(e) => Err(e),
             r => Ok(r),
@@ -1357,12 +1385,12 @@ impl Dataplane {
         let rxs: Vec<_> = self
             .workers
             .iter()
-            .map(|h| {
+            .enumerate()
+            .map(|(w, h)| {
                 let (tx, rx) = crossbeam_channel::bounded(1);
-                h.ctl
-                    .send(make(tx))
-                    .map(|()| rx)
-                    .map_err(|_| Error::WorkerGone)
+                let sent = h.ctl.send(make(tx));
+                self.wake_worker(w);
+                sent.map(|()| rx).map_err(|_| Error::WorkerGone)
             })
             .collect();
         rxs.into_iter()
@@ -1543,6 +1571,7 @@ impl Dataplane {
                 srq: srq.map(|s| s.inner.clone()),
                 status: AtomicU8::new(QpStatus::Idle as u8),
                 worker: AtomicUsize::new(UNBOUND),
+                wake: self.wake.clone(),
                 counters: QpCounters::default(),
                 connection: Mutex::new(None),
             }),
@@ -2216,8 +2245,9 @@ impl Drop for EventScope {
 
 impl Drop for Dataplane {
     fn drop(&mut self) {
-        for w in &self.workers {
+        for (i, w) in self.workers.iter().enumerate() {
             let _ = w.ctl.send(Ctl::Shutdown);
+            self.wake_worker(i);
         }
         for w in &mut self.workers {
             if let Some(t) = w.thread.take() {

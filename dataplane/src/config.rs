@@ -25,6 +25,7 @@
 //! [idle]
 //! spin = 1000                   # empty iterations before sleeping
 //! sleep_us = 50                 # 0: busy poll
+//! yield_cpu = true              # yield the core on empty iterations
 //!
 //! [mpa]
 //! crc = true
@@ -365,6 +366,11 @@ pub struct IdleConfig {
     /// most one second.
     #[serde(default = "default_sleep")]
     pub sleep_us: u64,
+    /// Give the processor to other runnable threads after each empty
+    /// iteration that does not sleep (`sched_yield`, which returns at once
+    /// when nothing else waits for the core).
+    #[serde(default = "yes")]
+    pub yield_cpu: bool,
 }
 
 fn default_spin() -> u32 {
@@ -380,6 +386,7 @@ impl Default for IdleConfig {
         IdleConfig {
             spin: default_spin(),
             sleep_us: default_sleep(),
+            yield_cpu: true,
         }
     }
 }

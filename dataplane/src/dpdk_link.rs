@@ -254,6 +254,12 @@ pub struct DpdkLinkOptions {
     pub pool_size: Option<u32>,
     /// External-buffer slots per queue: attachments in flight at once.
     pub ext_slots: usize,
+    /// Attach payload from registered memory to frames (where the device
+    /// takes segment chains) rather than copy it in. Off for a peer that
+    /// copies every chain it receives into one buffer anyway (the
+    /// `net_ring` pair of `iwarp demo`): there an attached payload costs
+    /// two more buffers per frame and the same copy, on the other side.
+    pub attach_payload: bool,
 }
 
 impl Default for DpdkLinkOptions {
@@ -266,6 +272,7 @@ impl Default for DpdkLinkOptions {
             tx_desc: 1024,
             pool_size: None,
             ext_slots: 8192,
+            attach_payload: true,
         }
     }
 }
@@ -502,14 +509,14 @@ impl DpdkLink {
             mac,
             mtu: opts.mtu,
             queues,
-            multi_seg_tx: setup.multi_seg_tx(),
+            multi_seg_tx: setup.multi_seg_tx() && opts.attach_payload,
             max_tx_segments: MAX_SEGMENTS,
             tx_checksum_offload: setup.tx_tcp_cksum(),
             rx_checksum_offload: setup.rx_cksum(),
             rss,
         };
         let stats = Arc::new(DpdkLinkStats::default());
-        let zero_copy = setup.multi_seg_tx();
+        let zero_copy = setup.multi_seg_tx() && opts.attach_payload;
         let iova_is_va = eal.iova_is_va();
         // A device off the vdev bus reads memory by DMA: its regions must be
         // registered (and mapped), whatever the IOVA mode.

@@ -78,6 +78,20 @@
 //! (`rdmap::verbs::RecvSupply`), so the worker that pops a buffer owns it
 //! and no worker holds buffers another one needs.
 //!
+//! # Idle back-off
+//!
+//! A worker that finds nothing to do for `idle.spin` iterations in a row
+//! sleeps `idle.sleep_us` between polls until work comes back; with
+//! `idle.yield_cpu` each empty iteration before that gives the processor
+//! to any other runnable thread (where workers share cores with each
+//! other or with the application, a spinning worker otherwise holds the
+//! core that the thread it waits for needs). Workers ask the kernel for a
+//! fine timer slack, so that a sleep of 20 µs is not one of 70. A
+//! sleeping worker says so in a flag it shares with the application: the
+//! thread that posts it a work request or a control message wakes it (one
+//! system call, and only when it sleeps); frames arriving from the
+//! network cannot, so they wait for the sleep to end.
+//!
 //! Allocation happens at connection setup and on the slow path (control
 //! messages, connection requests, ARP holds), never per packet: received
 //! buffers come from the port's pool, frames are reused, records carry
@@ -88,8 +102,8 @@ use core::net::{Ipv4Addr, SocketAddrV4};
 use core::ops::Range;
 use core::time::Duration;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crossbeam_channel::{Receiver, Sender};
 use crossbeam_queue::ArrayQueue;
@@ -113,7 +127,7 @@ use crate::api::{
     CmEvent, ConnectFailure, ConnectRequest, ConnectionInfo, DisconnectReason, Error, QpShared,
     QpStatus,
 };
-use crate::config::Config;
+use crate::config::{Config, IdleConfig};
 use crate::link::{FrameFull, LinkCaps, LinkQueue, TxFrame};
 use crate::memory::{MemoryTable, Region, RegionSlice};
 use crate::steer::Rss;
@@ -257,6 +271,9 @@ pub struct WorkerCounters {
     pub loops: AtomicU64,
     /// Times the idle back-off slept.
     pub idle_sleeps: AtomicU64,
+    /// Sleeps an application thread cut short by posting work or a
+    /// control message (see "Idle back-off" in the module documentation).
+    pub idle_wakeups: AtomicU64,
     /// Payload bytes the TX path read from registered memory to sum a TCP
     /// checksum (ports without checksum offload) because no sum from the
     /// record's CRC pass covered them: with the MPA CRC on this stays at
@@ -322,6 +339,8 @@ pub struct WorkerStats {
     pub loops: u64,
     /// See [`WorkerCounters::idle_sleeps`].
     pub idle_sleeps: u64,
+    /// See [`WorkerCounters::idle_wakeups`].
+    pub idle_wakeups: u64,
     /// See [`WorkerCounters::tx_summed_bytes`].
     pub tx_summed_bytes: u64,
     /// See [`WorkerCounters::tx_resummed_bytes`].
@@ -355,6 +374,7 @@ impl WorkerCounters {
             connections: g(&self.connections),
             loops: g(&self.loops),
             idle_sleeps: g(&self.idle_sleeps),
+            idle_wakeups: g(&self.idle_wakeups),
             tx_summed_bytes: g(&self.tx_summed_bytes),
             tx_resummed_bytes: g(&self.tx_resummed_bytes),
             tx_payload_changed: g(&self.tx_payload_changed),
@@ -1717,6 +1737,58 @@ fn return_dropped<B: AsRef<[u8]>>(cx: &mut Cx<'_, B>, owner: Owner, ep: Option<&
 // The worker.
 // ---------------------------------------------------------------------
 
+/// Whether a worker sleeps, as the threads that hand it work see it: they
+/// call [`IdleWake::wake`] after each post, which costs a load while the
+/// worker is awake and unparks it while it sleeps, so that a request
+/// posted to an idle worker does not wait for the end of its sleep. A
+/// post that races with the worker going to sleep may miss it and waits
+/// at most one sleep, as it would without this.
+#[derive(Debug, Default)]
+pub(crate) struct IdleWake {
+    sleeping: AtomicBool,
+    /// The worker's thread, once it runs (none in inline mode).
+    thread: OnceLock<std::thread::Thread>,
+}
+
+impl IdleWake {
+    /// One per worker.
+    pub(crate) fn set(workers: usize) -> Arc<[IdleWake]> {
+        (0..workers).map(|_| IdleWake::default()).collect()
+    }
+
+    /// Wakes the worker if it sleeps.
+    pub(crate) fn wake(&self) {
+        if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
+            if let Some(t) = self.thread.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Sleeps at most `d` unless woken; whether [`IdleWake::wake`] cut
+    /// it short.
+    fn sleep(&self, d: Duration) -> bool {
+        self.sleeping.store(true, Ordering::SeqCst);
+        std::thread::park_timeout(d);
+        // Still set: nobody woke it (a timeout, or a spurious return).
+        !self.sleeping.swap(false, Ordering::SeqCst)
+    }
+}
+
+/// Asks the kernel to wake this thread within a microsecond of a timed
+/// sleep's end instead of the default 50 µs, which would more than
+/// double the idle back-off's short sleeps. Once per worker thread.
+#[cfg(target_os = "linux")]
+fn fine_timer_slack() {
+    const SLACK_NS: libc::c_ulong = 1_000;
+    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and changes only
+    // the calling thread's timer slack; no memory is passed.
+    let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, SLACK_NS, 0, 0, 0) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn fine_timer_slack() {}
+
 /// Everything a worker is built from.
 #[derive(Debug)]
 pub(crate) struct WorkerSetup<Q: LinkQueue> {
@@ -1732,6 +1804,8 @@ pub(crate) struct WorkerSetup<Q: LinkQueue> {
     pub forward_in: Arc<ArrayQueue<SmallFrame>>,
     pub forward_out: Vec<Arc<ArrayQueue<SmallFrame>>>,
     pub dispatch: Arc<DispatchRings<Q::RxBuf>>,
+    /// Every worker's idle state (this one's at `index`).
+    pub wake: Arc<[IdleWake]>,
 }
 
 /// MPA defaults of the dataplane.
@@ -1771,6 +1845,7 @@ pub struct Worker<Q: LinkQueue> {
     scratch: Vec<u8>,
     forward_in: Arc<ArrayQueue<SmallFrame>>,
     forward_out: Vec<Arc<ArrayQueue<SmallFrame>>>,
+    wake: Arc<[IdleWake]>,
     /// Where the port cannot steer and there are several workers: the
     /// function naming each TCP frame's owner (see the module
     /// documentation).
@@ -1855,6 +1930,7 @@ impl<Q: LinkQueue> Worker<Q> {
             forward_in: s.forward_in,
             forward_out: s.forward_out,
             dispatch: s.dispatch,
+            wake: s.wake,
             dispatch_rss,
             dereg_pending: Vec::new(),
             mr_sync: s.mr_sync,
@@ -1911,19 +1987,38 @@ impl<Q: LinkQueue> Worker<Q> {
         work
     }
 
-    /// Runs until a shutdown message arrives, sleeping `idle.sleep_us`
-    /// after `idle.spin` empty iterations.
-    pub(crate) fn run(mut self, spin: u32, sleep_us: u64) {
-        let mut idle = 0u32;
+    /// Runs on its own thread until a shutdown message arrives, backing
+    /// off when idle as `idle` says (see "Idle back-off" in the module
+    /// documentation).
+    pub(crate) fn run(mut self, idle: &IdleConfig) {
+        fine_timer_slack();
+        let wake = self.wake.clone();
+        let me = wake.get(self.index);
+        if let Some(w) = me {
+            let _ = w.thread.set(std::thread::current());
+        }
+        let nap = Duration::from_micros(idle.sleep_us);
+        let mut empty = 0u32;
         while !self.stopping {
             if self.poll() {
-                idle = 0;
-            } else {
-                idle = idle.saturating_add(1);
-                if sleep_us > 0 && idle >= spin {
-                    bump(&self.counters.idle_sleeps, 1);
-                    std::thread::sleep(Duration::from_micros(sleep_us));
+                empty = 0;
+                continue;
+            }
+            empty = empty.saturating_add(1);
+            if idle.sleep_us > 0 && empty >= idle.spin {
+                bump(&self.counters.idle_sleeps, 1);
+                let woken = match me {
+                    Some(w) => w.sleep(nap),
+                    None => {
+                        std::thread::sleep(nap);
+                        false
+                    }
+                };
+                if woken {
+                    bump(&self.counters.idle_wakeups, 1);
                 }
+            } else if idle.yield_cpu {
+                std::thread::yield_now();
             }
         }
         self.shutdown();

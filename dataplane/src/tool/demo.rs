@@ -262,6 +262,9 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
     let opts = DpdkLinkOptions {
         queues: workers as u16,
         mtu: args.mtu,
+        // Each end copies a received chain into one buffer: attaching the
+        // payload on transmit would only add buffers to that copy.
+        attach_payload: false,
         ..DpdkLinkOptions::default()
     };
     let (la, lb) = DpdkLink::ring_pair(eal, "demo", &opts, (Some(MAC_A), Some(MAC_B)))
