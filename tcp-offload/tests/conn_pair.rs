@@ -1920,6 +1920,58 @@ fn a_timeout_after_a_real_loss_is_not_found_spurious() {
     }
 }
 
+/// F-RTO with nothing new to send (RFC 5682 step 2 b): twelve records,
+/// of which the first transmissions of records 2 to 11 and the tail loss
+/// probe are lost. The RTO resends record 2 and its ACK asks F-RTO for new
+/// data, but the application has none: the go-back-N resumes at once (a
+/// wait for an ACK that cannot come would cost a second, backed-off RTO).
+#[test]
+fn f_rto_without_new_data_falls_back_to_go_back_n() {
+    for cfg in [
+        Config::iwarp_hardware(),
+        Config {
+            timestamps: false,
+            ..quiet()
+        },
+    ] {
+        // The receiver ACKs every segment at once, so that no late ACK
+        // answers the tail loss probe and starts a fast recovery instead.
+        let receiver = Config {
+            delayed_ack: Duration::ZERO,
+            ..cfg.clone()
+        };
+        let mut p = Pair::established(cfg, receiver);
+        let rec = p.a.conn.max_record_len();
+        p.a.record_size = rec;
+        p.a.out = pattern(12 * rec, 71);
+        let mut plan: Vec<_> = (2..12).map(|k| (k, 0)).collect();
+        plan.push((11, 1));
+        p.filter = Some(drop_record_tx(rec, &plan));
+        let n = p.a.out.len();
+        assert!(p.run_until(Duration::from_secs(30), |p| p.b.got.len() == n
+            && p.a.conn.records_queued() == 0));
+        assert_eq!(p.b.got, p.a.out);
+        assert_acked_in_order(&p.a, &p.a.out);
+        let s = p.a.conn.stats();
+        println!(
+            "no new data, sack={}: {s:?}, sends of record 3 {:?}",
+            p.a.conn.sack_enabled(),
+            record_sends(&p, rec, 3)
+        );
+        assert_eq!(s.rto_expirations, 1, "{s:?}");
+        assert_eq!(s.spurious_rtos, 0, "{s:?}");
+        assert_eq!(s.tail_loss_probes, 1, "{s:?}");
+        // The probe, then records 2 to 11 once each.
+        assert_eq!(s.retransmits, 11, "{s:?}");
+        // Record 3 follows the timeout's retransmission of record 2 by a
+        // round trip (its ACK), not by a second timeout.
+        let r2 = record_sends(&p, rec, 2);
+        let r3 = record_sends(&p, rec, 3);
+        assert_eq!((r2.len(), r3.len()), (2, 2));
+        assert!(r3[1] - r2[1] <= Duration::from_millis(20), "{r2:?} {r3:?}");
+    }
+}
+
 #[test]
 fn reordering_is_absorbed() {
     let mut p = Pair::established(quiet(), quiet());
