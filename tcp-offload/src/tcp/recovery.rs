@@ -32,11 +32,15 @@
 //! advance only update the scoreboard, and at the decision a SACK of the
 //! new records means loss while one of older data means spurious. (Basic
 //! F-RTO with SACK would give up at the first duplicate ACK, and throw away
-//! what the blocks say about which data arrived.) F-RTO starts only on a
-//! timeout outside any loss recovery (not in fast recovery, not on a
-//! later expiry for the same data) and before the FIN went out; the
-//! tail loss probe rests while it runs, since a probe would resend data
-//! the deciding ACK must find sent once. The new records need an
+//! what the blocks say about which data arrived. Unlike section 3 step 1,
+//! the timeout keeps SACK marks unless the receiver reneged, as it does
+//! without F-RTO.) An ACK that comes before the new records went out (a
+//! driver handing over a burst before it polls) is judged all the same:
+//! what it acknowledges was still sent before the timeout and only once.
+//! F-RTO starts only on a timeout outside any loss recovery (not in fast
+//! recovery, not on a later expiry for the same data) and before the FIN
+//! went out; the tail loss probe rests while it runs, since a probe would
+//! resend data the deciding ACK must find sent once. The new records need an
 //! application that supplies them: the engine offers room for two beyond
 //! the congestion window once the first ACK came, and when an output poll
 //! finds none queued, a wake-up at once gives the application its turn;
@@ -518,6 +522,9 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                             point: self.snd_nxt,
                             new_left: FRTO_NEW_SEGMENTS,
                         };
+                        // Acknowledged before it went out: nothing else is
+                        // to be resent in its place.
+                        self.cc.force_rtx = false;
                     }
                 } else if dup && !self.opts.sack {
                     self.frto_stop();
