@@ -1743,6 +1743,235 @@ fn drop_first_n_data(n: usize) -> Filter {
     })
 }
 
+// ------------------------------------------------------- spurious timeouts
+
+/// The profiles the spurious-timeout scenarios run with: without
+/// timestamps F-RTO judges the timeout (RFC 5682 §2 without SACK, §3 with
+/// it); with them, Eifel detection (RFC 3522).
+fn timeout_profiles() -> [(&'static str, Config); 3] {
+    let sack_only = Config {
+        timestamps: false,
+        ..quiet()
+    };
+    [
+        ("hardware (F-RTO)", Config::iwarp_hardware()),
+        ("SACK, no timestamps (SACK F-RTO)", sack_only),
+        ("timestamps (Eifel)", quiet()),
+    ]
+}
+
+/// Every data segment from `a` that repeats bytes sent before, as
+/// (time, seq), in order.
+fn wire_retransmissions(p: &Pair) -> Vec<(Instant, SeqNumber)> {
+    let mut high: Option<SeqNumber> = None;
+    let mut out = Vec::new();
+    for w in p.segs(Dir::AtoB).filter(|w| !w.data.is_empty()) {
+        let end = w.repr.seq + w.data.len();
+        if high.is_some_and(|h| w.repr.seq < h) {
+            out.push((w.at, w.repr.seq));
+        }
+        if !high.is_some_and(|h| h >= end) {
+            high = Some(end);
+        }
+    }
+    out
+}
+
+/// A bulk transfer from `a` whose link fails once 100 kB have arrived,
+/// for `outage`: every segment sent meanwhile, either way, is held (`drop`
+/// false: the link stalls, then delivers them in order) or lost (`drop`
+/// true). Returns the pair once everything is delivered and acknowledged,
+/// and when the outage began.
+fn outage_scenario(cfg: Config, outage: Duration, drop: bool) -> (Pair, Instant) {
+    let mut p = Pair::established(cfg.clone(), cfg);
+    let rec = p.a.conn.max_record_len();
+    p.a.record_size = rec;
+    p.a.out = pattern(400 * rec, 70);
+    let n = p.a.out.len();
+    assert!(p.run_until(Duration::from_secs(5), |p| p.b.got.len() >= 100_000));
+    let from = p.now;
+    let to = from + outage;
+    p.filter = Some(Box::new(move |w| {
+        if w.at < from || w.at >= to {
+            Verdict::Pass
+        } else if drop {
+            Verdict::Drop
+        } else {
+            Verdict::Delay(to - w.at)
+        }
+    }));
+    assert!(
+        p.run_until(Duration::from_secs(60), |p| p.b.got.len() == n
+            && p.a.conn.records_queued() == 0),
+        "{:?}",
+        p.a.conn.stats()
+    );
+    assert!(p.b.got == p.a.out, "delivered intact");
+    assert_acked_in_order(&p.a, &p.a.out);
+    assert_segments_are_records(&p);
+    (p, from)
+}
+
+/// A delay spike longer than the RTO, without loss: the link stalls for
+/// 500 ms, the tail loss probe and the RTO fire meanwhile, then everything
+/// arrives late and in order. The timeout is found spurious and undone
+/// (F-RTO without timestamps: the first ACK after the stall acknowledges
+/// the oldest record, two new records go out instead of retransmissions,
+/// the next ACK acknowledges data never resent), so the only resends are
+/// the probe and the timeout's own retransmission of the oldest record;
+/// conventional recovery would have resent the whole flight after the
+/// stall.
+#[test]
+fn a_delay_spike_longer_than_the_rto_is_a_spurious_timeout() {
+    for (name, cfg) in timeout_profiles() {
+        let (p, from) = outage_scenario(cfg, Duration::from_millis(500), false);
+        let s = p.a.conn.stats();
+        let rexmits = wire_retransmissions(&p);
+        println!("delay spike, {name}: {s:?}, retransmissions on the wire {rexmits:?}");
+        assert_eq!(s.rto_expirations, 1, "{name}: {s:?}");
+        assert_eq!(s.spurious_rtos, 1, "{name}: {s:?}");
+        assert_eq!(s.tail_loss_probes, 1, "{name}: {s:?}");
+        // The probe resent the last record sent; the timeout the oldest.
+        assert_eq!(s.retransmits, 2, "{name}: {s:?}");
+        assert_eq!(rexmits.len(), 2, "{name}: {rexmits:?}");
+        assert!(rexmits[1].1 < rexmits[0].1, "{name}: {rexmits:?}");
+        let stall_end = from + Duration::from_millis(500);
+        assert!(
+            rexmits.iter().all(|&(at, _)| at < stall_end),
+            "{name}: nothing resent after the stall: {rexmits:?}"
+        );
+        if !p.a.conn.timestamps_enabled() {
+            // F-RTO step 2 b: the two data segments after the timeout's
+            // retransmission are new.
+            let rto_at = rexmits[1].0;
+            let after: Vec<_> = p
+                .segs(Dir::AtoB)
+                .filter(|w| !w.data.is_empty() && w.at > rto_at)
+                .take(2)
+                .collect();
+            assert_eq!(after.len(), 2);
+            assert!(after.iter().all(|w| w.repr.seq > rexmits[0].1), "{name}");
+        }
+    }
+}
+
+/// A real loss: the link drops everything, either way, for 100 ms (the
+/// flight, the ACKs of what arrived just before, and the tail loss
+/// probe), and the RTO resends the oldest record. Its ACK acknowledges
+/// what had arrived, up to the first lost record; without timestamps F-RTO
+/// then sends two new records, and the duplicate ACK (or SACK) they draw
+/// shows that the rest is missing: the timeout is not undone, and the
+/// go-back-N resends the lost flight (the ACKs being lost too, the
+/// duplicate ACKs or SACKs a fast retransmit would have needed never came
+/// back). (With timestamps, Eifel judges by the oldest record alone, whose
+/// ACK was what got lost, and undoes the timeout; fast recovery then
+/// repairs the flight.)
+#[test]
+fn a_timeout_after_a_real_loss_is_not_found_spurious() {
+    for (name, cfg) in timeout_profiles()
+        .into_iter()
+        .filter(|(_, c)| !c.timestamps)
+    {
+        let (p, from) = outage_scenario(cfg, Duration::from_millis(100), true);
+        let s = p.a.conn.stats();
+        let rexmits = wire_retransmissions(&p);
+        let lost = p
+            .segs(Dir::AtoB)
+            .filter(|w| {
+                !w.data.is_empty() && w.at >= from && w.at < from + Duration::from_millis(100)
+            })
+            .count();
+        println!(
+            "real loss, {name}: {lost} data segments lost, {s:?}, {} retransmissions on the wire",
+            rexmits.len()
+        );
+        assert_eq!(s.rto_expirations, 1, "{name}: {s:?}");
+        assert_eq!(s.spurious_rtos, 0, "{name}: {s:?}");
+        // Each lost segment resent once (the probe was one of them), and
+        // the oldest record, whose ACK was lost.
+        assert!(lost >= 2, "{name}: {lost}");
+        assert_eq!(s.retransmits as usize, lost + 1, "{name}: {s:?}");
+        assert_eq!(rexmits.len(), lost + 1, "{name}");
+        {
+            // F-RTO step 2 b, then step 3 a: after the timeout's
+            // retransmission, two new records, then the go-back-N.
+            let rto_at = rexmits
+                .iter()
+                .find(|&&(at, _)| at >= from + Duration::from_millis(100))
+                .map(|&(at, _)| at)
+                .expect("the timeout's retransmission");
+            let high = p
+                .segs(Dir::AtoB)
+                .filter(|w| !w.data.is_empty() && w.at < rto_at)
+                .map(|w| w.repr.seq + w.data.len())
+                .max_by(|a, b| a.diff(*b).cmp(&0))
+                .expect("data before the timeout");
+            let after: Vec<_> = p
+                .segs(Dir::AtoB)
+                .filter(|w| !w.data.is_empty() && w.at > rto_at)
+                .take(3)
+                .collect();
+            assert!(
+                after[0].repr.seq >= high && after[1].repr.seq >= high,
+                "{name}"
+            );
+            assert!(after[2].repr.seq < high, "{name}: then the go-back-N");
+        }
+    }
+}
+
+/// F-RTO with nothing new to send (RFC 5682 step 2 b): twelve records,
+/// of which the first transmissions of records 2 to 11 and the tail loss
+/// probe are lost. The RTO resends record 2 and its ACK asks F-RTO for new
+/// data, but the application has none: the go-back-N resumes at once (a
+/// wait for an ACK that cannot come would cost a second, backed-off RTO).
+#[test]
+fn f_rto_without_new_data_falls_back_to_go_back_n() {
+    for cfg in [
+        Config::iwarp_hardware(),
+        Config {
+            timestamps: false,
+            ..quiet()
+        },
+    ] {
+        // The receiver ACKs every segment at once, so that no late ACK
+        // answers the tail loss probe and starts a fast recovery instead.
+        let receiver = Config {
+            delayed_ack: Duration::ZERO,
+            ..cfg.clone()
+        };
+        let mut p = Pair::established(cfg, receiver);
+        let rec = p.a.conn.max_record_len();
+        p.a.record_size = rec;
+        p.a.out = pattern(12 * rec, 71);
+        let mut plan: Vec<_> = (2..12).map(|k| (k, 0)).collect();
+        plan.push((11, 1));
+        p.filter = Some(drop_record_tx(rec, &plan));
+        let n = p.a.out.len();
+        assert!(p.run_until(Duration::from_secs(30), |p| p.b.got.len() == n
+            && p.a.conn.records_queued() == 0));
+        assert_eq!(p.b.got, p.a.out);
+        assert_acked_in_order(&p.a, &p.a.out);
+        let s = p.a.conn.stats();
+        println!(
+            "no new data, sack={}: {s:?}, sends of record 3 {:?}",
+            p.a.conn.sack_enabled(),
+            record_sends(&p, rec, 3)
+        );
+        assert_eq!(s.rto_expirations, 1, "{s:?}");
+        assert_eq!(s.spurious_rtos, 0, "{s:?}");
+        assert_eq!(s.tail_loss_probes, 1, "{s:?}");
+        // The probe, then records 2 to 11 once each.
+        assert_eq!(s.retransmits, 11, "{s:?}");
+        // Record 3 follows the timeout's retransmission of record 2 by a
+        // round trip (its ACK), not by a second timeout.
+        let r2 = record_sends(&p, rec, 2);
+        let r3 = record_sends(&p, rec, 3);
+        assert_eq!((r2.len(), r3.len()), (2, 2));
+        assert!(r3[1] - r2[1] <= Duration::from_millis(20), "{r2:?} {r3:?}");
+    }
+}
+
 #[test]
 fn reordering_is_absorbed() {
     let mut p = Pair::established(quiet(), quiet());

@@ -232,6 +232,64 @@ fn rto_doubles_on_each_expiry_up_to_its_bound() {
     }
 }
 
+/// The return path's delay jumps from 1 ms to 400 ms (and stays) once
+/// 256 KiB are acknowledged: every ACK comes late, the retransmission
+/// timer fires once (the late ACKs arrive before it would fire again), and
+/// nothing was lost. Without timestamps F-RTO finds the timeout spurious
+/// (here the application offers the two new records only after the
+/// engine's first output poll, so the wake-up that waits for it is what
+/// lets them go); with timestamps, Eifel. Either way the flight on its way
+/// is not resent.
+#[test]
+fn a_delay_spike_on_the_return_path_is_a_spurious_timeout() {
+    for tcp in [
+        Config::iwarp_hardware(),
+        Config {
+            timestamps: false,
+            ..Config::default()
+        },
+        Config::default(),
+    ] {
+        let (sack, timestamps) = (tcp.sack, tcp.timestamps);
+        // A 100 Mbit/s bottleneck spaces the segments, so that the
+        // receiver acknowledges every second one rather than whole bursts.
+        let spec = TransferSpec {
+            uplink: LinkConfig::perfect()
+                .with_latency(LATENCY)
+                .with_bandwidth(100_000_000),
+            ..one_way(tcp, 2048 * KIB)
+        };
+        let mut t = Transfer::new(&spec).unwrap();
+        t.net.enable_capture();
+        let back = t.link.backward;
+        let mut spiked = false;
+        t.run_until(DEADLINE, |net, apps| {
+            if !spiked && apps.client_app.acked >= 256 * KIB {
+                let cfg = net
+                    .link_config(back)
+                    .clone()
+                    .with_latency(Duration::from_millis(400));
+                net.set_link_config(back, cfg);
+                spiked = true;
+            }
+            apps.finished()
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(t.apps.server_app.received, 2048 * KIB);
+        let s = t.apps.client_app.conn_stats;
+        let resent = retransmissions(t.net.captured(), t.link.forward).len();
+        println!(
+            "delay spike, sack={sack} timestamps={timestamps}: {resent} segments resent, {s:?}"
+        );
+        assert_eq!(s.rto_expirations, 1, "{s:?}");
+        assert_eq!(s.spurious_rtos, 1, "{s:?}");
+        // The timeout's own retransmission and a tail loss probe at most,
+        // where a go-back-N would resend the flight (tens of segments).
+        assert!(resent <= 2, "{resent} resent: {s:?}");
+        assert_eq!(s.retransmits as usize, resent, "{s:?}");
+    }
+}
+
 /// Drops data segments 40 and 44 (one flight) and returns (retransmitted
 /// segments on the wire, time between the two retransmissions, stats).
 fn two_losses(tcp: Config) -> (usize, Duration, tcp_offload::tcp::ConnStats) {

@@ -8,7 +8,8 @@
 //! - `close`: FIN, RST, CLOSING, LAST-ACK, TIME-WAIT, `close` and `abort`.
 //! - `timers`: RTO, delayed ACK, persist, keepalive, TIME-WAIT.
 //! - `recovery`: congestion control, fast retransmit, NewReno and SACK
-//!   loss recovery; `rack`: RACK-TLP loss detection and tail loss probes.
+//!   loss recovery, spurious timeouts (Eifel detection, F-RTO); `rack`:
+//!   RACK-TLP loss detection and tail loss probes.
 //! - `output`: what `poll_transmit` sends next and the headers it builds.
 //! - `sendq` and `rtt`: the record queue with its scoreboard, and the RTT
 //!   estimator.
@@ -78,9 +79,12 @@ pub struct ConnStats {
     /// or the last one again), and the same timeout in recovery, where the
     /// probe is a repair or the oldest record.
     pub tail_loss_probes: u64,
-    /// Retransmission timeouts found spurious afterwards (RFC 3522: the
-    /// first ACK to advance after the timeout echoed a timestamp older
-    /// than the timeout, so the data had arrived, only late) and undone.
+    /// Retransmission timeouts found spurious afterwards and undone: with
+    /// timestamps, the first ACK to advance after the timeout echoed a
+    /// timestamp older than the timeout (RFC 3522); without them, an ACK
+    /// acknowledged data sent before the timeout and never resent while
+    /// new data went out in place of retransmissions (F-RTO, RFC 5682).
+    /// Either way the data had arrived, only late.
     pub spurious_rtos: u64,
 }
 
@@ -486,7 +490,10 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         let wnd_room = (self.snd_una + self.snd_wnd) - end;
         let used = (end - self.snd_una + self.sendq.spec_bytes())
             .saturating_sub(self.sendq.sacked_bytes());
-        let cwnd_room = self.send_window().saturating_sub(used);
+        let cwnd_room = self
+            .send_window()
+            .saturating_sub(used)
+            .max(self.frto_room());
         let cap = mss.min(wnd_room).min(cwnd_room);
         if cap < mss && end != self.snd_una {
             if cwnd_room < mss {

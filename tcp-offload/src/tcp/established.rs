@@ -251,6 +251,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         let mut new_sack = false;
         let mut dsack = None;
         let mut sack_above_probe = false;
+        let mut sack_high: Option<SeqNumber> = None;
         if self.opts.sack {
             let blocks = repr.options.sack.as_slice();
             dsack = dsack_block(blocks, ack);
@@ -263,20 +264,29 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 if left >= right || left < self.snd_una || right > self.snd_nxt {
                     continue;
                 }
+                if !sack_high.is_some_and(|h| h >= right) {
+                    sack_high = Some(right);
+                }
                 new_sack |= self
                     .sendq
                     .sack_block(left, right, self.snd_nxt, &mut delivered);
             }
         }
         self.rack_update(&delivered, dsack.is_some(), now);
-        self.rto_undo_check(acked, echo.map(|(tsecr, _)| tsecr));
 
         // A duplicate ACK in the RFC 5681 §2 sense, whether or not anything
         // is still outstanding.
         let dup_like =
             acked == 0 && plen == 0 && !repr.flags.contains(TcpFlags::FIN) && !window_changed;
-        self.tlp_on_ack(now, ack, dup_like, dsack, sack_above_probe);
         let dup = dup_like && self.snd_una != self.snd_nxt;
+        // Was a timeout spurious? Eifel detection with timestamps, F-RTO
+        // without them (see `recovery`).
+        if self.opts.timestamps {
+            self.rto_undo_check(acked, echo.map(|(tsecr, _)| tsecr));
+        } else {
+            self.frto_on_ack(acked, dup, sack_high, new_sack);
+        }
+        self.tlp_on_ack(now, ack, dup_like, dsack, sack_above_probe);
         // RFC 6937 DeliveredData: what the cumulative ACK and the SACK
         // blocks newly cover, less what was SACKed before and is now
         // acknowledged.

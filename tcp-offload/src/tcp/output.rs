@@ -193,12 +193,16 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         let mss = self.eff_mss;
         let mut cwnd_blocked = false;
         let sent = self.sendq.sent_count(self.snd_nxt);
+        // While F-RTO runs, the go-back-N waits: only the timeout's own
+        // retransmission and step 2 b's new segments go out (`recovery`).
+        let frto_holds = self.frto_holds();
+        let frto_new = self.frto_new_allowed();
         if let Some(idx) = self.sendq.next_pending(sent) {
             let r = self.sendq.get(idx);
             let sent_len = r.len.min(self.snd_nxt - r.seq);
             let off = r.rtx_off.min(sent_len);
             let len = (sent_len - off).min(mss);
-            if len > 0 && (self.cc.force_rtx || self.cwnd_allows(len)) {
+            if len > 0 && (self.cc.force_rtx || (!frto_holds && self.cwnd_allows(len))) {
                 return Some(Tx::Data {
                     idx,
                     off,
@@ -206,7 +210,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                     why: Send::Repair,
                 });
             }
-            cwnd_blocked = len > 0;
+            cwnd_blocked = len > 0 && !frto_new;
         }
         if self.fin_rtx && self.sendq.pending_bytes() == 0 {
             return Some(Tx::Fin {
@@ -214,24 +218,24 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 probe: false,
             });
         }
-        let idx = self.sendq.next_new();
-        if !cwnd_blocked && idx < self.sendq.len() {
-            let r = self.sendq.get(idx);
-            let off = self.snd_nxt - r.seq;
-            let len = (r.len - off.min(r.len)).min(mss);
-            let wnd_ok = self.snd_nxt + len <= self.snd_una + self.snd_wnd;
-            if len > 0 && wnd_ok && self.cwnd_allows(len) {
-                return Some(Tx::Data {
-                    idx,
-                    off,
-                    len,
-                    why: Send::New,
-                });
+        if !cwnd_blocked {
+            if let Some((idx, off, len)) = self.next_new_segment() {
+                if frto_new || (!frto_holds && self.cwnd_allows(len)) {
+                    return Some(Tx::Data {
+                        idx,
+                        off,
+                        len,
+                        why: Send::New,
+                    });
+                }
             }
+        }
+        if frto_new {
+            self.frto_starved(now);
         }
         if let Some(fin) = self.fin_seq {
             let room = (self.snd_una + self.snd_wnd) - self.snd_nxt;
-            if !self.fin_sent && self.snd_nxt == fin && room > 0 {
+            if !self.fin_sent && !frto_holds && self.snd_nxt == fin && room > 0 {
                 return Some(Tx::Fin {
                     rtx: false,
                     probe: false,
@@ -259,6 +263,25 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             return Some(Tx::Ack);
         }
         None
+    }
+
+    /// The next piece of new data (record index, offset, length), if one
+    /// is queued and the peer's window takes it.
+    fn next_new_segment(&self) -> Option<(usize, usize, usize)> {
+        let idx = self.sendq.next_new();
+        if idx >= self.sendq.len() {
+            return None;
+        }
+        let r = self.sendq.get(idx);
+        let off = self.snd_nxt - r.seq;
+        let len = (r.len - off.min(r.len)).min(self.eff_mss);
+        let wnd_ok = self.snd_nxt + len <= self.snd_una + self.snd_wnd;
+        (len > 0 && wnd_ok).then_some((idx, off, len))
+    }
+
+    /// Whether new data is queued that the peer's window takes.
+    pub(super) fn new_segment_ready(&self) -> bool {
+        self.next_new_segment().is_some()
     }
 
     /// RFC 6675 `NextSeg` rules 3 and 4, when rules 1 and 2 found nothing
@@ -418,6 +441,9 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         } else {
             if off == 0 {
                 self.sendq.stamp(idx, now);
+            }
+            if why == Send::New {
+                self.frto_sent_new();
             }
             self.snd_nxt = seq + len;
             if off + len == rec_len {

@@ -223,8 +223,10 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
 
     /// Whether a probe timeout may run (RFC 8985 §7.2): data outstanding,
     /// not right after an RTO (only once an ACK acknowledged something
-    /// since) and, outside recovery and with SACK, nothing SACKed (RACK's
-    /// reordering timer covers that case).
+    /// since), nor while F-RTO waits for the ACK that judges the timeout
+    /// (a probe would resend data that ACK must find sent only once) and,
+    /// outside recovery and with SACK, nothing SACKed (RACK's reordering
+    /// timer covers that case).
     fn pto_allowed(&self) -> bool {
         let after_rto = !self.cc.in_recovery && self.snd_una < self.cc.recover;
         matches!(
@@ -236,6 +238,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 | State::LastAck
         ) && self.snd_una != self.snd_nxt
             && !(after_rto && self.snd_una == self.cc.rto_una)
+            && !self.frto_holds()
             && (self.in_loss_recovery() || !(self.opts.sack && self.sendq.sacked_bytes() > 0))
     }
 

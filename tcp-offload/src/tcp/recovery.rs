@@ -7,11 +7,45 @@
 //! = 3, pipe, RecoveryPoint), with RACK's time-based detection (RFC 8985,
 //! in `rack`) alongside `IsLost`; RACK also finds lost repairs. After an
 //! RTO the loss window is one segment (RFC 5681 §3.1) and every unSACKed
-//! record is retransmitted in order as the window allows, unless the first
-//! ACK to advance afterwards echoes a timestamp older than the timeout:
-//! the timeout was then spurious (RFC 3522 Eifel detection: the round trip
-//! outgrew the RTO, as behind a receiver that stalls with a deep queue in
-//! front of it) and is undone (RFC 4015 in spirit, as Linux does it).
+//! record is marked for retransmission, in order as the window allows (the
+//! go-back-N), unless the timeout turns out to have been spurious: the
+//! round trip outgrew the RTO (a receiver that stalls with a deep queue in
+//! front of it, a link that pauses and then delivers everything late)
+//! while nothing was lost. A spurious timeout is undone as Linux does it
+//! (RFC 4015 in spirit): window and threshold restored, and the marks not
+//! yet acted on taken back, so the flight still on its way is not sent
+//! twice.
+//!
+//! Detecting it. With timestamps, Eifel detection (RFC 3522): the first
+//! ACK to advance after the timeout echoes a timestamp older than the
+//! timeout. Without them (the hardware iWARP profile), F-RTO (RFC 5682),
+//! which holds the go-back-N back for a round trip: the timeout resends
+//! only the oldest record; if the first ACK to advance acknowledges it but
+//! not everything that was outstanding, up to two new records go out
+//! instead of retransmissions, and the ACK after that decides. One that
+//! acknowledges more data sent before the timeout (never resent, since
+//! the one retransmission was already acknowledged) shows the flight was
+//! arriving: spurious. A duplicate ACK shows the new records arrived while
+//! older data is still missing: the loss was real, and the go-back-N
+//! resumes with a window of three segments. With SACK the section 3
+//! variant runs, reading SACK blocks too: duplicate ACKs before the first
+//! advance only update the scoreboard, and at the decision a SACK of the
+//! new records means loss while one of older data means spurious. (Basic
+//! F-RTO with SACK would give up at the first duplicate ACK, and throw away
+//! what the blocks say about which data arrived. Unlike section 3 step 1,
+//! the timeout keeps SACK marks unless the receiver reneged, as it does
+//! without F-RTO.) An ACK that comes before the new records went out (a
+//! driver handing over a burst before it polls) is judged all the same:
+//! what it acknowledges was still sent before the timeout and only once.
+//! F-RTO starts only on a timeout outside any loss recovery (not in fast
+//! recovery, not on a later expiry for the same data) and before the FIN
+//! went out; the tail loss probe rests while it runs, since a probe would
+//! resend data the deciding ACK must find sent once. The new records need an
+//! application that supplies them: the engine offers room for two beyond
+//! the congestion window once the first ACK came, and when an output poll
+//! finds none queued, a wake-up at once gives the application its turn;
+//! if there is still nothing new to send (or the peer's window is full),
+//! the go-back-N proceeds (RFC 5682 step 2 b).
 //!
 //! The window during and after recovery. With SACK, Proportional Rate
 //! Reduction (RFC 6937, with the slow-start reduction bound) sets cwnd on
@@ -92,14 +126,38 @@ pub(super) struct Congestion {
     pub(super) prr_out: usize,
     pub(super) recover_fs: usize,
     /// What the first of a run of RTOs changed, kept until the first ACK
-    /// that advances `snd.una` shows whether it was spurious (timestamps
-    /// only).
+    /// that advances `snd.una` (with timestamps) or F-RTO (without them)
+    /// shows whether it was spurious.
     pub(super) undo: Option<RtoUndo>,
+    /// Where F-RTO stands (connections without timestamps).
+    pub(super) frto: Frto,
 }
 
+/// F-RTO (RFC 5682) after a retransmission timeout, on a connection
+/// without timestamps: the steps that remain before the timeout is judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Frto {
+    /// Not running: no timeout, a timeout judged, or one that F-RTO does
+    /// not judge (conventional recovery).
+    Off,
+    /// Step 2: the timeout resent the oldest record, which ends at
+    /// `head_end`; the rest of the go-back-N waits for the first ACK that
+    /// advances `snd.una`.
+    Await { head_end: SeqNumber },
+    /// Step 3: that ACK acknowledged the resent record and not everything
+    /// sent before the timeout; `new_left` more new segments may go out in
+    /// place of retransmissions (step 2 b), and the next ACK tells, against
+    /// `point` (RFC 5682 `recover`, `RecoveryPoint`: `snd.nxt` at step 2),
+    /// whether the timeout was spurious.
+    Decide { point: SeqNumber, new_left: u8 },
+}
+
+/// New segments F-RTO step 2 b sends in place of retransmissions.
+const FRTO_NEW_SEGMENTS: u8 = 2;
+
 /// The congestion state as it was before a retransmission timeout, and
-/// the timestamp clock when it fired (RFC 3522 Eifel detection, RFC 4015
-/// response).
+/// the timestamp clock when it fired (RFC 3522 Eifel detection, or RFC 5682
+/// F-RTO, and the RFC 4015 response).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct RtoUndo {
     cwnd: usize,
@@ -107,7 +165,7 @@ pub(super) struct RtoUndo {
     in_recovery: bool,
     recover: SeqNumber,
     /// Our timestamp clock at the timeout: every retransmission it caused
-    /// carries this TSval or a later one.
+    /// carries this TSval or a later one (Eifel detection only).
     ts: u32,
 }
 
@@ -130,6 +188,7 @@ impl Congestion {
             prr_out: 0,
             recover_fs: 0,
             undo: None,
+            frto: Frto::Off,
         }
     }
 
@@ -312,18 +371,41 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
 
     /// Congestion response to a retransmission timeout (RFC 5681 §3.1
     /// eq. 4 and the loss window; RFC 6582 §3.2 step 4 for `recover`).
-    /// With timestamps, the state before the first timeout of a run is
-    /// kept so that a spurious one can be undone (`rto_undo_check`).
+    /// The state before the first timeout of a run is kept so that a
+    /// spurious one can be undone: with timestamps for Eifel detection
+    /// (`rto_undo_check`), without them for F-RTO (`frto_on_ack`), which
+    /// starts here (RFC 5682 §2.1 and §3.1 step 1) unless a loss recovery
+    /// is under way already: a fast recovery, or the go-back-N of an
+    /// earlier timeout (a later expiry for the same data included), whose
+    /// retransmissions could be what the ACKs F-RTO reads acknowledge. Nor
+    /// does it start once the FIN went out, since no new data can follow.
     pub(super) fn on_rto_loss(&mut self, now: Instant) {
         let mss = self.eff_mss;
-        if self.opts.timestamps && self.cc.undo.is_none() {
-            self.cc.undo = Some(RtoUndo {
-                cwnd: self.cc.cwnd,
-                ssthresh: self.cc.ssthresh,
-                in_recovery: self.cc.in_recovery,
-                recover: self.cc.recover,
-                ts: self.ts_now(now),
-            });
+        let snapshot = RtoUndo {
+            cwnd: self.cc.cwnd,
+            ssthresh: self.cc.ssthresh,
+            in_recovery: self.cc.in_recovery,
+            recover: self.cc.recover,
+            ts: self.ts_now(now),
+        };
+        if self.opts.timestamps {
+            if self.cc.undo.is_none() {
+                self.cc.undo = Some(snapshot);
+            }
+        } else {
+            let head_end = self
+                .sendq
+                .front()
+                .filter(|r| r.seq < self.snd_nxt)
+                .map(|r| r.end().min(self.snd_nxt));
+            let fresh = !self.in_loss_recovery() && !self.fin_sent;
+            match head_end.filter(|_| fresh) {
+                Some(head_end) => {
+                    self.cc.undo = Some(snapshot);
+                    self.cc.frto = Frto::Await { head_end };
+                }
+                None => self.frto_stop(),
+            }
         }
         if self.timers.retries <= 1 {
             // The first expiry halves; later ones of the same segment hold
@@ -357,11 +439,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     /// arrived before any retransmission the timeouts caused, so they
     /// fired because the round trip grew (a receiver that stalled, a queue
     /// that filled), not because data was lost. The response is Linux's
-    /// (and RFC 4015's in spirit): the window and threshold come back, the
-    /// fast recovery the timeout cut short resumes, and the marks that
-    /// would resend the whole flight go back to what SACK and RACK say is
-    /// lost, instead of a go-back-N of data still on its way (under a
-    /// queue of hundreds of milliseconds, most of a window resent twice).
+    /// (and RFC 4015's in spirit): see `undo_rto`.
     pub(super) fn rto_undo_check(&mut self, acked: usize, tsecr: Option<u32>) {
         if acked == 0 {
             return;
@@ -376,6 +454,16 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         if (tsecr.wrapping_sub(u.ts) as i32) >= 0 {
             return;
         }
+        self.undo_rto(u);
+    }
+
+    /// The response to a spurious timeout: the window and threshold come
+    /// back, the fast recovery the timeout cut short resumes, and the
+    /// marks that would resend the whole flight go back to what SACK and
+    /// RACK say is lost, instead of a go-back-N of data still on its way
+    /// (under a queue of hundreds of milliseconds, most of a window resent
+    /// twice).
+    fn undo_rto(&mut self, u: RtoUndo) {
         self.stats.spurious_rtos += 1;
         self.cc.cwnd = self.cc.cwnd.max(u.cwnd);
         self.cc.ssthresh = self.cc.ssthresh.max(u.ssthresh);
@@ -387,6 +475,155 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         if self.opts.sack {
             self.sendq
                 .mark_lost_by_sack(self.snd_nxt, self.eff_mss, DUP_THRESH as usize);
+        }
+    }
+
+    /// F-RTO steps 2 and 3 (RFC 5682 §2.1 without SACK, §3.1 with it), on
+    /// an ACK after the scoreboard took it and before the congestion
+    /// response: `acked` bytes newly acknowledged, `dup` whether it is a
+    /// duplicate ACK, `sack_high` the highest right edge of its SACK
+    /// blocks, `new_sack` whether it SACKed a record not SACKed before.
+    ///
+    /// Step 2 waits for the first ACK that advances `snd.una`. If it
+    /// leaves the record the timeout resent partly unacknowledged, or
+    /// acknowledges everything sent before the timeout, F-RTO learns
+    /// nothing and the go-back-N proceeds (step 2 a). Otherwise up to two
+    /// new segments go out instead of retransmissions (step 2 b; see
+    /// `frto_room`, and `frto_starved` when there is nothing new to send).
+    /// A duplicate ACK at step 2 ends F-RTO without SACK (step 2 a); with
+    /// SACK its blocks only update the scoreboard.
+    ///
+    /// Step 3 reads the next ACK. Without SACK, one that advances `snd.una`
+    /// acknowledges data sent before the timeout and never resent (the
+    /// one retransmission was acknowledged at step 2): the timeout was
+    /// spurious (3 b). A duplicate ACK says the new segments arrived while
+    /// older data is still missing: the loss was real (3 a). With SACK, an
+    /// ACK whose cumulative point or SACK blocks reach beyond the recovery
+    /// point (the new segments) means loss (3 a), as does a duplicate ACK
+    /// that reports nothing new; one that acknowledges or SACKs data below
+    /// it not reported before means a spurious timeout (3 b). After a loss
+    /// the window is three segments (room for the two new ones and a
+    /// retransmission, RFC 5682) and the go-back-N resumes.
+    pub(super) fn frto_on_ack(
+        &mut self,
+        acked: usize,
+        dup: bool,
+        sack_high: Option<SeqNumber>,
+        new_sack: bool,
+    ) {
+        match self.cc.frto {
+            Frto::Off => {}
+            Frto::Await { head_end } => {
+                if acked > 0 {
+                    if self.snd_una >= self.cc.recover || self.snd_una < head_end {
+                        self.frto_stop();
+                    } else {
+                        self.cc.frto = Frto::Decide {
+                            point: self.snd_nxt,
+                            new_left: FRTO_NEW_SEGMENTS,
+                        };
+                        // Acknowledged before it went out: nothing else is
+                        // to be resent in its place.
+                        self.cc.force_rtx = false;
+                    }
+                } else if dup && !self.opts.sack {
+                    self.frto_stop();
+                }
+            }
+            Frto::Decide { point, .. } => {
+                let spurious = if self.opts.sack {
+                    if acked == 0 && !dup && !new_sack {
+                        return;
+                    }
+                    let beyond = self.snd_una > point || sack_high.is_some_and(|h| h > point);
+                    !beyond && (acked > 0 || new_sack)
+                } else if acked > 0 {
+                    true
+                } else if dup {
+                    false
+                } else {
+                    return;
+                };
+                if spurious {
+                    self.cc.frto = Frto::Off;
+                    if let Some(u) = self.cc.undo.take() {
+                        self.undo_rto(u);
+                    }
+                } else {
+                    self.frto_stop();
+                    self.cc.cwnd = 3 * self.eff_mss;
+                }
+            }
+        }
+    }
+
+    /// Ends F-RTO without declaring the timeout spurious: the go-back-N
+    /// that `mark_all_lost` set up proceeds (conventional RTO recovery).
+    fn frto_stop(&mut self) {
+        self.cc.frto = Frto::Off;
+        self.cc.undo = None;
+        self.timers.frto = None;
+    }
+
+    /// Whether F-RTO holds back the go-back-N now: every step but the
+    /// timeout's own retransmission (`force_rtx`) and step 2 b's new
+    /// segments.
+    pub(super) fn frto_holds(&self) -> bool {
+        self.cc.frto != Frto::Off
+    }
+
+    /// Whether step 2 b may still send a new segment, whatever the
+    /// congestion window (RFC 5682: two new segments in place of the two
+    /// retransmissions slow start would have sent).
+    pub(super) fn frto_new_allowed(&self) -> bool {
+        matches!(self.cc.frto, Frto::Decide { new_left, .. } if new_left > 0)
+    }
+
+    /// A new segment went out.
+    pub(super) fn frto_sent_new(&mut self) {
+        if let Frto::Decide { new_left, .. } = &mut self.cc.frto {
+            *new_left = new_left.saturating_sub(1);
+        }
+    }
+
+    /// Room step 2 b gives the application beyond the congestion window:
+    /// since `send_capacity` counts every queued byte against the window,
+    /// an application that kept the window full has nothing queued unsent
+    /// when the timeout fires, and would otherwise never be offered the
+    /// new segments F-RTO wants to send.
+    pub(super) fn frto_room(&self) -> usize {
+        match self.cc.frto {
+            Frto::Decide { new_left, .. } if new_left > 0 => {
+                let want = usize::from(new_left) * self.eff_mss;
+                want.saturating_sub(self.sendq.unsent_bytes(self.snd_nxt))
+            }
+            _ => 0,
+        }
+    }
+
+    /// Step 2 b found nothing new to send at an output poll. The driver
+    /// may have polled before the application saw the room `frto_room`
+    /// offers, so the decision waits for a wake-up at once (the `frto`
+    /// timer): by then the application has had its turn, and if there is
+    /// still nothing new to send, or the peer's window has no room for it,
+    /// F-RTO gives way to the go-back-N (RFC 5682 step 2 b: with nothing
+    /// new to send, conventional recovery).
+    pub(super) fn frto_starved(&mut self, now: Instant) {
+        if matches!(self.cc.frto, Frto::Decide { new_left, .. } if new_left == FRTO_NEW_SEGMENTS)
+            && self.timers.frto.is_none()
+        {
+            self.timers.frto = Some(now);
+        }
+    }
+
+    /// The `frto` timer fired: see `frto_starved`.
+    pub(super) fn on_frto_timeout(&mut self) {
+        let starved = matches!(
+            self.cc.frto,
+            Frto::Decide { new_left, .. } if new_left == FRTO_NEW_SEGMENTS
+        );
+        if starved && !self.new_segment_ready() {
+            self.frto_stop();
         }
     }
 

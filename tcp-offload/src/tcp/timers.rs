@@ -2,9 +2,11 @@
 //! retransmission in the handshake), delayed ACK (RFC 9293 §3.8.6.3,
 //! RFC 5681 §4.2), persist for zero-window probes (RFC 9293 §3.8.6.1),
 //! keepalive (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6), TIME-WAIT (2·MSL,
-//! RFC 9293 §3.6), and RACK-TLP's reordering timer and probe timeout (RFC
-//! 8985 §6.3, §7.2; their logic is in `rack`). Each is a deadline; the driver sleeps until the earliest
-//! (`poll_timeout`) and calls `handle_timeout`, which runs the expired ones.
+//! RFC 9293 §3.6), RACK-TLP's reordering timer and probe timeout (RFC 8985
+//! §6.3, §7.2; their logic is in `rack`), and F-RTO's wake-up (RFC 5682
+//! step 2 b; in `recovery`). Each is a deadline; the driver sleeps until
+//! the earliest (`poll_timeout`) and calls `handle_timeout`, which runs the
+//! expired ones.
 
 use super::connection::{Connection, PendingRst};
 use super::{Event, Record, State};
@@ -18,6 +20,9 @@ pub(super) struct Timers {
     pub(super) reo: Option<Instant>,
     /// The tail loss probe timeout (never later than `rto`).
     pub(super) pto: Option<Instant>,
+    /// F-RTO's wake-up when step 2 b found nothing new to send (see
+    /// `recovery`).
+    pub(super) frto: Option<Instant>,
     pub(super) delack: Option<Instant>,
     pub(super) persist: Option<Instant>,
     pub(super) keepalive: Option<Instant>,
@@ -38,6 +43,7 @@ impl Timers {
             self.rto,
             self.reo,
             self.pto,
+            self.frto,
             self.delack,
             self.persist,
             self.keepalive,
@@ -76,6 +82,10 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         if due(self.timers.pto, now) {
             self.timers.pto = None;
             self.on_pto(now);
+        }
+        if due(self.timers.frto, now) {
+            self.timers.frto = None;
+            self.on_frto_timeout();
         }
         if due(self.timers.rto, now) {
             self.timers.rto = None;
