@@ -473,6 +473,12 @@ fn service_on_a_memory_link_answers_and_stops_clean() {
     let body = scrape(&metrics).unwrap_or_else(|e| panic!("{e}"));
     let samples = parse_exposition(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
     assert!(sample(&samples, "iwarp_loops_total", &[("worker", "0")]).is_some_and(|v| v > 0.0));
+    // An idle service with sleep_us = 50 sleeps between its spins.
+    assert!(
+        sample(&samples, "iwarp_idle_sleeps_total", &[("worker", "0")]).is_some_and(|v| v > 0.0),
+        "{body}"
+    );
+    assert!(sample(&samples, "iwarp_idle_wakeups_total", &[("worker", "0")]).is_some());
     assert!(sample(&samples, "iwarp_link_rx_ring_full_total", &[("port", "0")]).is_some());
     assert!(
         !body.contains("iwarp_port_"),

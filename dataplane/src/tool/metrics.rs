@@ -187,7 +187,7 @@ type WorkerCounter = (&'static str, &'static str, fn(&WorkerStats) -> u64);
 /// can say; the service adds its responders).
 pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
     let stats = dp.stats();
-    let counters: [WorkerCounter; 14] = [
+    let counters: [WorkerCounter; 16] = [
         ("iwarp_rx_packets_total", "Frames received.", |s| {
             s.rx_packets
         }),
@@ -250,6 +250,16 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             |s| s.tx_copied_frames,
         ),
         ("iwarp_loops_total", "Poll-loop iterations.", |s| s.loops),
+        (
+            "iwarp_idle_sleeps_total",
+            "Times the worker slept after its idle spins (idle.sleep_us).",
+            |s| s.idle_sleeps,
+        ),
+        (
+            "iwarp_idle_wakeups_total",
+            "Times a post or control message woke the sleeping worker.",
+            |s| s.idle_wakeups,
+        ),
     ];
     for (name, help, get) in counters {
         let mut f = Family::head(out, name, "counter", help);
