@@ -1980,20 +1980,30 @@ impl Dataplane {
                     return true;
                 }
             }
-            let now = std::time::Instant::now();
-            if now >= deadline {
+            if !self.wait_for_events(deadline) {
                 return false;
             }
-            if self.inline.is_some() {
-                self.poll();
-            } else if let Ok(msg) = self
-                .events
-                .recv_timeout((deadline - now).min(Duration::from_millis(20)))
-            {
-                let mut c = lock(&self.control);
-                self.take_msg(&mut c, msg);
-            }
         }
+    }
+
+    /// One step of an event wait: false once `deadline` has passed;
+    /// otherwise drives an inline worker once, or takes the next event
+    /// message if one arrives within 20 ms (or by the deadline).
+    fn wait_for_events(&self, deadline: std::time::Instant) -> bool {
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        if self.inline.is_some() {
+            self.poll();
+        } else if let Ok(msg) = self
+            .events
+            .recv_timeout((deadline - now).min(Duration::from_millis(20)))
+        {
+            let mut c = lock(&self.control);
+            self.take_msg(&mut c, msg);
+        }
+        true
     }
 
     /// Waits up to `timeout` for the first event `want` takes; the others
@@ -2008,18 +2018,8 @@ impl Dataplane {
             if let Some(e) = self.poll_event_where(&want) {
                 return Some(e);
             }
-            let now = std::time::Instant::now();
-            if now >= deadline {
+            if !self.wait_for_events(deadline) {
                 return None;
-            }
-            if self.inline.is_some() {
-                self.poll();
-            } else if let Ok(msg) = self
-                .events
-                .recv_timeout((deadline - now).min(Duration::from_millis(20)))
-            {
-                let mut c = lock(&self.control);
-                self.take_msg(&mut c, msg);
             }
         }
     }
