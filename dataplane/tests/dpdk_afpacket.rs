@@ -6,6 +6,7 @@
 
 mod exchange_common;
 mod netns_common;
+mod runtime_common;
 
 use dataplane::worker::WorkerStats;
 use exchange_common::{run, Exchange};

@@ -24,6 +24,7 @@
 
 mod exchange_common;
 mod netns_common;
+mod runtime_common;
 
 use dataplane::worker::WorkerStats;
 use exchange_common::{run, total, Exchange};

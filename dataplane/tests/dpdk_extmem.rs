@@ -21,13 +21,10 @@ mod runtime_common;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
-use dataplane::api::{
-    Access, Dataplane, DriveMode, RecvWr, Region, SendWr, SgeList, WcOpcode, WcStatus,
-};
-use dataplane::dpdk_link::{start_eal, DpdkLink, DpdkLinkOptions, DpdkLinkStats};
+use dataplane::api::{Access, RecvWr, Region, SendWr, SgeList, WcOpcode, WcStatus};
+use dataplane::dpdk_link::{start_eal, DpdkLinkStats};
 use dpdk_bindings::{iova_of, is_external_memory, phys_addr, Eal, ExtMem};
 use dpdk_common::*;
 use runtime_common::*;
@@ -37,31 +34,6 @@ const GUARD: usize = 4096;
 const CHILD_ENV: &str = "IWARP_EXTMEM_CHILD";
 /// 2 MiB pages the hugepage variant reserves on top of what is there.
 const HUGEPAGES: u64 = 192;
-
-/// Two dataplanes over a `net_ring` pair with worker threads.
-fn pair(eal: &Arc<Eal>) -> (Pair, Arc<DpdkLinkStats>, Arc<DpdkLinkStats>) {
-    let (la, lb) = DpdkLink::ring_pair(
-        eal,
-        "xm",
-        &DpdkLinkOptions::default(),
-        (Some(MAC_A), Some(MAC_B)),
-    )
-    .expect("ring pair links");
-    let (sa, sb) = (la.stats(), lb.stats());
-    let open = |ip, mac, peer, link| {
-        Dataplane::open_with_link(
-            &config(ip, mac, peer, 1500, 1, false),
-            link,
-            DriveMode::Threads,
-        )
-        .expect("open")
-    };
-    let p = Pair {
-        a: open(IP_A, MAC_A, (IP_B, MAC_B), la),
-        b: open(IP_B, MAC_B, (IP_A, MAC_A), lb),
-    };
-    (p, sa, sb)
-}
 
 /// Checks that DPDK knows `region` as registered external memory, with
 /// the IOVA of the mode (the address, or the page's physical address).
@@ -271,7 +243,7 @@ fn registered_heap_regions_over_net_ring_no_hugepages() {
     let (guard, eal) = start("dpdk-extmem", 256);
     assert_eq!(ExtMem::live(), 0);
     {
-        let (p, sa, sb) = pair(&eal);
+        let (p, sa, sb) = ring_pair(&eal, 1500, 1);
         // A registration is visible in EAL's runtime directory too, and
         // gone with it.
         let r = Region::new(3 * 4096).unwrap();
@@ -375,7 +347,7 @@ fn vector_regions_sharing_a_page_over_net_ring() {
     let (guard, eal) = start("dpdk-extmem-vec", 256);
     assert_eq!(ExtMem::live(), 0);
     {
-        let (p, sa, _sb) = pair(&eal);
+        let (p, sa, _sb) = ring_pair(&eal, 1500, 1);
         let (mut a, b) = connect(&p);
         let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
         let len = 3000;
@@ -623,7 +595,7 @@ fn hugepage_child() {
     let mode = if eal.iova_is_va() { "VA" } else { "PA" };
     println!("hugepages: EAL on hugepages, IOVA-as-{mode}");
     {
-        let (p, sa, sb) = pair(&eal);
+        let (p, sa, sb) = ring_pair(&eal, 1500, 1);
         let mut ends = connect(&p);
         let total = run_all(&eal, &p, &mut ends, huge, true, "hugepages");
         println!("hugepages: {total} bytes verified in all");

@@ -18,8 +18,8 @@ mod runtime_common;
 use std::time::Instant;
 
 use dataplane::api::{
-    Access, CmEvent, Dataplane, DisconnectReason, DriveMode, QpStatus, RecvWr, SendWr, SgeList,
-    TerminateCause, TerminateOrigin, WcStatus,
+    Access, CmEvent, Dataplane, DisconnectReason, DriveMode, QpStatus, TerminateCause,
+    TerminateOrigin, WcStatus,
 };
 use dataplane::link::{MemLink, MemLinkConfig, MemLinkStatsHandle};
 use dataplane::worker::WorkerStats;
@@ -105,30 +105,7 @@ fn run_on(crc: bool, multi_seg_tx: bool, op: Op, expect_end: bool) -> Outcome {
     src_link.lose_next(1, DATA_FRAME);
     let len32 = LEN as u32;
     let id = 1;
-    match op {
-        Op::Write => {
-            let wr = SendWr::write(
-                id,
-                SgeList::single(src.mr.sge(0, len32)),
-                dst.mr.addr(),
-                dst.mr.rkey(),
-            );
-            a.qp.post_send(&wr).unwrap();
-        }
-        Op::Read => {
-            let wr = SendWr::read(id, dst.mr.sge(0, len32), src.mr.addr(), src.mr.rkey());
-            a.qp.post_send(&wr).unwrap();
-        }
-        Op::Send => {
-            let rwr = RecvWr {
-                wr_id: id,
-                sges: SgeList::single(dst.mr.sge(0, len32)),
-            };
-            b.qp.post_recv(&rwr).unwrap();
-            let wr = SendWr::send(id, SgeList::single(src.mr.sge(0, len32)));
-            a.qp.post_send(&wr).unwrap();
-        }
-    }
+    post_op(&a, &b, op, &src, &dst, len32, id);
     p.until("the first transmission lost", |_| {
         (src_link
             .get()

@@ -14,9 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dataplane::api::{
-    Access, CmEvent, Dataplane, DisconnectReason, DriveMode, Error, PostError, ProtectionDomain,
-    QpOptions, RecvWr, Region, SendWr, SgeList, TerminateCause, TerminateOrigin, WcOpcode,
-    WcStatus,
+    Access, Dataplane, DriveMode, Error, MemoryRegistration, PostError, ProtectionDomain,
+    QpOptions, RecvWr, Region, SendWr, SgeList, TerminateCause, WcOpcode, WcStatus,
 };
 use rdmap::verbs::VerbsError;
 use runtime_common::*;
@@ -29,18 +28,6 @@ const SIZES: [usize; 4] = [1, 13, 4097, 100_003];
 
 fn rw() -> Access {
     Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// A memfd of `len` bytes mapped shared, as a region; the callback unmaps
@@ -285,35 +272,34 @@ fn vec_and_mapped_regions_carry_write_read_send_threads() {
     write_read_send(DriveMode::Threads, 2, "two worker threads");
 }
 
-/// Waits until both ends of the connection of `a` / `b` report its end by
-/// a Terminate of `cause` that `b` sent.
-fn expect_terminated(p: &Pair, a: &End, b: &End, cause: TerminateCause) {
-    let mut got = (false, false);
-    p.until("both sides report the Terminate", |p| {
-        for (dp, end, seen, origin) in [
-            (&p.a, a, &mut got.0, TerminateOrigin::Peer),
-            (&p.b, b, &mut got.1, TerminateOrigin::Local),
-        ] {
-            while let Some(e) = dp.poll_event() {
-                match e {
-                    CmEvent::Disconnected { qp, reason } => {
-                        assert_eq!(qp, end.qp.num());
-                        assert_eq!(
-                            reason,
-                            DisconnectReason::Terminated {
-                                cause: Some(cause),
-                                origin
-                            }
-                        );
-                        *seen = true;
-                    }
-                    CmEvent::MrDeregistered(_) => {}
-                    other => panic!("unexpected {other:?}"),
-                }
-            }
-        }
-        (got.0 && got.1).then_some(())
-    });
+/// a Writes `n` bytes of `mrs.0` to `to`, outside b's registration
+/// `mrs.1`: both sides report the DDP base-or-bounds Terminate; then both
+/// registrations are given back.
+fn rejected_write(
+    p: &Pair,
+    ea: &mut End,
+    eb: &End,
+    mrs: (MemoryRegistration, MemoryRegistration),
+    n: u32,
+    to: u64,
+) {
+    let (smr, dmr) = mrs;
+    let wr = SendWr::write(1, SgeList::single(smr.sge(0, n)), to, dmr.rkey());
+    ea.qp.post_send(&wr).unwrap();
+    expect_terminated(
+        p,
+        [ea.qp.num(), eb.qp.num()],
+        TerminateCause::DDP_TAGGED_BASE_BOUNDS,
+    );
+    // (A Write completes when TCP has it acknowledged: the Terminate may
+    // come after its completion.)
+    let wc = wait_wc(p, ea, 1);
+    assert!(
+        matches!(wc.status, WcStatus::Success | WcStatus::RemoteAccessError),
+        "{wc:?}"
+    );
+    p.a.dereg_mr(&smr).unwrap();
+    p.b.dereg_mr(&dmr).unwrap();
 }
 
 #[test]
@@ -341,19 +327,7 @@ fn remote_access_beyond_a_registration_ends_in_a_terminate() {
             } else {
                 dmr.addr() + to_off as u64
             };
-            let wr = SendWr::write(1, SgeList::single(smr.sge(0, n)), to, dmr.rkey());
-            ea.qp.post_send(&wr).unwrap();
-            expect_terminated(&p, &ea, &eb, TerminateCause::DDP_TAGGED_BASE_BOUNDS);
-            // (A Write completes when TCP has it acknowledged: the
-            // Terminate may come after its completion.)
-            let wc = wait_wc(&p, &mut ea, 1);
-            assert!(
-                matches!(wc.status, WcStatus::Success | WcStatus::RemoteAccessError),
-                "{wc:?}"
-            );
-            p.a.dereg_mr(&smr).unwrap();
-            p.b.dereg_mr(&dmr).unwrap();
-            drop((smr, dmr));
+            rejected_write(&p, &mut ea, &eb, (smr, dmr), n, to);
             let back = give_back(&p, dmem, dst);
             assert!(
                 back.iter().all(|&b| b == CANARY),
@@ -379,7 +353,11 @@ fn remote_access_beyond_a_registration_ends_in_a_terminate() {
         ea.qp.post_send(&wr).unwrap();
         let wc = wait_wc(&p, &mut ea, 2);
         assert_eq!(wc.status, WcStatus::RemoteAccessError, "{wc:?}");
-        expect_terminated(&p, &ea, &eb, TerminateCause::RDMAP_PROT_BASE_BOUNDS);
+        expect_terminated(
+            &p,
+            [ea.qp.num(), eb.qp.num()],
+            TerminateCause::RDMAP_PROT_BASE_BOUNDS,
+        );
         p.a.dereg_mr(&dmr).unwrap();
         p.b.dereg_mr(&smr).unwrap();
         drop((smr, dmr));
@@ -420,17 +398,7 @@ fn remote_write_beyond_a_mapped_region_touches_nothing_around_it() {
         } else {
             dmr.addr() - 100
         };
-        let wr = SendWr::write(1, SgeList::single(smr.sge(0, 200)), to, dmr.rkey());
-        ea.qp.post_send(&wr).unwrap();
-        expect_terminated(&p, &ea, &eb, TerminateCause::DDP_TAGGED_BASE_BOUNDS);
-        let wc = wait_wc(&p, &mut ea, 1);
-        assert!(
-            matches!(wc.status, WcStatus::Success | WcStatus::RemoteAccessError),
-            "{wc:?}"
-        );
-        p.a.dereg_mr(&smr).unwrap();
-        p.b.dereg_mr(&dmr).unwrap();
-        drop((smr, dmr));
+        rejected_write(&p, &mut ea, &eb, (smr, dmr), 200, to);
         let file = give_back(&p, Mem::Mapped(m), dst);
         assert_eq!(file.len(), len);
         assert!(

@@ -14,10 +14,9 @@ mod runtime_common;
 use std::net::SocketAddrV4;
 
 use dataplane::api::{
-    local_invalidate_wr, Access, CmEvent, ConnectParams, Cq, Dataplane, DisconnectReason,
-    DriveMode, FastRegMr, ProtectionDomain, Qp, QpOptions, RecvWr, Region, SendFlags, SendOp,
-    SendWr, SgeList, Srq, Stag, TerminateCause, TerminateOrigin, WcOpcode, WcStatus,
-    WorkCompletion,
+    local_invalidate_wr, Access, CmEvent, ConnectParams, Cq, Dataplane, DriveMode, FastRegMr,
+    ProtectionDomain, Qp, QpOptions, RecvWr, Region, SendFlags, SendOp, SendWr, SgeList, Srq, Stag,
+    TerminateCause, WcOpcode, WcStatus, WorkCompletion,
 };
 use runtime_common::*;
 
@@ -113,18 +112,6 @@ fn connect_both(p: &Pair, a: &Side, b: &Side) -> [(usize, usize); 2] {
     let workers = [(w(&a.qps[0]), w(&b.qps[0])), (w(&a.qps[1]), w(&b.qps[1]))];
     assert_ne!(workers[0].1, workers[1].1, "b's queue pairs share a worker");
     workers
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn rw() -> Access {
@@ -353,37 +340,6 @@ fn read(p: &Pair, a: &Side, qp: usize, sink: &Buf, t: &Target, stag: Stag, id: u
     a.wait(p, &mut Vec::new(), id).status
 }
 
-/// Both sides of connection `conn` report its end by a Terminate of
-/// `cause`, sent by b.
-fn expect_terminated(p: &Pair, a: &Side, b: &Side, conn: usize, cause: TerminateCause) {
-    let mut got = (None, None);
-    p.until("both sides report the Terminate", |p| {
-        for (dp, side, slot, origin) in [
-            (&p.a, a, &mut got.0, TerminateOrigin::Peer),
-            (&p.b, b, &mut got.1, TerminateOrigin::Local),
-        ] {
-            while let Some(e) = dp.poll_event() {
-                match e {
-                    CmEvent::Disconnected { qp, reason } => {
-                        assert_eq!(qp, side.qps[conn].num(), "only connection {conn} ends");
-                        assert_eq!(
-                            reason,
-                            DisconnectReason::Terminated {
-                                cause: Some(cause),
-                                origin
-                            }
-                        );
-                        *slot = Some(reason);
-                    }
-                    CmEvent::MrDeregistered(_) => {}
-                    other => panic!("unexpected {other:?}"),
-                }
-            }
-        }
-        (got.0.is_some() && got.1.is_some()).then_some(())
-    });
-}
-
 fn fast_register_then_invalidate(mode: DriveMode, label: &str) {
     let p = pair(mode);
     let (a, _) = Side::new(&p.a, |_| None);
@@ -449,7 +405,11 @@ fn fast_register_then_invalidate(mode: DriveMode, label: &str) {
         matches!(st, WcStatus::Success | WcStatus::RemoteAccessError),
         "{st:?}"
     );
-    expect_terminated(&p, &a, &b, 1, TerminateCause::DDP_TAGGED_INVALID_STAG);
+    expect_terminated(
+        &p,
+        [a.qps[1].num(), b.qps[1].num()],
+        TerminateCause::DDP_TAGGED_INVALID_STAG,
+    );
     assert!(
         t.region.to_vec(0, t.region.len()).unwrap() == before,
         "memory changed"
@@ -457,7 +417,11 @@ fn fast_register_then_invalidate(mode: DriveMode, label: &str) {
     // A Read through the worker that invalidated it: RDMAP's Terminate.
     let st = read(&p, &a, 0, &sink, &t, stag, 103);
     assert_eq!(st, WcStatus::RemoteAccessError);
-    expect_terminated(&p, &a, &b, 0, TerminateCause::RDMAP_PROT_INVALID_STAG);
+    expect_terminated(
+        &p,
+        [a.qps[0].num(), b.qps[0].num()],
+        TerminateCause::RDMAP_PROT_INVALID_STAG,
+    );
     println!(
         "{label}: after LocalInvalidate on b's worker {}: Write with the old STag through \
          worker {} -> Terminate (DDP invalid STag) on both sides, Read through worker {} -> \
@@ -535,7 +499,11 @@ fn send_with_invalidate(mode: DriveMode, label: &str) {
         matches!(st, WcStatus::Success | WcStatus::RemoteAccessError),
         "{st:?}"
     );
-    expect_terminated(&p, &a, &b, 0, TerminateCause::DDP_TAGGED_INVALID_STAG);
+    expect_terminated(
+        &p,
+        [a.qps[0].num(), b.qps[0].num()],
+        TerminateCause::DDP_TAGGED_INVALID_STAG,
+    );
     assert!(
         t.region.to_vec(0, t.region.len()).unwrap() == before,
         "memory changed"

@@ -19,7 +19,9 @@
 //!   worker's; over the in-memory link there are none. Without root it prints a skip notice, or fails with
 //!   `IWARP_REQUIRE_ROOT_TESTS=1`.
 
+mod capture_common;
 mod netns_common;
+mod runtime_common;
 mod tool_common;
 
 use std::collections::BTreeMap;
@@ -28,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use capture_common::{have_tshark, tshark_lines};
 use serde_json::Value;
 use tool_common::{
     eal_args, iwarp, require_root, runtime_dir, unique_prefix, Proc, RuntimeDir, TwoNs, IWARP,
@@ -143,41 +146,6 @@ fn pcap_records(path: &Path) -> usize {
         .len()
 }
 
-/// Lines `tshark -r path --disable-protocol rpcordma <args…>` prints
-/// (RPC-over-RDMA would claim some of the RDMAP frames).
-fn tshark_lines(path: &Path, args: &[&str]) -> Vec<String> {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(path)
-        .args(["--disable-protocol", "rpcordma"])
-        .args(args)
-        .output()
-        .expect("tshark runs");
-    assert!(
-        out.status.success(),
-        "tshark {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(String::from)
-        .collect()
-}
-
-/// Whether tshark is installed (deploy/install-deps.sh installs it; with
-/// IWARP_REQUIRE_ROOT_TESTS=1 its absence fails).
-fn have_tshark() -> bool {
-    let ok = Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok || std::env::var("IWARP_REQUIRE_ROOT_TESTS").as_deref() != Ok("1"),
-        "tshark is not installed (deploy/install-deps.sh installs it)"
-    );
-    ok
-}
-
 /// A sample's name and labels (sorted), and its value.
 type Sample = (String, BTreeMap<String, String>, f64);
 
@@ -285,15 +253,20 @@ fn n(v: &Value, path: &[&str]) -> u64 {
         .unwrap_or_else(|| panic!("{path:?} not a number in {v}"))
 }
 
-/// Waits until `p` (the service) exits, at most [`STOP_LIMIT`] after
-/// `since`.
-fn wait_stopped(p: &mut Proc, since: Instant) -> tool_common::Ended {
+/// Sends SIGTERM to the service `p` started with configuration `cfg` and
+/// waits until it exits, at most [`STOP_LIMIT`]; it must exit with
+/// success.
+fn stop_service(p: &mut Proc, cfg: &Path) -> tool_common::Ended {
+    let pid = pid_of(cfg.to_str().expect("utf-8")).expect("the service's PID");
+    let since = Instant::now();
+    sigterm(pid);
     let ended = p.wait(since + STOP_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     println!(
         "service stopped in {:.2} s with {}",
         since.elapsed().as_secs_f64(),
         ended.status
     );
+    assert!(ended.status.success(), "{:?}", ended.stderr);
     ended
 }
 
@@ -555,11 +528,7 @@ fn service_on_a_memory_link_answers_and_stops_clean() {
     );
     let _ = capture_json(&["start", "at-stop.pcap"], &socket);
 
-    let pid = pid_of(cfg.to_str().expect("utf-8")).expect("the service's PID");
-    let t = Instant::now();
-    sigterm(pid);
-    let ended = wait_stopped(&mut svc, t);
-    assert!(ended.status.success(), "{:?}", ended.stderr);
+    let ended = stop_service(&mut svc, &cfg);
     assert!(!socket.exists(), "control socket left behind");
     assert!(
         ended
@@ -1071,11 +1040,7 @@ fn service_serves_perf_and_rping_over_veth() {
     svc.wait_stderr("event=accepted responder=perf:18515", deadline)
         .unwrap_or_else(|e| panic!("{e}"));
     std::thread::sleep(Duration::from_millis(1000));
-    let pid = pid_of(cfg.to_str().expect("utf-8")).expect("the service's PID");
-    let t = Instant::now();
-    sigterm(pid);
-    let ended = wait_stopped(&mut svc, t);
-    assert!(ended.status.success(), "{:?}", ended.stderr);
+    let ended = stop_service(&mut svc, &cfg);
     assert!(
         ended
             .stderr
@@ -1104,6 +1069,40 @@ fn service_serves_perf_and_rping_over_veth() {
 // In one process: responders sharing a dataplane each see their events.
 // ---------------------------------------------------------------------
 
+/// A server and a client dataplane on one in-memory link: addresses
+/// 10.66.`net`.1 and .2, MACs ending in `mac` and `mac + 1`.
+fn mem_pair(
+    tag: &str,
+    net: u8,
+    mac: u8,
+) -> (
+    dataplane::api::Dataplane,
+    dataplane::api::Dataplane,
+    std::net::Ipv4Addr,
+    std::net::Ipv4Addr,
+) {
+    use dataplane::api::Dataplane;
+    use dataplane::config::Config;
+    use std::net::Ipv4Addr;
+    use tcp_offload::wire::EthernetAddress;
+
+    let link = format!("mem:{}", unique_prefix(tag));
+    let (ip_s, ip_c) = (Ipv4Addr::new(10, 66, net, 1), Ipv4Addr::new(10, 66, net, 2));
+    let server = Dataplane::open(&Config::single(
+        &link,
+        ip_s,
+        EthernetAddress([2, 0, 0, 0, 0x66, mac]),
+    ))
+    .expect("server dataplane");
+    let client = Dataplane::open(&Config::single(
+        &link,
+        ip_c,
+        EthernetAddress([2, 0, 0, 0, 0x66, mac + 1]),
+    ))
+    .expect("client dataplane");
+    (server, client, ip_s, ip_c)
+}
+
 /// Two threads share one dataplane, each in an event scope of its own
 /// port, as the service's responders do; a client connects to both ports.
 /// Each thread receives exactly its own connection request and its own
@@ -1112,25 +1111,10 @@ fn service_serves_perf_and_rping_over_veth() {
 /// negotiated options.
 #[test]
 fn event_scopes_route_events_to_their_threads() {
-    use dataplane::api::{CmEvent, ConnectParams, Dataplane, EventScope, QpOptions, QpStatus};
-    use dataplane::config::Config;
-    use std::net::{Ipv4Addr, SocketAddrV4};
-    use tcp_offload::wire::EthernetAddress;
+    use dataplane::api::{CmEvent, ConnectParams, EventScope, QpOptions, QpStatus};
+    use std::net::SocketAddrV4;
 
-    let link = format!("mem:{}", unique_prefix("scopes"));
-    let (ip_s, ip_c) = (Ipv4Addr::new(10, 66, 0, 1), Ipv4Addr::new(10, 66, 0, 2));
-    let server = Dataplane::open(&Config::single(
-        &link,
-        ip_s,
-        EthernetAddress([2, 0, 0, 0, 0x66, 1]),
-    ))
-    .expect("server dataplane");
-    let client = Dataplane::open(&Config::single(
-        &link,
-        ip_c,
-        EthernetAddress([2, 0, 0, 0, 0x66, 2]),
-    ))
-    .expect("client dataplane");
+    let (server, client, ip_s, ip_c) = mem_pair("scopes", 0, 1);
     let ports = [18700u16, 18701];
     let limit = Duration::from_secs(20);
     let ready = std::sync::Barrier::new(3);
@@ -1299,27 +1283,12 @@ fn queue_pair_limit_counts_live_ones() {
 /// they were: a long-running service does not leak one per failure.
 #[test]
 fn failed_perftest_sessions_give_their_registrations_back() {
-    use dataplane::api::{Access, ConnectParams, Dataplane, QpOptions, QpStatus, Region};
-    use dataplane::config::Config;
+    use dataplane::api::{Access, ConnectParams, QpOptions, QpStatus, Region};
     use dataplane::tool::perftest::{Session, SessionParams};
     use dataplane::tool::runner::{RemoteBuf, TestKind};
-    use std::net::{Ipv4Addr, SocketAddrV4};
-    use tcp_offload::wire::EthernetAddress;
+    use std::net::SocketAddrV4;
 
-    let link = format!("mem:{}", unique_prefix("perf-leak"));
-    let (ip_s, ip_c) = (Ipv4Addr::new(10, 66, 2, 1), Ipv4Addr::new(10, 66, 2, 2));
-    let server = Dataplane::open(&Config::single(
-        &link,
-        ip_s,
-        EthernetAddress([2, 0, 0, 0, 0x66, 5]),
-    ))
-    .expect("server dataplane");
-    let client = Dataplane::open(&Config::single(
-        &link,
-        ip_c,
-        EthernetAddress([2, 0, 0, 0, 0x66, 6]),
-    ))
-    .expect("client dataplane");
+    let (server, client, ip_s, _) = mem_pair("perf-leak", 2, 5);
     let pd = server.alloc_pd().expect("pd");
     let cq = server.create_cq(64).expect("cq");
     let region = Region::new(4096).expect("region");

@@ -112,15 +112,23 @@ pub fn check_file(path: &Path, summary: &CaptureSummary) -> usize {
     records.len()
 }
 
-pub fn tshark() -> Option<&'static str> {
+/// Whether tshark is installed. deploy/test.sh as root installs it
+/// (deploy/install-deps.sh): with IWARP_REQUIRE_ROOT_TESTS=1 a missing
+/// tshark is a broken setup, not a reason to skip, and fails.
+pub fn have_tshark() -> bool {
     let ok = Command::new("tshark")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    ok.then_some("tshark")
+    assert!(
+        ok || std::env::var("IWARP_REQUIRE_ROOT_TESTS").as_deref() != Ok("1"),
+        "tshark is not installed (deploy/install-deps.sh installs it)"
+    );
+    ok
 }
 
-/// Lines tshark prints for `args` on `path`.
+/// Lines `tshark -r path --disable-protocol rpcordma <args…>` prints
+/// (RPC-over-RDMA would claim some of the RDMAP frames).
 pub fn tshark_lines(path: &Path, args: &[&str]) -> Vec<String> {
     let out = Command::new("tshark")
         .arg("-r")
@@ -143,16 +151,10 @@ pub fn tshark_lines(path: &Path, args: &[&str]) -> Vec<String> {
 /// Decodes the file with Wireshark: iWARP frames present, nothing
 /// malformed, no bad CRC; returns the iWARP frames decoded.
 pub fn check_tshark(path: &Path, label: &str) -> Option<usize> {
-    let Some(_) = tshark() else {
-        // deploy/test.sh as root installs it (deploy/install-deps.sh):
-        // there, a missing tshark is a broken setup, not a reason to skip.
-        assert!(
-            std::env::var("IWARP_REQUIRE_ROOT_TESTS").as_deref() != Ok("1"),
-            "tshark is not installed (deploy/install-deps.sh installs it)"
-        );
+    if !have_tshark() {
         println!("{label}: tshark not installed: Wireshark decoding not checked");
         return None;
-    };
+    }
     let fields = ["-T", "fields", "-e", "frame.number"];
     let iwarp = tshark_lines(path, &[&["-Y", "iwarp_ddp_rdmap"][..], &fields].concat()).len();
     let bad = tshark_lines(

@@ -29,6 +29,7 @@ use dataplane::config::Config;
 use dataplane::worker::WorkerStats;
 
 use crate::netns_common::{require_root, NsChild, TwoNs};
+use crate::runtime_common::pattern;
 use tcp_offload::wire::EthernetAddress;
 
 /// The environment variable naming the side a child plays.
@@ -82,18 +83,6 @@ fn fnv(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Starts this binary as `role` in `ns`, its port on `ifname`; its output

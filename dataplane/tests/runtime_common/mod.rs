@@ -9,8 +9,9 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use dataplane::api::{
-    Access, CmEvent, ConnectParams, Cq, Dataplane, DriveMode, MemoryRegistration, ProtectionDomain,
-    Qp, QpOptions, RecvWr, Region, SendWr, SgeList, WcOpcode, WcStatus, WorkCompletion,
+    Access, CmEvent, ConnectParams, Cq, Dataplane, DisconnectReason, DriveMode, MemoryRegistration,
+    ProtectionDomain, Qp, QpNum, QpOptions, RecvWr, Region, SendWr, SgeList, TerminateCause,
+    TerminateOrigin, WcOpcode, WcStatus, WorkCompletion,
 };
 use dataplane::config::{Config, Neighbor};
 use dataplane::link::{MemLink, MemLinkConfig};
@@ -272,6 +273,20 @@ pub fn buffer(dp: &Dataplane, pd: ProtectionDomain, len: usize, access: Access) 
     Buf { region, mr }
 }
 
+/// `len` bytes of a xorshift sequence seeded by `seed`: different seeds,
+/// different bytes, so a misplaced or stale message shows.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 impl Buf {
     pub fn fill_pattern(&self, seed: u64) -> Vec<u8> {
         let mut x = seed | 1;
@@ -308,12 +323,77 @@ pub fn wait_wc(p: &Pair, end: &mut End, id: u64) -> WorkCompletion {
     })
 }
 
+/// Waits until both ends of one connection, queue pair `qps[0]` on a and
+/// `qps[1]` on b, report its end by a Terminate of `cause` that b sent;
+/// no other queue pair may end meanwhile.
+pub fn expect_terminated(p: &Pair, qps: [QpNum; 2], cause: TerminateCause) {
+    let mut got = [false, false];
+    p.until("both sides report the Terminate", |p| {
+        for (i, (dp, origin)) in [
+            (&p.a, TerminateOrigin::Peer),
+            (&p.b, TerminateOrigin::Local),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            while let Some(e) = dp.poll_event() {
+                match e {
+                    CmEvent::Disconnected { qp, reason } => {
+                        assert_eq!(qp, qps[i], "only queue pair {:?} ends", qps[i]);
+                        assert_eq!(
+                            reason,
+                            DisconnectReason::Terminated {
+                                cause: Some(cause),
+                                origin
+                            }
+                        );
+                        got[i] = true;
+                    }
+                    CmEvent::MrDeregistered(_) => {}
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+        (got[0] && got[1]).then_some(())
+    });
+}
+
 /// The RDMA operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
     Write,
     Read,
     Send,
+}
+
+/// Posts `op` of `len` bytes from `src` to `dst` as work request `id`: a
+/// initiates (a Read brings `src`, on b, into `dst`, on a); for a Send, b
+/// posts the receive first.
+pub fn post_op(a: &End, b: &End, op: Op, src: &Buf, dst: &Buf, len: u32, id: u64) {
+    match op {
+        Op::Write => {
+            let wr = SendWr::write(
+                id,
+                SgeList::single(src.mr.sge(0, len)),
+                dst.mr.addr(),
+                dst.mr.rkey(),
+            );
+            a.qp.post_send(&wr).unwrap();
+        }
+        Op::Read => {
+            let wr = SendWr::read(id, dst.mr.sge(0, len), src.mr.addr(), src.mr.rkey());
+            a.qp.post_send(&wr).unwrap();
+        }
+        Op::Send => {
+            let rwr = RecvWr {
+                wr_id: id,
+                sges: SgeList::single(dst.mr.sge(0, len)),
+            };
+            b.qp.post_recv(&rwr).unwrap();
+            let wr = SendWr::send(id, SgeList::single(src.mr.sge(0, len)));
+            a.qp.post_send(&wr).unwrap();
+        }
+    }
 }
 
 /// Runs `op` of `len` bytes between the two ends (a initiates), checks
@@ -329,30 +409,7 @@ pub fn exchange(p: &Pair, a: &mut End, b: &mut End, op: Op, len: usize, id: u64)
     let data = src.fill_pattern(id);
     dst.region.fill(4096, len, 0).unwrap();
     let len32 = len as u32;
-    match op {
-        Op::Write => {
-            let wr = SendWr::write(
-                id,
-                SgeList::single(src.mr.sge(0, len32)),
-                dst.mr.addr(),
-                dst.mr.rkey(),
-            );
-            a.qp.post_send(&wr).unwrap();
-        }
-        Op::Read => {
-            let wr = SendWr::read(id, dst.mr.sge(0, len32), src.mr.addr(), src.mr.rkey());
-            a.qp.post_send(&wr).unwrap();
-        }
-        Op::Send => {
-            let rwr = RecvWr {
-                wr_id: id,
-                sges: SgeList::single(dst.mr.sge(0, len32)),
-            };
-            b.qp.post_recv(&rwr).unwrap();
-            let wr = SendWr::send(id, SgeList::single(src.mr.sge(0, len32)));
-            a.qp.post_send(&wr).unwrap();
-        }
-    }
+    post_op(a, b, op, &src, &dst, len32, id);
     let wc = wait_wc(p, a, id);
     assert_eq!(wc.status, WcStatus::Success, "{op:?} {len}: {wc:?}");
     assert_eq!(wc.byte_len, len32);
