@@ -2375,6 +2375,7 @@ fn paws_drops_an_old_timestamp() {
     let dropped = p.b.conn.stats().dropped;
     let out = p.inject_b(r, b"stale");
     assert_eq!(p.b.conn.stats().dropped, dropped + 1);
+    assert_eq!(p.b.conn.stats().paws_dropped, 1);
     assert_eq!(p.b.conn.rcv_nxt(), nxt);
     assert_eq!(out.len(), 1, "PAWS answers with an ACK");
     assert_eq!(out[0].repr.ack_number, nxt);
@@ -2385,6 +2386,45 @@ fn paws_drops_an_old_timestamp() {
     });
     p.inject_b(r, b"fresh");
     assert_eq!(p.b.conn.rcv_nxt(), nxt + 5);
+}
+
+/// Linux's PAWS window: a TSval one tick behind TS.Recent passes (an
+/// original overtaken by its own retransmission on a reordering path), two
+/// ticks behind is dropped, counted apart as a PAWS drop, and answered.
+#[test]
+fn paws_tolerates_one_tick() {
+    let mut p = Pair::established(quiet(), quiet());
+    p.a.out = pattern(3000, 29);
+    p.run_until(Duration::from_secs(2), |p| p.b.got.len() == 3000);
+    let nxt = p.b.conn.rcv_nxt();
+    let recent = p
+        .segs(Dir::AtoB)
+        .filter_map(|w| w.repr.options.timestamp)
+        .last()
+        .expect("ts")
+        .tsval;
+    let before = *p.b.conn.stats();
+    let mut r = from_a(&p, nxt, TcpFlags::ACK | TcpFlags::PSH);
+    r.options.timestamp = Some(TcpTimestamp {
+        tsval: recent.wrapping_sub(1),
+        tsecr: 0,
+    });
+    p.inject_b(r, b"late!");
+    assert_eq!(p.b.conn.rcv_nxt(), nxt + 5, "one tick behind is accepted");
+    assert_eq!(p.b.conn.stats().paws_dropped, before.paws_dropped);
+    assert_eq!(p.b.conn.stats().dropped, before.dropped);
+
+    r.seq = nxt + 5;
+    r.options.timestamp = Some(TcpTimestamp {
+        tsval: recent.wrapping_sub(2),
+        tsecr: 0,
+    });
+    let out = p.inject_b(r, b"stale");
+    assert_eq!(p.b.conn.rcv_nxt(), nxt + 5, "two ticks behind is dropped");
+    assert_eq!(p.b.conn.stats().paws_dropped, before.paws_dropped + 1);
+    assert_eq!(p.b.conn.stats().dropped, before.dropped + 1);
+    assert_eq!(out.len(), 1, "PAWS answers with an ACK");
+    assert_eq!(out[0].repr.ack_number, nxt + 5);
 }
 
 #[test]

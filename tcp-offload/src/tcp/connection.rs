@@ -66,6 +66,10 @@ pub struct ConnStats {
     /// Segments dropped: out of window, PAWS, or out-of-order beyond the
     /// configured bounds.
     pub dropped: u64,
+    /// Of those, segments dropped by PAWS (RFC 7323 §5.3): their TSval
+    /// lagged TS.Recent by more than
+    /// [`PAWS_WINDOW`](super::PAWS_WINDOW) ticks.
+    pub paws_dropped: u64,
     /// Zero-window probes sent.
     pub window_probes: u64,
     /// Records resent in more than one segment because the MSS shrank.

@@ -25,6 +25,24 @@ const CHALLENGE_ACK_LIMIT: u32 = 100;
 /// RFC 7323 §5.5: TS.Recent older than 24 days is no basis for PAWS.
 const TS_RECENT_LIFETIME: Duration = Duration::from_secs(24 * 24 * 3600);
 
+/// How far a TSval may lag TS.Recent and still pass PAWS: one tick of the
+/// peer's timestamp clock, as Linux allows (its `TCP_PAWS_WINDOW`). A
+/// retransmission that overtakes originals held back on a reordering path
+/// carries a TSval one tick newer than theirs, and because it is in
+/// sequence it sets TS.Recent; strict RFC 7323 §5.3 would then drop the
+/// originals right after it, although they are no duplicates from a
+/// previous wrap, and the peer would have to send them again. Every peer
+/// we meet runs Linux TCP or hardware that accepts them, so we do too. A
+/// segment from an earlier wrap of the sequence space is older than that
+/// by far: at a 1 ms tick a wrap takes at least 34 s even at 1 Gbit/s.
+pub const PAWS_WINDOW: u32 = 1;
+
+/// Whether `tsval` lags `ts_recent` by more than [`PAWS_WINDOW`] ticks, in
+/// the modular arithmetic of RFC 7323 §5.2.
+fn paws_too_old(tsval: u32, ts_recent: u32) -> bool {
+    (ts_recent.wrapping_sub(tsval) as i32) > PAWS_WINDOW as i32
+}
+
 impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     /// Every state from SYN-RECEIVED to TIME-WAIT.
     pub(super) fn on_segment_synchronized(
@@ -53,6 +71,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
 
         if self.paws_rejects(now, repr) {
             self.stats.dropped += 1;
+            self.stats.paws_dropped += 1;
             self.ack_now = true;
             return;
         }
@@ -150,7 +169,8 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     }
 
     /// RFC 7323 §5.3 R1: a segment whose TSval is older than TS.Recent is a
-    /// duplicate from a previous wrap of the sequence space.
+    /// duplicate from a previous wrap of the sequence space; older by more
+    /// than [`PAWS_WINDOW`], that is.
     fn paws_rejects(&self, now: Instant, repr: &TcpRepr) -> bool {
         if !self.opts.timestamps || repr.flags.contains(TcpFlags::RST) {
             return false;
@@ -158,8 +178,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         let Some(ts) = repr.options.timestamp else {
             return false;
         };
-        (ts.tsval.wrapping_sub(self.ts_recent) as i32) < 0
-            && now - self.ts_recent_at <= TS_RECENT_LIFETIME
+        paws_too_old(ts.tsval, self.ts_recent) && now - self.ts_recent_at <= TS_RECENT_LIFETIME
     }
 
     /// RFC 7323 §4.3: remember the peer's TSval of a segment that is not
@@ -499,4 +518,23 @@ fn dsack_block(
     }
     let inside_second = blocks.get(1).is_some_and(|&(l, r)| l <= left && right <= r);
     (left < ack || inside_second).then_some((left, right))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::paws_too_old;
+
+    #[test]
+    fn paws_window_is_one_tick_in_modular_time() {
+        assert!(!paws_too_old(100, 100));
+        assert!(!paws_too_old(101, 100), "newer");
+        assert!(!paws_too_old(99, 100), "one tick behind");
+        assert!(paws_too_old(98, 100), "two ticks behind");
+        // Across the wrap of the 32-bit clock.
+        assert!(!paws_too_old(u32::MAX, 0), "one tick behind, wrapped");
+        assert!(paws_too_old(u32::MAX - 1, 0), "two ticks behind, wrapped");
+        assert!(!paws_too_old(1, u32::MAX), "newer, wrapped");
+        // Almost half the space behind is the far past (RFC 7323 §5.2).
+        assert!(paws_too_old(0, (1 << 31) - 5));
+    }
 }

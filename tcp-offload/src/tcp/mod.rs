@@ -47,6 +47,7 @@ mod timers;
 pub use assembler::Assembler;
 pub use config::Config;
 pub use connection::{ConnStats, Connection};
+pub use established::PAWS_WINDOW;
 pub use table::{ConnId, FourTuple, Stack, StackError};
 
 use crate::wire::TcpRepr;

@@ -166,6 +166,30 @@ pub enum StackError {
     NoSuchConnection,
 }
 
+impl StackError {
+    /// Every variant, for the tests that walk each message.
+    pub const ALL: &'static [StackError] = &[
+        StackError::PortInUse,
+        StackError::NoFreePort,
+        StackError::TableFull,
+        StackError::NoSuchConnection,
+    ];
+}
+
+/// A clause about the table, for the caller to say which call it was.
+impl core::fmt::Display for StackError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            StackError::PortInUse => "the port or the connection's addresses are in use",
+            StackError::NoFreePort => "no local port is free for another connection",
+            StackError::TableFull => "the connection table is full",
+            StackError::NoSuchConnection => "no such connection or listener",
+        })
+    }
+}
+
+impl std::error::Error for StackError {}
+
 /// Counters of the table (per-connection counters are in
 /// [`super::ConnStats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
