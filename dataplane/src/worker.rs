@@ -257,6 +257,11 @@ pub struct WorkerCounters {
     /// TCP segments retransmitted (summed over connections every
     /// [`STATS_PERIOD`]).
     pub retransmits: AtomicU64,
+    /// TCP segments dropped by PAWS (RFC 7323 §5.3; TSval more than one
+    /// tick behind TS.Recent, see [`tcp_offload::tcp::PAWS_WINDOW`]),
+    /// summed over connections every [`STATS_PERIOD`]. A steady rise on a
+    /// path that reorders means the peer's timestamps run backwards.
+    pub paws_drops: AtomicU64,
     /// Frames dropped: malformed or not for us on receive, no buffer or no
     /// room on transmit, unresolved neighbours (published every
     /// [`STATS_PERIOD`]).
@@ -327,6 +332,8 @@ pub struct WorkerStats {
     pub punts: u64,
     /// See [`WorkerCounters::retransmits`].
     pub retransmits: u64,
+    /// See [`WorkerCounters::paws_drops`].
+    pub paws_drops: u64,
     /// See [`WorkerCounters::drops`].
     pub drops: u64,
     /// See [`WorkerCounters::terminates`].
@@ -368,6 +375,7 @@ impl WorkerCounters {
             tx_bytes: g(&self.tx_bytes),
             punts: g(&self.punts),
             retransmits: g(&self.retransmits),
+            paws_drops: g(&self.paws_drops),
             drops: g(&self.drops),
             terminates: g(&self.terminates),
             forwarded: g(&self.forwarded),
@@ -1859,6 +1867,7 @@ pub struct Worker<Q: LinkQueue> {
     mpa: MpaDefaults,
     port_cursor: u16,
     retransmits_closed: u64,
+    paws_drops_closed: u64,
     last_publish: Instant,
     local_drops: u64,
     stopping: bool,
@@ -1944,6 +1953,7 @@ impl<Q: LinkQueue> Worker<Q> {
             },
             port_cursor,
             retransmits_closed: 0,
+            paws_drops_closed: 0,
             last_publish: Instant::ZERO,
             local_drops: 0,
             stopping: false,
@@ -2428,6 +2438,7 @@ impl<Q: LinkQueue> Worker<Q> {
                 return_dropped(&mut cx, owner, conn.ep.as_mut());
                 if let Some(c) = cx.stack.conn(conn.tcp) {
                     self.retransmits_closed += c.stats().retransmits;
+                    self.paws_drops_closed += c.stats().paws_dropped;
                 }
                 if let Some(ep) = conn.ep.take() {
                     let mut qp = ep.into_qp();
@@ -2632,13 +2643,14 @@ impl<Q: LinkQueue> Worker<Q> {
     fn publish(&mut self, now: Instant) {
         self.last_publish = now;
         let stack = self.iface.stack();
-        let live: u64 = self
+        let (live, live_paws) = self
             .conns
             .iter()
             .flatten()
             .filter_map(|c| stack.conn(c.tcp))
-            .map(|c| c.stats().retransmits)
-            .sum();
+            .fold((0, 0), |(r, p), c| {
+                (r + c.stats().retransmits, p + c.stats().paws_dropped)
+            });
         // Each queue pair's figures, for the control path's snapshots.
         for c in self.conns.iter().flatten() {
             if let (Some(q), Some(t)) = (&c.shared, stack.conn(c.tcp)) {
@@ -2653,6 +2665,9 @@ impl<Q: LinkQueue> Worker<Q> {
         self.counters
             .retransmits
             .store(self.retransmits_closed + live, Ordering::Relaxed);
+        self.counters
+            .paws_drops
+            .store(self.paws_drops_closed + live_paws, Ordering::Relaxed);
         let s = self.iface.stats();
         let drops = s.drops.iter().sum::<u64>()
             + s.not_for_us

@@ -155,6 +155,8 @@ fn dpdk_active_open_with_loss() {
         rx: 0.02,
         tx: 0.02,
         seed: 0xd9d4,
+        reorder: 0.0,
+        hold: Duration::ZERO,
     };
     let Some((out, rx_drops, tx_drops)) =
         with_port("kloss", Config::default(), Some(loss), |net, d| {

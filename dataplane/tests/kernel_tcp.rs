@@ -156,6 +156,8 @@ fn kernel_active_open_bulk_with_loss() {
             rx: 0.03,
             tx: 0.03,
             seed: 0x1057,
+            reorder: 0.0,
+            hold: Duration::ZERO,
         }),
         timeout: TIMEOUT,
     }) else {
@@ -208,6 +210,8 @@ fn kernel_iwarp_hardware_profile_with_loss() {
             rx: 0.02,
             tx: 0.02,
             seed: 0x2bad,
+            reorder: 0.0,
+            hold: Duration::ZERO,
         }),
         timeout: TIMEOUT,
     }) else {
@@ -246,5 +250,70 @@ fn kernel_ping_answered_by_engine() {
     assert!(
         stats.arp_in >= 1 && stats.arp_out >= 1,
         "the kernel's ARP request answered"
+    );
+}
+
+/// Reordering both ways, as netem's `reorder` makes it (a quarter of the
+/// TCP frames held back 0.5 ms while the others pass), with 1 % loss so
+/// that retransmissions overtake held originals. Both sides' timestamp
+/// clocks tick every millisecond, so an overtaking retransmission is
+/// mostly one tick newer than the originals behind it: Linux's PAWS takes
+/// those (its one-tick window), and so must ours. Strict RFC 7323 would
+/// drop every segment counted as tolerated; with the window only those a
+/// delay pushed two ticks behind are dropped, on our side as on the
+/// kernel's (`TcpExtPAWSEstab`, printed beside ours).
+#[test]
+fn kernel_reordering_paws_as_linux() {
+    let Some(out) = run(&Transfer {
+        name: "active open, reordering and 1 % loss each way",
+        open: Open::Active,
+        bytes: BULK_BYTES,
+        config: Config::default(),
+        loss: Some(Loss {
+            rx: 0.01,
+            tx: 0.01,
+            seed: 0x9a45,
+            reorder: 0.25,
+            hold: Duration::from_micros(500),
+        }),
+        timeout: TIMEOUT,
+    }) else {
+        return;
+    };
+    assert_eq!(out.received, BULK_BYTES);
+    assert_eq!(out.acked, BULK_BYTES);
+    assert_closed_cleanly(out.final_state);
+    assert!(out.driver.rx_reordered > 0 && out.driver.tx_reordered > 0);
+    let kernel = |name: &str| {
+        out.kernel_counters
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("no {name} in the kernel's counters"))
+    };
+    let c = &out.conn;
+    println!(
+        "held back: {} received, {} sent; PAWS drops: ours {}, the kernel's {}; segments only \
+         the one-tick window let through (strict RFC 7323 would drop them): {}; retransmits: \
+         ours {}, the kernel's {}",
+        out.driver.rx_reordered,
+        out.driver.tx_reordered,
+        c.paws_dropped,
+        kernel("TcpExtPAWSEstab"),
+        c.paws_tolerated,
+        c.retransmits,
+        kernel("TcpRetransSegs"),
+    );
+    assert!(
+        c.paws_tolerated > 0,
+        "no retransmission overtook a held original: {c:?}"
+    );
+    // How many segments a path's delays push two ticks behind depends on
+    // the load of this shared machine, on both sides alike: ours may not
+    // exceed what the window saved plus what Linux dropped meanwhile.
+    let kernel_paws = u64::try_from(kernel("TcpExtPAWSEstab")).unwrap_or(0);
+    assert!(
+        c.paws_dropped <= c.paws_tolerated + kernel_paws,
+        "the window should take most of what strict PAWS drops: {c:?}"
     );
 }

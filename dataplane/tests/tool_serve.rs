@@ -452,6 +452,13 @@ fn service_on_a_memory_link_answers_and_stops_clean() {
         "{body}"
     );
     assert!(sample(&samples, "iwarp_idle_wakeups_total", &[("worker", "0")]).is_some());
+    // PAWS drops: in the metrics and in `iwarp stats --json`, zero here.
+    assert_eq!(
+        sample(&samples, "iwarp_paws_drops_total", &[("worker", "0")]),
+        Some(0.0),
+        "{body}"
+    );
+    assert_eq!(stats["workers"][0]["paws_drops"].as_u64(), Some(0), "{stats}");
     assert!(sample(&samples, "iwarp_link_rx_ring_full_total", &[("port", "0")]).is_some());
     assert!(
         !body.contains("iwarp_port_"),

@@ -2412,6 +2412,7 @@ fn paws_tolerates_one_tick() {
     p.inject_b(r, b"late!");
     assert_eq!(p.b.conn.rcv_nxt(), nxt + 5, "one tick behind is accepted");
     assert_eq!(p.b.conn.stats().paws_dropped, before.paws_dropped);
+    assert_eq!(p.b.conn.stats().paws_tolerated, before.paws_tolerated + 1);
     assert_eq!(p.b.conn.stats().dropped, before.dropped);
 
     r.seq = nxt + 5;

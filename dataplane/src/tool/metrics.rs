@@ -187,7 +187,7 @@ type WorkerCounter = (&'static str, &'static str, fn(&WorkerStats) -> u64);
 /// can say; the service adds its responders).
 pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
     let stats = dp.stats();
-    let counters: [WorkerCounter; 16] = [
+    let counters: [WorkerCounter; 17] = [
         ("iwarp_rx_packets_total", "Frames received.", |s| {
             s.rx_packets
         }),
@@ -213,6 +213,11 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             "iwarp_retransmits_total",
             "TCP segments retransmitted.",
             |s| s.retransmits,
+        ),
+        (
+            "iwarp_paws_drops_total",
+            "TCP segments dropped by PAWS: TSval more than one tick behind TS.Recent.",
+            |s| s.paws_drops,
         ),
         (
             "iwarp_drops_total",

@@ -106,6 +106,10 @@ impl DpdkDriver {
             iface: Interface::new(config),
             epoch: std::time::Instant::now(),
             loss: loss.map(|l| {
+                assert!(
+                    l.reorder == 0.0,
+                    "the DPDK driver injects loss only, not reordering"
+                );
                 (
                     l,
                     Rng::new(l.seed),

@@ -2,8 +2,10 @@
 //! to `Interface::handle_frame`, timers run on a real clock, and whatever
 //! `Interface::poll_frame` produces goes back out. Optional seeded loss
 //! drops TCP frames on the way in and out, to exercise recovery against
-//! the kernel.
+//! the kernel, and optional seeded reordering holds some back for a while
+//! (what netem's `reorder` does on a real path) while later ones pass.
 
+use std::collections::VecDeque;
 use std::io;
 use std::time::Duration;
 
@@ -60,6 +62,12 @@ pub struct Loss {
     /// Probability of dropping a TCP frame we send.
     pub tx: f64,
     pub seed: u64,
+    /// Probability of holding a TCP frame back (either way) for `hold`
+    /// while later frames pass; 0 in the raw-socket driver's plain loss
+    /// runs. Only the raw-socket driver reorders.
+    pub reorder: f64,
+    /// How long a held frame waits.
+    pub hold: Duration,
 }
 
 /// Counters of the driver itself (the interface and connections keep
@@ -68,6 +76,10 @@ pub struct Loss {
 pub struct DriverStats {
     pub rx_frames: u64,
     pub tx_frames: u64,
+    /// Received TCP frames held back by injected reordering.
+    pub rx_reordered: u64,
+    /// Sent TCP frames held back by injected reordering.
+    pub tx_reordered: u64,
     /// Received TCP frames dropped by injected loss.
     pub rx_injected_drops: u64,
     /// Sent TCP frames dropped by injected loss.
@@ -86,6 +98,9 @@ pub struct Driver {
     pub iface: Interface<Vec<u8>, Vec<u8>>,
     epoch: std::time::Instant,
     loss: Option<(Loss, Rng, Rng)>,
+    /// Frames held back by reordering, with when they go on, in order.
+    rx_held: VecDeque<(Instant, Vec<u8>)>,
+    tx_held: VecDeque<(Instant, Vec<u8>)>,
     tx_buf: Vec<u8>,
     pub stats: DriverStats,
 }
@@ -123,6 +138,8 @@ impl Driver {
                     Rng::new(l.seed ^ 0x5555_AAAA_5555_AAAA),
                 )
             }),
+            rx_held: VecDeque::new(),
+            tx_held: VecDeque::new(),
             tx_buf: vec![0u8; FRAME_BUF],
             stats: DriverStats::default(),
         })
@@ -137,6 +154,12 @@ impl Driver {
     /// many were read.
     pub fn receive(&mut self) -> io::Result<usize> {
         let mut n = 0;
+        let now = self.now();
+        while self.rx_held.front().is_some_and(|(due, _)| *due <= now) {
+            let (_, frame) = self.rx_held.pop_front().expect("checked");
+            self.iface.handle_frame(now, frame);
+            n += 1;
+        }
         while n < RX_BURST {
             let mut frame = vec![0u8; FRAME_BUF];
             let Some(len) = self.sock.recv(&mut frame)? else {
@@ -145,13 +168,18 @@ impl Driver {
             frame.truncate(len);
             n += 1;
             self.stats.rx_frames += 1;
+            let now = self.now();
             if let Some((loss, rng, _)) = &mut self.loss {
                 if is_tcp(&frame) && rng.chance(loss.rx) {
                     self.stats.rx_injected_drops += 1;
                     continue;
                 }
+                if is_tcp(&frame) && rng.chance(loss.reorder) {
+                    self.stats.rx_reordered += 1;
+                    self.rx_held.push_back((now + loss.hold, frame));
+                    continue;
+                }
             }
-            let now = self.now();
             self.iface.handle_frame(now, frame);
         }
         Ok(n)
@@ -169,6 +197,15 @@ impl Driver {
     /// frames it produced.
     pub fn transmit(&mut self) -> io::Result<usize> {
         let mut n = 0;
+        let now = self.now();
+        while self.tx_held.front().is_some_and(|(due, _)| *due <= now) {
+            let (_, frame) = self.tx_held.pop_front().expect("checked");
+            if self.sock.send(&frame)? {
+                self.stats.tx_frames += 1;
+            } else {
+                self.stats.tx_no_room += 1;
+            }
+        }
         loop {
             let now = self.now();
             let Some(len) = self.iface.poll_frame(now, &mut self.tx_buf) else {
@@ -179,6 +216,11 @@ impl Driver {
             if let Some((loss, _, rng)) = &mut self.loss {
                 if is_tcp(frame) && rng.chance(loss.tx) {
                     self.stats.tx_injected_drops += 1;
+                    continue;
+                }
+                if is_tcp(frame) && rng.chance(loss.reorder) {
+                    self.stats.tx_reordered += 1;
+                    self.tx_held.push_back((now + loss.hold, frame.to_vec()));
                     continue;
                 }
             }
@@ -195,7 +237,12 @@ impl Driver {
     /// [`MAX_IDLE`] passes.
     pub fn wait(&mut self) -> io::Result<()> {
         let now = self.now();
-        let wait = match self.iface.poll_timeout() {
+        let held = [self.rx_held.front(), self.tx_held.front()]
+            .into_iter()
+            .flatten()
+            .map(|(due, _)| *due)
+            .min();
+        let wait = match self.iface.poll_timeout().into_iter().chain(held).min() {
             Some(t) if t <= now => return Ok(()),
             Some(t) => (t - now).min(MAX_IDLE),
             None => MAX_IDLE,

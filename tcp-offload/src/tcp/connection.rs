@@ -70,6 +70,11 @@ pub struct ConnStats {
     /// lagged TS.Recent by more than
     /// [`PAWS_WINDOW`](super::PAWS_WINDOW) ticks.
     pub paws_dropped: u64,
+    /// Segments PAWS let through only thanks to its one-tick window: a
+    /// TSval behind TS.Recent, by no more than
+    /// [`PAWS_WINDOW`](super::PAWS_WINDOW). Strict RFC 7323 would have
+    /// dropped them.
+    pub paws_tolerated: u64,
     /// Zero-window probes sent.
     pub window_probes: u64,
     /// Records resent in more than one segment because the MSS shrank.

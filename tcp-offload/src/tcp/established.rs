@@ -37,6 +37,16 @@ const TS_RECENT_LIFETIME: Duration = Duration::from_secs(24 * 24 * 3600);
 /// by far: at a 1 ms tick a wrap takes at least 34 s even at 1 Gbit/s.
 pub const PAWS_WINDOW: u32 = 1;
 
+/// The PAWS verdict on one segment.
+enum Paws {
+    /// Not older than TS.Recent, or no basis for the test.
+    Pass,
+    /// Older, but within [`PAWS_WINDOW`].
+    Tolerated,
+    /// Older by more than the window: dropped.
+    Reject,
+}
+
 /// Whether `tsval` lags `ts_recent` by more than [`PAWS_WINDOW`] ticks, in
 /// the modular arithmetic of RFC 7323 §5.2.
 fn paws_too_old(tsval: u32, ts_recent: u32) -> bool {
@@ -69,11 +79,15 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             return;
         }
 
-        if self.paws_rejects(now, repr) {
-            self.stats.dropped += 1;
-            self.stats.paws_dropped += 1;
-            self.ack_now = true;
-            return;
+        match self.paws(now, repr) {
+            Paws::Pass => {}
+            Paws::Tolerated => self.stats.paws_tolerated += 1,
+            Paws::Reject => {
+                self.stats.dropped += 1;
+                self.stats.paws_dropped += 1;
+                self.ack_now = true;
+                return;
+            }
         }
 
         if !self.acceptable(repr.seq, repr.segment_len(plen)) {
@@ -171,14 +185,22 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     /// RFC 7323 §5.3 R1: a segment whose TSval is older than TS.Recent is a
     /// duplicate from a previous wrap of the sequence space; older by more
     /// than [`PAWS_WINDOW`], that is.
-    fn paws_rejects(&self, now: Instant, repr: &TcpRepr) -> bool {
+    fn paws(&self, now: Instant, repr: &TcpRepr) -> Paws {
         if !self.opts.timestamps || repr.flags.contains(TcpFlags::RST) {
-            return false;
+            return Paws::Pass;
         }
         let Some(ts) = repr.options.timestamp else {
-            return false;
+            return Paws::Pass;
         };
-        paws_too_old(ts.tsval, self.ts_recent) && now - self.ts_recent_at <= TS_RECENT_LIFETIME
+        if (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0
+            || now - self.ts_recent_at > TS_RECENT_LIFETIME
+        {
+            Paws::Pass
+        } else if paws_too_old(ts.tsval, self.ts_recent) {
+            Paws::Reject
+        } else {
+            Paws::Tolerated
+        }
     }
 
     /// RFC 7323 §4.3: remember the peer's TSval of a segment that is not
