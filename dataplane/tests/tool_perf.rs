@@ -492,7 +492,7 @@ fn interrupted_runs_leave_nothing_over_veth() {
     let mut client = Proc::spawn("client", command(1, Some("10.79.1.1")));
     // Progress lines begin after two seconds of measuring.
     client
-        .wait_stderr("messages", deadline)
+        .wait_stderr(" moved, ", deadline)
         .unwrap_or_else(|e| panic!("{e}"));
     let t0 = Instant::now();
     client.interrupt();
@@ -529,6 +529,78 @@ fn interrupted_runs_leave_nothing_over_veth() {
     }
     net.remove_and_check();
     println!("runtime directories and namespaces removed");
+}
+
+/// The MiB moved in a progress line ("ib_write_bw N B: 12.5 MiB/1536.0 MiB
+/// (1%), 0/20 messages, 2.0 s"), and its message count done.
+fn progress_of(line: &str) -> Option<(f64, u64)> {
+    let (_, rest) = line.split_once(" B: ")?;
+    let (moved, rest) = rest.split_once(" MiB/")?;
+    let (_, rest) = rest.split_once("), ")?;
+    let (done, _) = rest.split_once('/')?;
+    Some((moved.parse().ok()?, done.parse().ok()?))
+}
+
+/// A run of a few large messages shows its progress in bytes: lines with
+/// growing byte counts while messages are still to complete, each within
+/// the run's total, on the client (which posts them) before it ends.
+#[test]
+fn large_messages_show_byte_progress_over_veth() {
+    if !require_root() {
+        return;
+    }
+    let net = TwoNs::create().expect("two namespaces and a veth pair");
+    let prefixes = [unique_prefix("perf-prog-s"), unique_prefix("perf-prog-c")];
+    let dirs = prefixes.clone().map(|p| RuntimeDir(runtime_dir(&p)));
+    let (size, iters) = (64u64 << 20, 24u64);
+    let command = |side: usize, peer: Option<&str>| {
+        let device = format!("net_af_packet0,iface={}", net.ifs[side]);
+        let ip = ["10.79.2.1", "10.79.2.2"][side];
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &net.ns[side], IWARP, "perf", "write-bw"]);
+        c.args(peer);
+        c.args(["--device", &device, "--ip", ip])
+            .args(["--mac", ["02:1a:fb:00:02:01", "02:1a:fb:00:02:02"][side]])
+            .args(["--eal", &eal_args(&prefixes[side])])
+            .args(["--set", "idle.spin=200", "--set", "idle.sleep_us=20"])
+            .args(["-s", &size.to_string(), "-n", &iters.to_string()])
+            .args(["--timeout", "60"]);
+        c
+    };
+    let deadline = Instant::now() + LIMIT;
+    let mut server = Proc::spawn("server", command(0, None));
+    server
+        .wait_stderr("waiting for a client", deadline)
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut client = Proc::spawn("client", command(1, Some("10.79.2.1")));
+    let c = client.wait(deadline).unwrap_or_else(|e| panic!("{e}"));
+    let s = server.wait(deadline).unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.status.success(), "client: {} {:?}", c.status, c.stderr);
+    assert!(s.status.success(), "server: {} {:?}", s.status, s.stderr);
+    drop((client, server));
+    for d in &dirs {
+        assert!(!d.0.exists(), "{} left behind", d.0.display());
+    }
+    net.remove_and_check();
+    let seen: Vec<(f64, u64)> = c.stderr.iter().filter_map(|l| progress_of(l)).collect();
+    let total_mib = (size * iters) as f64 / f64::from(1 << 20);
+    assert!(
+        seen.len() >= 2,
+        "fewer than two progress lines: {:?}",
+        c.stderr
+    );
+    assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0), "{seen:?}");
+    assert!(seen.iter().all(|&(m, _)| m <= total_mib), "{seen:?}");
+    let unfinished: Vec<&(f64, u64)> = seen.iter().filter(|&&(_, d)| d < iters).collect();
+    assert!(
+        unfinished.len() >= 2 && unfinished[0].0 < unfinished[unfinished.len() - 1].0,
+        "no growing byte count while messages were in flight: {seen:?}"
+    );
+    println!(
+        "client progress (MiB moved, messages done of {iters}): {seen:?}; \
+         namespaces and runtime directories removed"
+    );
 }
 
 /// `-a`: every size from 2 B to 8 MiB, a line each on the client; the

@@ -11,7 +11,6 @@
 //! resources ([`super::runner`]), does the exchange ([`super::perftest`]),
 //! runs, and prints perftest's table ([`super::report`]) or JSON.
 
-use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
@@ -20,9 +19,12 @@ use std::time::Duration;
 use clap::Args;
 
 use super::common::{catch_interrupts, eal_runtime_dir, interrupted, open_dataplane, EndpointArgs};
-use super::perftest::{BwFigures, Session, SessionParams};
+use super::perftest::wire::ib_mtu_code;
+use super::perftest::{text, BwFigures, Session, SessionParams};
 use super::report::{self, BwUnits, PerfReport};
-use super::runner::{Progress, RemoteBuf, Resources, Role, RunResult, RunSpec, TestKind, MB};
+use super::runner::{
+    cq_moderation, Progress, RemoteBuf, Resources, Role, RunResult, RunSpec, TestKind, MB,
+};
 use super::ToolError;
 use crate::api::Dataplane;
 
@@ -453,7 +455,10 @@ fn result_of(f: &BwFigures, plan: &Plan) -> RunResult {
 }
 
 /// Progress on stderr once a run has lasted a while: one line a second,
-/// rewritten in place on a terminal.
+/// rewritten in place on a terminal. It counts bytes on the wire, not
+/// only completed messages, so that a run of a few large messages shows
+/// movement while the first one is in flight; a duration run shows its
+/// seconds.
 struct ProgressLine {
     label: String,
     next: Duration,
@@ -463,6 +468,52 @@ struct ProgressLine {
 
 /// How long a run goes before progress is shown, and how often then.
 const PROGRESS_AFTER: Duration = Duration::from_secs(2);
+
+/// `n` bytes in KiB, MiB or GiB, one decimal, the unit chosen by `scale`
+/// (so that "done" and "total" share one).
+fn binary_units(n: u64, scale: u64) -> String {
+    let (div, unit) = match scale {
+        s if s >= 10 << 30 => (1u64 << 30, "GiB"),
+        s if s >= 10 << 20 => (1 << 20, "MiB"),
+        _ => (1 << 10, "KiB"),
+    };
+    format!("{:.1} {unit}", n as f64 / div as f64)
+}
+
+/// One progress line (without its end).
+fn progress_text(label: &str, p: &Progress) -> String {
+    let secs = p.elapsed.as_secs_f64();
+    match p.duration {
+        Some(d) => format!(
+            "{label}: {:.0}/{} s, {} moved, {} messages",
+            secs.min(d.as_secs_f64()),
+            d.as_secs(),
+            binary_units(p.bytes, p.bytes),
+            p.done
+        ),
+        None => {
+            // The wire carries framing too: the count is capped at the
+            // total, and 100% waits for the last completion.
+            let moved = p.bytes.min(p.total_bytes);
+            let pct = if p.done >= p.total {
+                100
+            } else {
+                moved
+                    .saturating_mul(100)
+                    .checked_div(p.total_bytes)
+                    .unwrap_or(0)
+                    .min(99)
+            };
+            format!(
+                "{label}: {}/{} ({pct}%), {}/{} messages, {secs:.1} s",
+                binary_units(moved, p.total_bytes),
+                binary_units(p.total_bytes, p.total_bytes),
+                p.done,
+                p.total
+            )
+        }
+    }
+}
 
 impl ProgressLine {
     fn new(label: String) -> ProgressLine {
@@ -479,22 +530,8 @@ impl ProgressLine {
             return;
         }
         self.next = p.elapsed + Duration::from_secs(1);
-        let done = if p.total > 0 {
-            format!(
-                "{}/{} ({:.0}%)",
-                p.done,
-                p.total,
-                100.0 * p.done as f64 / p.total as f64
-            )
-        } else {
-            format!("{}", p.done)
-        };
         let end = if self.tty { "\r" } else { "\n" };
-        eprint!(
-            "{}: {done} messages, {:.1} s{end}",
-            self.label,
-            p.elapsed.as_secs_f64()
-        );
+        eprint!("{}{end}", progress_text(&self.label, p));
         self.shown = true;
     }
 
@@ -509,20 +546,22 @@ impl ProgressLine {
 ///
 /// Options are checked before EAL starts; the dataplane is dropped (and
 /// with it EAL, which removes its runtime directory) before this returns,
-/// on every path.
+/// on every path. Without `--json`, perftest's lines go to standard output
+/// as perftest prints them, each part as soon as it is known.
 pub fn run(test: TestKind, args: &PerfArgs) -> Result<(), ToolError> {
     let plan = args.plan(test)?;
     let config = args.options.endpoint.config()?;
-    let link_mtu = config.ports[0].mtu;
+    let port = PortInfo::of(&config.ports[0]);
     let local = SocketAddrV4::new(config.ports[0].ip, plan.port);
     watch_interrupts(eal_runtime_dir(&config).filter(|d| !d.exists()));
     let dp = open_dataplane(&config)?;
-    let outcome = run_on(&dp, &plan, link_mtu);
+    let mut stdout = std::io::stdout();
+    let lines: Option<&mut dyn Write> = if plan.json { None } else { Some(&mut stdout) };
+    let outcome = run_on(&dp, &plan, &port, lines);
     drop(dp);
     let outcome = outcome?;
-    let spec = plan.spec(plan.size);
-    let mut out = std::io::stdout().lock();
     if plan.json {
+        let spec = plan.spec(plan.size);
         let doc = PerfJson {
             report: PerfReport::new(&outcome.results, &spec),
             local: local.to_string(),
@@ -536,18 +575,10 @@ pub fn run(test: TestKind, args: &PerfArgs) -> Result<(), ToolError> {
             },
             mismatch: outcome.mismatch.clone(),
         };
+        let mut out = std::io::stdout().lock();
         writeln!(out, "{}", report::to_json(&doc))?;
-    } else {
-        write!(out, "{}", header(&plan, local, &outcome))?;
-        if !outcome.results.is_empty() {
-            write!(
-                out,
-                "{}",
-                report::perftest_table_in(&outcome.results, &spec, plan.units())
-            )?;
-        }
+        out.flush()?;
     }
-    out.flush()?;
     match outcome.mismatch {
         Some(m) => Err(ToolError::DataMismatch(m)),
         None => Ok(()),
@@ -612,16 +643,50 @@ struct Outcome {
     mismatch: Option<String>,
 }
 
-fn run_on(dp: &Dataplane, plan: &Plan, link_mtu: usize) -> Result<Outcome, ToolError> {
+/// What the test information block says of this side's port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PortInfo {
+    /// The DPDK device (its name, without its arguments).
+    device: String,
+    /// The port's MTU.
+    mtu: usize,
+}
+
+impl PortInfo {
+    fn of(p: &crate::config::PortConfig) -> PortInfo {
+        PortInfo {
+            device: p.device.split(',').next().unwrap_or_default().to_string(),
+            mtu: p.mtu,
+        }
+    }
+}
+
+/// Writes perftest's lines, if they are wanted, flushed at once (a person
+/// or a script watches them arrive as perftest's do).
+fn emit(out: &mut Option<&mut dyn Write>, text: &str) -> Result<(), ToolError> {
+    if let Some(w) = out {
+        w.write_all(text.as_bytes())?;
+        w.flush()?;
+    }
+    Ok(())
+}
+
+fn run_on(
+    dp: &Dataplane,
+    plan: &Plan,
+    port: &PortInfo,
+    mut out: Option<&mut dyn Write>,
+) -> Result<Outcome, ToolError> {
     let role = plan.role();
     let name = plan.test.perftest_name();
     let resources = Resources::new(dp, &plan.spec(plan.size))?;
     let local: Vec<RemoteBuf> = (0..plan.qps).map(|i| resources.local_buf(i)).collect();
-    let params = plan.session(link_mtu);
+    let params = plan.session(port.mtu);
     let mut session = match plan.peer {
         Some(peer) => Session::client(dp, peer, &params, &resources.qps, &local, plan.timeout)
             .map_err(|e| client_error(peer, e))?,
         None => {
+            emit(&mut out, text::WAITING_BANNER)?;
             eprintln!(
                 "{name}: server on port {}, waiting for a client ({} s)",
                 plan.port,
@@ -631,6 +696,16 @@ fn run_on(dp: &Dataplane, plan: &Plan, link_mtu: usize) -> Result<Outcome, ToolE
                 .map_err(|e| server_error(plan.port, e))?
         }
     };
+    let (mine, theirs) = session.dests();
+    emit(&mut out, &info_block(plan, port))?;
+    emit(&mut out, &text::addresses(&mine, &theirs))?;
+    let spec = plan.spec(plan.size);
+    let units = plan.units();
+    // perftest's read latency server measures nothing and prints no table.
+    let table = !(role == Role::Server && plan.test == TestKind::ReadLat);
+    if table {
+        emit(&mut out, &report::table_heading(&spec, units))?;
+    }
     let remote = session.remote();
     let peer_version = session.peer_version().to_string();
     let mut results = Vec::new();
@@ -646,7 +721,10 @@ fn run_on(dp: &Dataplane, plan: &Plan, link_mtu: usize) -> Result<Outcome, ToolE
         match r {
             // The sides that only wait return no figures.
             Ok(r) if r.iterations == 0 => {}
-            Ok(r) => results.push(r),
+            Ok(r) => {
+                emit(&mut out, &report::table_line(&r, &spec, units))?;
+                results.push(r);
+            }
             Err(ToolError::DataMismatch(m)) => {
                 mismatch = Some(format!("{size} B: {m}"));
                 break;
@@ -664,12 +742,15 @@ fn run_on(dp: &Dataplane, plan: &Plan, link_mtu: usize) -> Result<Outcome, ToolE
     resources.close(dp);
     let measured_by = match (role, theirs) {
         (Role::Server, Some(f)) if results.is_empty() => {
-            results.push(result_of(&f, plan));
+            let r = result_of(&f, plan);
+            emit(&mut out, &report::table_line(&r, &spec, units))?;
+            results.push(r);
             "peer"
         }
         _ if results.is_empty() => "none",
         _ => "local",
     };
+    emit(&mut out, &format!("{}\n", report::RULE))?;
     Ok(Outcome {
         results,
         peer_version,
@@ -708,48 +789,19 @@ fn server_error(port: u16, e: ToolError) -> ToolError {
     }
 }
 
-/// The lines perftest prints above its table, shortened.
-fn header(plan: &Plan, local: SocketAddrV4, o: &Outcome) -> String {
-    let mut s = String::new();
-    let _ = writeln!(s, "{}", report::RULE);
-    let _ = writeln!(
-        s,
-        "                    {} (iwarp perf {})",
-        plan.test.perftest_name(),
-        plan.test
-    );
-    let _ = writeln!(
-        s,
-        " {} {local}{}, peer perftest version {}",
-        match plan.role() {
-            Role::Client => "client",
-            Role::Server => "server",
-        },
-        plan.peer.map(|p| format!(" -> {p}")).unwrap_or_default(),
-        o.peer_version
-    );
-    let _ = writeln!(
-        s,
-        " QPs: {}  TX depth: {}  RX depth: {}  {}",
-        plan.qps,
-        plan.tx_depth,
-        plan.rx_depth,
-        match plan.duration {
-            Some(d) => format!("duration: {} s", d.as_secs()),
-            None => format!("iterations: {}", plan.iterations),
-        }
-    );
-    if plan.test.is_read() {
-        let _ = writeln!(s, " Outstanding reads: {}", plan.outstanding_reads);
-    }
-    if o.measured_by == "peer" {
-        let _ = writeln!(s, " (figures measured by the client)");
-    }
-    if o.results.is_empty() {
-        let _ = writeln!(s, " (the client measures this test)");
-        let _ = writeln!(s, "{}", report::RULE);
-    }
-    s
+/// perftest's test information block for this run.
+fn info_block(plan: &Plan, port: &PortInfo) -> String {
+    text::test_info(&text::TestInfo {
+        test: plan.test,
+        role: plan.role(),
+        device: &port.device,
+        qps: plan.qps,
+        tx_depth: plan.tx_depth,
+        rx_depth: plan.rx_depth,
+        cq_mod: cq_moderation(plan.size, plan.all_sizes, plan.tx_depth),
+        mtu_code: ib_mtu_code(port.mtu),
+        outstanding_reads: plan.outstanding_reads,
+    })
 }
 
 #[cfg(test)]
@@ -781,10 +833,27 @@ mod tests {
         (c, s)
     }
 
+    /// The port both sides of the memory link describe.
+    fn port() -> PortInfo {
+        PortInfo {
+            device: "mem:perf".into(),
+            mtu: 1500,
+        }
+    }
+
     /// `run_on` as server and as client of `test` with the options `set`
     /// gives both; the client tries again while nothing listens yet (the
     /// server's thread may not have reached its listen).
     fn both(test: TestKind, set: impl Fn(&mut PerfOptions)) -> (Outcome, Outcome) {
+        let ((c, _), (s, _)) = both_printed(test, set);
+        (c, s)
+    }
+
+    /// [`both`], with what each side printed (client, then server).
+    fn both_printed(
+        test: TestKind,
+        set: impl Fn(&mut PerfOptions),
+    ) -> ((Outcome, String), (Outcome, String)) {
         let (c, s) = pair();
         let server = args(|a| {
             set(a);
@@ -799,16 +868,25 @@ mod tests {
         })
         .plan(test)
         .expect("client plan");
+        let text = |b: Vec<u8>| String::from_utf8(b).expect("text");
         std::thread::scope(|scope| {
-            let srv = scope.spawn(|| run_on(&s, &server, 1500));
+            let srv = scope.spawn(|| {
+                let mut b = Vec::new();
+                run_on(&s, &server, &port(), Some(&mut b)).map(|o| (o, text(b)))
+            });
             let mut tries = 0;
             let cli = loop {
-                match run_on(&c, &client, 1500) {
-                    Err(e) if e.to_string().contains("nothing listens") && tries < 100 => {
+                let mut b = Vec::new();
+                match run_on(&c, &client, &port(), Some(&mut b)) {
+                    Err(e)
+                        if (e.to_string().contains("nothing listens")
+                            || e.to_string().contains("refused"))
+                            && tries < 100 =>
+                    {
                         tries += 1;
                         std::thread::sleep(Duration::from_millis(50));
                     }
-                    r => break r,
+                    r => break r.map(|o| (o, text(b))),
                 }
             };
             let cli = cli.unwrap_or_else(|e| panic!("{test} client: {e}"));
@@ -818,6 +896,104 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{test} server: {e}"));
             (cli, srv)
         })
+    }
+
+    /// What each side prints of every test, line for line: the server's
+    /// banner, perftest's information block for the side, the address
+    /// lines of ours and the peer's QP, the table's heading, the figures
+    /// of whichever side measured (none on the read latency server) and
+    /// the closing rule; nothing else.
+    #[test]
+    fn every_test_prints_perftests_lines() {
+        for test in [
+            TestKind::WriteBw,
+            TestKind::ReadBw,
+            TestKind::SendBw,
+            TestKind::WriteLat,
+            TestKind::ReadLat,
+            TestKind::SendLat,
+        ] {
+            let set = |a: &mut PerfOptions| {
+                a.iters = Some("20".into());
+                a.size = Some(if test.is_latency() { "64" } else { "16K" }.into());
+            };
+            let ((_, ctext), (_, stext)) = both_printed(test, set);
+            for (role, text) in [(Role::Client, &ctext), (Role::Server, &stext)] {
+                println!("{test} {role:?}:\n{text}");
+                let mut plan = args(set).plan(test).expect("plan");
+                if role == Role::Client {
+                    plan.peer = Some(SocketAddrV4::new(IP_S, plan.port));
+                }
+                let mut want = String::new();
+                if role == Role::Server {
+                    want.push_str(text::WAITING_BANNER);
+                }
+                want.push_str(&info_block(&plan, &port()));
+                assert!(text.starts_with(&want), "{test} {role:?}: {text}");
+                let rest: Vec<&str> = text[want.len()..].lines().collect();
+                let (ours, peers) = match role {
+                    Role::Client => (&MAC_C, &MAC_S),
+                    Role::Server => (&MAC_S, &MAC_C),
+                };
+                let gid = |m: &EthernetAddress| {
+                    let mut g: Vec<String> = m.0.iter().map(|b| format!("{b:02}")).collect();
+                    g.resize(16, "00".into());
+                    format!(" GID: {}", g.join(":"))
+                };
+                assert!(
+                    rest[0].starts_with(" local address: LID 0000 QPN 0x"),
+                    "{test}"
+                );
+                assert!(rest[0].contains(" PSN 0x"), "{test}: {}", rest[0]);
+                assert_eq!(rest[1], gid(ours), "{test} {role:?}");
+                assert!(
+                    rest[2].starts_with(" remote address: LID 0000 QPN 0x"),
+                    "{test}"
+                );
+                assert_eq!(rest[3], gid(peers), "{test} {role:?}");
+                let mut at = 4;
+                if !(test == TestKind::ReadLat && role == Role::Server) {
+                    assert_eq!(rest[at], report::RULE, "{test} {role:?}");
+                    let heading = if test.is_latency() {
+                        report::lat_header(false)
+                    } else {
+                        report::bw_header(BwUnits::MBps)
+                    };
+                    assert_eq!(rest[at + 1], heading, "{test} {role:?}");
+                    let fields: Vec<&str> = rest[at + 2].split_whitespace().collect();
+                    assert_eq!(
+                        fields.len(),
+                        if test.is_latency() { 9 } else { 5 },
+                        "{test} {role:?}: {}",
+                        rest[at + 2]
+                    );
+                    let size = if test.is_latency() { "64" } else { "16384" };
+                    // The iterations column: all messages of a bandwidth
+                    // run, the iterations of a latency run (not samples).
+                    assert_eq!(fields[..2], [size, "20"], "{test} {role:?}");
+                    at += 3;
+                }
+                assert_eq!(rest[at..], [report::RULE], "{test} {role:?}: {rest:?}");
+            }
+            // The two sides print each other's QP numbers.
+            let qpn = |t: &str, which: &str| -> String {
+                t.lines()
+                    .find(|l| l.starts_with(which))
+                    .and_then(|l| l.split(" QPN ").nth(1))
+                    .map(|r| r[..r.find(' ').unwrap_or(r.len())].to_string())
+                    .unwrap_or_default()
+            };
+            assert_eq!(
+                qpn(&ctext, " local address"),
+                qpn(&stext, " remote address"),
+                "{test}"
+            );
+            assert_eq!(
+                qpn(&stext, " local address"),
+                qpn(&ctext, " remote address"),
+                "{test}"
+            );
+        }
     }
 
     /// Every test between two `run_on`s: the figures each side keeps, the
@@ -907,6 +1083,54 @@ mod tests {
             }
             other => panic!("expected a usage error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn progress_lines_count_bytes_and_seconds() {
+        let mib = 1u64 << 20;
+        let p = Progress {
+            done: 0,
+            total: 20,
+            bytes: 37 * mib + mib / 2,
+            total_bytes: 80 * mib,
+            elapsed: Duration::from_millis(4000),
+            duration: None,
+        };
+        assert_eq!(
+            progress_text("ib_write_bw 4194304 B", &p),
+            "ib_write_bw 4194304 B: 37.5 MiB/80.0 MiB (46%), 0/20 messages, 4.0 s"
+        );
+        // Framing makes the wire count pass the total before the last
+        // completion: capped, and not yet 100%.
+        let near = Progress {
+            done: 19,
+            bytes: 81 * mib,
+            ..p
+        };
+        let t = progress_text("x", &near);
+        assert!(t.starts_with("x: 80.0 MiB/80.0 MiB (99%), 19/20"), "{t}");
+        let done = Progress { done: 20, ..near };
+        assert!(progress_text("x", &done).contains("(100%)"));
+        let small = Progress {
+            done: 1,
+            total: 5,
+            bytes: 3 << 10,
+            total_bytes: 10 << 10,
+            ..p
+        };
+        assert!(progress_text("x", &small).starts_with("x: 3.0 KiB/10.0 KiB (30%)"));
+        let d = Progress {
+            done: 8190,
+            total: 0,
+            bytes: 512 * mib,
+            total_bytes: 0,
+            elapsed: Duration::from_millis(4200),
+            duration: Some(Duration::from_secs(10)),
+        };
+        assert_eq!(
+            progress_text("ib_send_bw 65536 B", &d),
+            "ib_send_bw 65536 B: 4/10 s, 512.0 MiB moved, 8190 messages"
+        );
     }
 
     #[test]

@@ -38,49 +38,47 @@ impl BwUnits {
     }
 }
 
-/// The bandwidth header line.
+/// The bandwidth header line (perftest's `RESULT_FMT`, `RESULT_FMT_G`).
 pub fn bw_header(units: BwUnits) -> String {
     let u = units.label();
-    format!(
-        " {:<10} {:<14} {:<18} {:<20} {}",
-        "#bytes",
-        "#iterations",
-        format!("BW peak[{u}]"),
-        format!("BW average[{u}]"),
-        "MsgRate[Mpps]"
-    )
+    format!(" #bytes     #iterations    BW peak[{u}]    BW average[{u}]   MsgRate[Mpps]")
 }
 
-/// One bandwidth line.
+/// One bandwidth line, as perftest's `print_full_bw_report` prints it
+/// (`REPORT_FMT`; `REPORT_FMT_EXT`, six decimals, for an average under
+/// 0.1 Gb/s).
 pub fn bw_line(r: &RunResult, units: BwUnits) -> String {
-    format!(
-        " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
-        r.size,
-        r.iterations,
-        units.convert(r.bw_peak_mbps),
-        units.convert(r.bw_avg_mbps),
-        r.msg_rate_mpps
-    )
+    let (peak, avg) = (units.convert(r.bw_peak_mbps), units.convert(r.bw_avg_mbps));
+    if units == BwUnits::Gbps && avg < 0.1 {
+        format!(
+            " {:<7}    {}           {peak:<7.6}            {avg:<7.6}            {:<7.6}",
+            r.size, r.iterations, r.msg_rate_mpps
+        )
+    } else {
+        format!(
+            " {:<7}    {:<10}       {peak:<7.2}            {avg:<7.2}\t\t   {:<7.6}",
+            r.size, r.iterations, r.msg_rate_mpps
+        )
+    }
 }
 
-/// The latency header line.
-pub fn lat_header() -> String {
-    format!(
-        " {:<7} {:<12} {:<14} {:<14} {:<16} {:<14} {:<15} {:<22} {}",
-        "#bytes",
-        "#iterations",
-        "t_min[usec]",
-        "t_max[usec]",
-        "t_typical[usec]",
-        "t_avg[usec]",
-        "t_stdev[usec]",
-        "99% percentile[usec]",
-        "99.9% percentile[usec]"
-    )
+/// The latency header line (`RESULT_FMT_LAT`, its trailing space
+/// included), or with `duration` that of a timed run (`RESULT_FMT_LAT_DUR`).
+pub fn lat_header(duration: bool) -> String {
+    if duration {
+        " #bytes        #iterations       t_avg[usec]    tps average".into()
+    } else {
+        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    \
+         t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+            .into()
+    }
 }
 
-/// One latency line (a run without latency figures prints zeros).
-pub fn lat_line(r: &RunResult) -> String {
+/// One latency line as perftest's `print_report_lat` prints it
+/// (`REPORT_FMT_LAT`; a run without latency figures prints zeros): the
+/// iterations column holds the iterations run, `iterations`, as
+/// perftest's does, not the samples taken.
+pub fn lat_line(r: &RunResult, iterations: u64) -> String {
     let l = r.latency.unwrap_or(super::runner::LatencySummary {
         min_us: 0.0,
         p50_us: 0.0,
@@ -92,17 +90,49 @@ pub fn lat_line(r: &RunResult) -> String {
         histogram: super::runner::LatencyHistogram::default(),
     });
     format!(
-        " {:<7} {:<12} {:<14.2} {:<14.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}",
-        r.size,
-        r.iterations,
-        l.min_us,
-        l.max_us,
-        l.p50_us,
-        l.avg_us,
-        l.stdev_us,
-        l.p99_us,
-        l.p999_us
+        " {:<7} {iterations}          {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t\
+         {:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
+        r.size, l.min_us, l.max_us, l.p50_us, l.avg_us, l.stdev_us, l.p99_us, l.p999_us
     )
+}
+
+/// One line of a timed latency run (`-D`), as perftest's
+/// `print_report_lat_duration` prints it (`REPORT_FMT_LAT_DUR`): round
+/// trips, their average half (a Read's whole), and round trips a second.
+pub fn lat_duration_line(r: &RunResult) -> String {
+    let avg = r.latency.map_or(0.0, |l| l.avg_us);
+    let secs = r.elapsed.as_secs_f64();
+    let tps = if secs > 0.0 {
+        r.iterations as f64 / secs
+    } else {
+        0.0
+    };
+    format!(
+        " {:<7}       {}            {avg:<7.2}        {tps:<7.2}",
+        r.size, r.iterations
+    )
+}
+
+/// The heading of a run's table: its opening rule and column line.
+pub fn table_heading(spec: &RunSpec, units: BwUnits) -> String {
+    let h = if spec.test.is_latency() {
+        lat_header(spec.duration.is_some())
+    } else {
+        bw_header(units)
+    };
+    format!("{RULE}\n{h}\n")
+}
+
+/// One result's line of the table (with its newline).
+pub fn table_line(r: &RunResult, spec: &RunSpec, units: BwUnits) -> String {
+    let l = if !spec.test.is_latency() {
+        bw_line(r, units)
+    } else if spec.duration.is_some() {
+        lat_duration_line(r)
+    } else {
+        lat_line(r, spec.iterations)
+    };
+    format!("{l}\n")
 }
 
 /// perftest's results table for `results` (one line per size), in MB/s.
@@ -112,23 +142,9 @@ pub fn perftest_table(results: &[RunResult], spec: &RunSpec) -> String {
 
 /// perftest's results table with the bandwidth in `units`.
 pub fn perftest_table_in(results: &[RunResult], spec: &RunSpec, units: BwUnits) -> String {
-    let mut out = String::new();
-    out.push_str(RULE);
-    out.push('\n');
-    if spec.test.is_latency() {
-        out.push_str(&lat_header());
-        out.push('\n');
-        for r in results {
-            out.push_str(&lat_line(r));
-            out.push('\n');
-        }
-    } else {
-        out.push_str(&bw_header(units));
-        out.push('\n');
-        for r in results {
-            out.push_str(&bw_line(r, units));
-            out.push('\n');
-        }
+    let mut out = table_heading(spec, units);
+    for r in results {
+        out.push_str(&table_line(r, spec, units));
     }
     out.push_str(RULE);
     out.push('\n');
@@ -285,9 +301,81 @@ mod tests {
             assert!(lines[1].contains(h), "{h}");
         }
         let f: Vec<&str> = lines[2].split_whitespace().collect();
+        // The iterations run (the spec's 5000), not the samples taken.
         assert_eq!(
             f,
-            ["2", "1000", "1.50", "9.25", "2.00", "2.10", "0.30", "3.00", "4.00"]
+            ["2", "5000", "1.50", "9.25", "2.00", "2.10", "0.30", "3.00", "4.00"]
+        );
+    }
+
+    /// The heading and figure line of a siw guest's `ib_write_bw -R`,
+    /// byte for byte (its tabs included).
+    #[test]
+    fn bandwidth_lines_are_perftests_bytes() {
+        let r = RunResult {
+            size: 65536,
+            iterations: 200,
+            bw_peak_mbps: 4.37,
+            bw_avg_mbps: 4.35,
+            msg_rate_mpps: 0.000070,
+            ..bw()
+        };
+        let mut s = spec(TestKind::WriteBw);
+        s.iterations = 200;
+        assert_eq!(
+            perftest_table(std::slice::from_ref(&r), &s),
+            format!(
+                "{RULE}\n #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   \
+                 MsgRate[Mpps]\n 65536      200              4.37               4.35   \t\t   \
+                 0.000070\n{RULE}\n"
+            )
+        );
+        // Under 0.1 Gb/s, perftest's six-decimal line.
+        let slow = RunResult {
+            bw_peak_mbps: 5.0,
+            bw_avg_mbps: 4.0,
+            ..r
+        };
+        assert_eq!(
+            bw_line(&slow, BwUnits::Gbps),
+            " 65536      200           0.041943            0.033554            0.000070"
+        );
+    }
+
+    #[test]
+    fn latency_lines_are_perftests_bytes() {
+        let mut r = bw();
+        r.size = 64;
+        r.iterations = 199;
+        r.elapsed = Duration::from_millis(100);
+        r.latency = Some(LatencySummary {
+            min_us: 95.5,
+            p50_us: 120.25,
+            p99_us: 300.0,
+            p999_us: 1234.5,
+            max_us: 1500.0,
+            avg_us: 130.0,
+            stdev_us: 20.5,
+            histogram: Default::default(),
+        });
+        let mut s = spec(TestKind::WriteLat);
+        s.iterations = 200;
+        assert_eq!(
+            perftest_table(std::slice::from_ref(&r), &s),
+            format!(
+                "{RULE}\n #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    \
+                 t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n \
+                 64      200          95.50          1500.00      120.25   \t       130.00      \t\
+                 20.50  \t\t300.00  \t\t1234.50\n{RULE}\n"
+            )
+        );
+        s.duration = Some(Duration::from_secs(5));
+        assert_eq!(
+            perftest_table(&[r], &s),
+            format!(
+                "{RULE}\n #bytes        #iterations       t_avg[usec]    tps average\n \
+                 64            199            130.00         1990.00\n{RULE}\n"
+            )
         );
     }
 

@@ -154,13 +154,37 @@ const CYCLE_BUFFER: usize = 4096;
 const CACHE_LINE: usize = 64;
 /// perftest's default completion moderation of bandwidth tests.
 const CQ_MOD: u64 = 100;
+/// perftest's `MSG_SIZE_CQ_MOD_LIMIT`: above this message size every work
+/// request is signalled (the completions are few anyway, and a moderated
+/// run of large messages would report its first completion only after
+/// `cq_mod` messages).
+const CQ_MOD_SIZE_LIMIT: usize = 8192;
+
+/// The completion moderation of a bandwidth run, as perftest 4.5 sets it
+/// (`force_dependecies`): one work request in 100 signalled, every one
+/// for messages over 8 KiB unless all sizes run (`-a` keeps one setting
+/// for every size), and never more than the send queue's depth.
+pub fn cq_moderation(size: usize, all_sizes: bool, tx_depth: u32) -> u64 {
+    let m = if size > CQ_MOD_SIZE_LIMIT && !all_sizes {
+        1
+    } else {
+        CQ_MOD
+    };
+    m.min(u64::from(tx_depth.max(1)))
+}
 /// No completion and no traffic on the run's connections for this long:
 /// the peer is gone.
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the stall watch looks at the connections' byte counters.
 const WIRE_CHECK_EVERY: Duration = Duration::from_secs(1);
-/// How often the progress callback runs.
-const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+/// How often the progress callback runs: twice a second, and every 10 ms
+/// in this crate's unit tests, whose memory links move a run of large
+/// messages in well under a second.
+const PROGRESS_EVERY: Duration = if cfg!(test) {
+    Duration::from_millis(10)
+} else {
+    Duration::from_millis(500)
+};
 /// Completions taken from the CQ at a time.
 const POLL_BATCH: usize = 32;
 
@@ -665,14 +689,28 @@ fn wc_error(wc: &WorkCompletion) -> ToolError {
 }
 
 /// Where a run stands.
+///
+/// Completions alone say little about a run of large messages: with
+/// perftest's completion moderation, or a single 4 MiB message in flight
+/// over a slow link, no message may complete for many seconds while data
+/// flows. So progress also counts bytes on the run's connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
     /// Messages done.
     pub done: u64,
     /// Messages in all (0 in duration mode).
     pub total: u64,
+    /// TCP payload bytes (MPA framing included) the run's connections
+    /// carried since the run began, in the busier direction: the data's,
+    /// in a bandwidth test.
+    pub bytes: u64,
+    /// Message bytes the run moves in that direction in all (0 in duration
+    /// mode).
+    pub total_bytes: u64,
     /// Time since the start.
     pub elapsed: Duration,
+    /// How long the run lasts, in duration mode (`-D`).
+    pub duration: Option<Duration>,
 }
 
 /// Latency figures, in microseconds.
@@ -898,6 +936,9 @@ fn wire_counters(dp: &Dataplane, qps: &[Qp]) -> (u64, u64, u64) {
 struct Runner<'a> {
     dp: &'a Dataplane,
     wire: WireWatch,
+    /// The connections' (sent, received) byte counters when the run began:
+    /// progress counts from there.
+    wire_base: (u64, u64),
     res: &'a Resources,
     spec: &'a RunSpec,
     remote: &'a [RemoteBuf],
@@ -921,7 +962,8 @@ impl<'a> Runner<'a> {
         progress: &'a mut dyn FnMut(&Progress),
     ) -> Runner<'a> {
         let now = Instant::now();
-        let wire = WireWatch::new(now, wire_counters(dp, &res.qps));
+        let counters = wire_counters(dp, &res.qps);
+        let wire = WireWatch::new(now, counters);
         let blank = WorkCompletion {
             wr_id: 0,
             status: WcStatus::Success,
@@ -934,6 +976,7 @@ impl<'a> Runner<'a> {
         Runner {
             dp,
             wire,
+            wire_base: (counters.0, counters.1),
             res,
             spec,
             remote,
@@ -961,15 +1004,24 @@ impl<'a> Runner<'a> {
         self.deadline.is_some_and(|d| now >= d)
     }
 
-    /// Progress report and stall watch; called in every wait.
+    /// Progress report and stall watch; called in every wait. The
+    /// connections' counters are read at most once per progress report
+    /// and once per stall check (each read takes the dataplane's QP list).
     fn tick(&mut self, done: u64, total: u64) -> Result<Instant, ToolError> {
         let now = Instant::now();
         if now.duration_since(self.last_progress) >= PROGRESS_EVERY {
             self.last_progress = now;
+            let (sent, received, _) = wire_counters(self.dp, &self.res.qps);
+            let bytes = sent
+                .saturating_sub(self.wire_base.0)
+                .max(received.saturating_sub(self.wire_base.1));
             (self.progress)(&Progress {
                 done,
                 total,
+                bytes,
+                total_bytes: total.saturating_mul(self.spec.size as u64),
                 elapsed: now - self.start,
+                duration: self.spec.duration,
             });
         }
         if self.wire.due(now) && self.wire.moved(now, wire_counters(self.dp, &self.res.qps)) {
@@ -1066,7 +1118,7 @@ impl<'a> Runner<'a> {
         let n = self.limit();
         let tx = u64::from(spec.tx_depth.max(1));
         let rx = spec.rx_depth.max(1);
-        let cq_mod = CQ_MOD.min(tx).max(1);
+        let cq_mod = cq_moderation(size, spec.all_sizes, spec.tx_depth);
         let nslots = slots(size);
         let st = step(size);
         let credits = spec.test == TestKind::SendBw;
@@ -2031,6 +2083,70 @@ mod tests {
         assert_eq!(c.iterations, 150);
         assert!(c.latency.unwrap().p99_us > 0.0);
         assert_eq!(s.verified_bytes, 0);
+    }
+
+    #[test]
+    fn cq_moderation_follows_perftest() {
+        assert_eq!(
+            cq_moderation(65_536, false, 128),
+            1,
+            "over 8 KiB: every one"
+        );
+        assert_eq!(cq_moderation(8192, false, 128), 100);
+        assert_eq!(cq_moderation(65_536, true, 128), 100, "-a keeps 100");
+        assert_eq!(cq_moderation(4096, false, 20), 20, "at most tx depth");
+        assert_eq!(cq_moderation(4096, false, 0), 1);
+    }
+
+    /// A run of a few large messages reports bytes while its first message
+    /// is still in flight: the byte counts grow from report to report
+    /// while no message has completed, and never pass what the run moves
+    /// by more than its framing.
+    #[test]
+    fn progress_counts_bytes_before_the_first_message_completes() {
+        let (a, b) = pair();
+        let size = 32 << 20;
+        let mut sc = spec(TestKind::WriteBw, Role::Client, size, 5, 1);
+        sc.verify = false;
+        sc.tx_depth = 5;
+        let ss = RunSpec {
+            role: Role::Server,
+            ..sc.clone()
+        };
+        let rc = Resources::new(&a, &sc).unwrap();
+        let rs = Resources::new(&b, &ss).unwrap();
+        connect_direct(&a, &rc, &b, &rs, SocketAddrV4::new(IP_B, 5010), 0).unwrap();
+        let to_s: Vec<RemoteBuf> = (0..1).map(|i| rs.local_buf(i)).collect();
+        let mut seen: Vec<Progress> = Vec::new();
+        let c = rc.run(&a, &sc, &to_s, &mut |p| seen.push(*p)).unwrap();
+        assert_eq!(c.iterations, 5);
+        for p in &seen {
+            println!(
+                "{:.2} s: {} of {} messages, {} of {} bytes",
+                p.elapsed.as_secs_f64(),
+                p.done,
+                p.total,
+                p.bytes,
+                p.total_bytes
+            );
+        }
+        let total = 5 * size as u64;
+        assert!(seen.iter().all(|p| p.total == 5 && p.total_bytes == total));
+        assert!(seen.iter().all(|p| p.duration.is_none()));
+        assert!(seen.windows(2).all(|w| w[0].bytes <= w[1].bytes));
+        // Framing (MPA, DDP, RDMAP headers and CRCs) is a few percent.
+        assert!(seen.iter().all(|p| p.bytes <= total + total / 20));
+        let early: Vec<&Progress> = seen.iter().filter(|p| p.done == 0 && p.bytes > 0).collect();
+        assert!(
+            !early.is_empty(),
+            "no report counted bytes before the first completion: {seen:?}"
+        );
+        assert!(
+            seen.iter().any(|p| p.done < 5 && p.bytes > early[0].bytes),
+            "the byte count did not grow while messages were in flight: {seen:?}"
+        );
+        rc.close(&a);
+        rs.close(&b);
     }
 
     #[test]

@@ -266,6 +266,11 @@ impl Exchange {
         &self.script
     }
 
+    /// What this side tells the peer.
+    pub fn local(&self) -> &Local {
+        &self.local
+    }
+
     /// What the peer has told us so far.
     pub fn peer(&self) -> &Peer {
         &self.peer

@@ -73,6 +73,7 @@
 //! return, since the session's last exchange tells the peer to start.
 
 pub mod exchange;
+pub mod text;
 pub mod wire;
 
 use std::collections::VecDeque;
@@ -436,6 +437,20 @@ impl<'dp> Session<'dp> {
                 }
             })
             .collect()
+    }
+
+    /// The data QPs' `pingpong_dest`s, ours and the peer's (the last it
+    /// sent; zeros where it sent none), in QP order: what perftest prints
+    /// as its local and remote address lines.
+    pub fn dests(&self) -> (Vec<Dest>, Vec<Dest>) {
+        let remote = self
+            .x
+            .peer()
+            .dests
+            .iter()
+            .map(|d| d.unwrap_or_default())
+            .collect();
+        (self.x.local().dests.clone(), remote)
     }
 
     /// The peer's perftest version string.
