@@ -2243,8 +2243,21 @@ impl Drop for EventScope {
     }
 }
 
-impl Drop for Dataplane {
-    fn drop(&mut self) {
+impl Dataplane {
+    /// Stops the dataplane as dropping it does, and returns the workers'
+    /// final counters: connections still up are closed with a FIN and
+    /// their FIN exchanges run to the end for at most
+    /// `tcp.close_linger_ms` before what is still open is reset
+    /// ([`WorkerStats::shutdown_resets`] counts those).
+    pub fn stop(mut self) -> Vec<WorkerStats> {
+        self.stop_workers();
+        self.stats()
+    }
+
+    /// Asks every worker to stop and waits until each has closed its
+    /// connections (see [`Dataplane::stop`]); a second call finds nothing
+    /// left to do.
+    fn stop_workers(&mut self) {
         for (i, w) in self.workers.iter().enumerate() {
             let _ = w.ctl.send(Ctl::Shutdown);
             self.wake_worker(i);
@@ -2259,6 +2272,12 @@ impl Drop for Dataplane {
                 w.shutdown();
             }
         }
+    }
+}
+
+impl Drop for Dataplane {
+    fn drop(&mut self) {
+        self.stop_workers();
     }
 }
 

@@ -468,6 +468,16 @@ pub struct TcpConfig {
     /// Connections per worker.
     #[serde(default = "default_conns")]
     pub max_connections: usize,
+    /// How long a stopping dataplane lets its connections' FIN exchanges
+    /// finish (ms): connections still up are closed with a FIN, and those
+    /// not closed (or in TIME-WAIT) when the time is up are reset and
+    /// counted (`shutdown_resets`). 0: reset at once.
+    #[serde(default = "default_close_linger_ms")]
+    pub close_linger_ms: u64,
+}
+
+fn default_close_linger_ms() -> u64 {
+    1000
 }
 
 fn default_recv_buffer() -> usize {
@@ -485,6 +495,7 @@ impl Default for TcpConfig {
             timestamps: true,
             recv_buffer: default_recv_buffer(),
             max_connections: default_conns(),
+            close_linger_ms: default_close_linger_ms(),
         }
     }
 }
@@ -651,6 +662,9 @@ impl Config {
         }
         if !(4096..=64 << 20).contains(&self.tcp.recv_buffer) {
             return Err(invalid("tcp.recv_buffer", "not in 4 KiB..=64 MiB"));
+        }
+        if self.tcp.close_linger_ms > 60_000 {
+            return Err(invalid("tcp.close_linger_ms", "above 60000"));
         }
         if !(1..=1 << 20).contains(&self.tcp.max_connections) {
             return Err(invalid("tcp.max_connections", "not in 1..=1048576"));

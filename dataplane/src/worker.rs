@@ -162,6 +162,10 @@ pub const CTL_PER_POLL: usize = 8;
 /// New passive connections taken per listening port per iteration.
 pub const ACCEPT_PER_POLL: usize = 16;
 
+/// The pause between polls of a stopping worker with nothing to do while
+/// it waits for its connections' FIN exchanges to finish.
+const SHUTDOWN_NAP: Duration = Duration::from_micros(50);
+
 /// How often the counters that are sums over connections (retransmits,
 /// drops) are published.
 pub const STATS_PERIOD: Duration = Duration::from_millis(1);
@@ -262,6 +266,10 @@ pub struct WorkerCounters {
     /// summed over connections every [`STATS_PERIOD`]. A steady rise on a
     /// path that reorders means the peer's timestamps run backwards.
     pub paws_drops: AtomicU64,
+    /// Connections reset when the dataplane stopped because their FIN
+    /// exchange had not finished within `tcp.close_linger_ms` (the peer
+    /// did not acknowledge our FIN, or did not close its side).
+    pub shutdown_resets: AtomicU64,
     /// Frames dropped: malformed or not for us on receive, no buffer or no
     /// room on transmit, unresolved neighbours (published every
     /// [`STATS_PERIOD`]).
@@ -334,6 +342,8 @@ pub struct WorkerStats {
     pub retransmits: u64,
     /// See [`WorkerCounters::paws_drops`].
     pub paws_drops: u64,
+    /// See [`WorkerCounters::shutdown_resets`].
+    pub shutdown_resets: u64,
     /// See [`WorkerCounters::drops`].
     pub drops: u64,
     /// See [`WorkerCounters::terminates`].
@@ -376,6 +386,7 @@ impl WorkerCounters {
             punts: g(&self.punts),
             retransmits: g(&self.retransmits),
             paws_drops: g(&self.paws_drops),
+            shutdown_resets: g(&self.shutdown_resets),
             drops: g(&self.drops),
             terminates: g(&self.terminates),
             forwarded: g(&self.forwarded),
@@ -402,6 +413,12 @@ fn same_sum(a: u32, b: u32) -> bool {
         v => v,
     };
     norm(a) == norm(b)
+}
+
+/// Whether a connection in `state` still has a close to finish: TIME-WAIT
+/// has exchanged and acknowledged both FINs.
+fn is_open(state: tcp::State) -> bool {
+    !matches!(state, tcp::State::Closed | tcp::State::TimeWait)
 }
 
 /// Adds to a counter only this worker writes: a plain load and store
@@ -1868,6 +1885,9 @@ pub struct Worker<Q: LinkQueue> {
     port_cursor: u16,
     retransmits_closed: u64,
     paws_drops_closed: u64,
+    /// `tcp.close_linger_ms`: how long [`Worker::shutdown`] lets FIN
+    /// exchanges run.
+    close_linger: Duration,
     last_publish: Instant,
     local_drops: u64,
     stopping: bool,
@@ -1954,6 +1974,7 @@ impl<Q: LinkQueue> Worker<Q> {
             port_cursor,
             retransmits_closed: 0,
             paws_drops_closed: 0,
+            close_linger: Duration::from_millis(s.config.tcp.close_linger_ms),
             last_publish: Instant::ZERO,
             local_drops: 0,
             stopping: false,
@@ -2034,17 +2055,60 @@ impl<Q: LinkQueue> Worker<Q> {
         self.shutdown();
     }
 
-    /// Resets every connection and sends the resets.
+    /// Ends every connection the way a host's TCP does when its
+    /// application exits: a FIN after what is queued, then the FIN
+    /// exchange runs to its end (the peer's ACK of our FIN, and its own
+    /// FIN when we closed first) for at most `tcp.close_linger_ms`. Only
+    /// the connections still open then are reset, and counted
+    /// ([`WorkerCounters::shutdown_resets`]); a connection in TIME-WAIT
+    /// has finished its close and goes without a word. Resetting at once,
+    /// as this did before, sent a RST right behind our FIN, which hardware
+    /// peers log as an error.
     pub(crate) fn shutdown(&mut self) {
-        let now = self.clock.now();
-        for slot in self.conns.iter_mut() {
-            if let Some(c) = slot.as_mut() {
-                if let Some(t) = self.iface.stack_mut().conn_mut(c.tcp) {
-                    t.abort(now);
-                }
+        let start = self.clock.now();
+        let linger = !self.close_linger.is_zero();
+        for c in self.conns.iter().flatten().filter(|_| linger) {
+            if let Some(t) = self.iface.stack_mut().conn_mut(c.tcp) {
+                t.close(start);
             }
         }
+        let deadline = start + self.close_linger;
+        while linger {
+            let work = self.poll();
+            if self.open_connections() == 0 || self.clock.now() >= deadline {
+                break;
+            }
+            if !work {
+                // Shared cores: the peer's answer takes a while, and the
+                // thread waiting for it need not take the core meanwhile.
+                std::thread::sleep(SHUTDOWN_NAP);
+            }
+        }
+        let now = self.clock.now();
+        let mut reset = 0;
+        for c in self.conns.iter().flatten() {
+            if let Some(t) = self.iface.stack_mut().conn_mut(c.tcp) {
+                if is_open(t.state()) {
+                    reset += 1;
+                }
+                t.abort(now);
+            }
+        }
+        bump(&self.counters.shutdown_resets, reset);
         self.transmit(now);
+        self.publish(now);
+    }
+
+    /// Connections whose close has not finished (neither CLOSED nor in
+    /// TIME-WAIT).
+    fn open_connections(&self) -> usize {
+        let stack = self.iface.stack();
+        self.conns
+            .iter()
+            .flatten()
+            .filter_map(|c| stack.conn(c.tcp))
+            .filter(|t| is_open(t.state()))
+            .count()
     }
 
     fn control(&mut self, now: Instant) -> bool {

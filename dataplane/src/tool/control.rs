@@ -208,6 +208,7 @@ fn worker_json(i: usize, s: &WorkerStats) -> Value {
         "punts": s.punts,
         "retransmits": s.retransmits,
         "paws_drops": s.paws_drops,
+        "shutdown_resets": s.shutdown_resets,
         "drops": s.drops,
         "terminates": s.terminates,
         "forwarded": s.forwarded,

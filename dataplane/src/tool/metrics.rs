@@ -187,7 +187,7 @@ type WorkerCounter = (&'static str, &'static str, fn(&WorkerStats) -> u64);
 /// can say; the service adds its responders).
 pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
     let stats = dp.stats();
-    let counters: [WorkerCounter; 17] = [
+    let counters: [WorkerCounter; 18] = [
         ("iwarp_rx_packets_total", "Frames received.", |s| {
             s.rx_packets
         }),
@@ -218,6 +218,11 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             "iwarp_paws_drops_total",
             "TCP segments dropped by PAWS: TSval more than one tick behind TS.Recent.",
             |s| s.paws_drops,
+        ),
+        (
+            "iwarp_shutdown_resets_total",
+            "Connections reset at stop because their FIN exchange had not finished in time.",
+            |s| s.shutdown_resets,
         ),
         (
             "iwarp_drops_total",
