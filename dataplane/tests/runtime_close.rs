@@ -58,7 +58,10 @@ fn stopping_closes_open_connections_with_a_fin() {
     let resets: u64 = stats.iter().map(|s| s.shutdown_resets).sum();
     assert_eq!(resets, 0, "{stats:?}");
     assert_eq!(disconnected(&b), DisconnectReason::Closed);
-    assert!(took < Duration::from_millis(1500), "the close took {took:?}");
+    assert!(
+        took < Duration::from_millis(1500),
+        "the close took {took:?}"
+    );
     println!("stopped with one connection up in {took:?}, no reset");
 }
 
@@ -98,7 +101,10 @@ fn an_unanswered_close_is_reset_after_the_linger_and_counted() {
     );
     // b got our FIN, then our RST.
     assert!(
-        matches!(disconnected(&b), DisconnectReason::Reset | DisconnectReason::Closed),
+        matches!(
+            disconnected(&b),
+            DisconnectReason::Reset | DisconnectReason::Closed
+        ),
         "b's connection ended"
     );
 }
