@@ -404,6 +404,54 @@ guest_log_ok() {
     fi
 }
 
+# ---- perftest's printed lines ----------------------------------------------------
+# Our perf output is meant to diff against a host's perftest by the figures
+# alone. perftest_lines FILE: the lines perftest prints on stdout (they all
+# start with a space or a dash; our stderr and EAL's lines do not), in a
+# form both roles share: values that must differ masked (addresses, QPN,
+# PSN, RKey, VAddr, GID digits, figures with the padding their widths
+# decide, the device and what it decides: PCIe relaxed ordering,
+# outstanding reads), lines only one role prints
+# dropped (the server's banner and rdma_cm waiting lines, the client's TX
+# depth, a send server's RX depth, and the read latency table, which only
+# the client prints), runs of rules left by that squeezed to one.
+perftest_lines() {
+    grep -a '^[ -]' "$1" 2>/dev/null |
+        sed -e 's/\r$//' \
+            -e '/^ TX depth  *:/d' -e '/^ RX depth  *:/d' \
+            -e '/^ Waiting for client rdma_cm QP to connect$/d' \
+            -e '/^ Please run the same command with the IB\/RoCE interface IP$/d' \
+            -e 's/\(Device  *: \).*/\1<device>/' \
+            -e 's/^\( PCIe relax order: \).*/\1<pcie>/' \
+            -e 's/^\( Outstand reads  : \).*/\1<reads>/' \
+            -e '/ address: /s/\(LID\|QPN\|PSN\|OUT\|RKey\|VAddr\) [0-9a-fA-Fx]*/\1 <v>/g' \
+            -e '/^ GID: /s/[0-9][0-9]*/N/g' \
+            -e '/^ [0-9]/{s/-\{0,1\}\(inf\|nan\|[0-9][0-9.]*\)/#/g; s/ *\t/\t/g; s/  */ /g}' |
+        if [ "$TEST" = read_lat ]; then grep -v '^ #bytes\|^ [#0-9]'; else cat; fi |
+        uniq
+}
+
+# Compares our perftest lines ($2, our log) with the guest's of case $1:
+# the same lines in the same order, else the case fails with the number
+# of differing lines (the diff lands in OUT/CASE.lines.diff). Appends to
+# REASON or NOTE.
+compare_perftest_lines() {
+    local c=$1 ours=$OUT/$1.lines.iwarp theirs=$OUT/$1.lines.guest n
+    perftest_lines "$2" >"$ours"
+    perftest_lines "$VMDIR/$c.guest.log" >"$theirs"
+    if [ ! -s "$ours" ] || [ ! -s "$theirs" ]; then
+        REASON+=" perftest-lines-missing(iwarp=$(wc -l <"$ours"),guest=$(wc -l <"$theirs"))"
+    elif diff -u --label "guest $c" --label "iwarp $c" "$theirs" "$ours" >"$OUT/$c.lines.diff"; then
+        NOTE+=" (perftest lines: $(wc -l <"$ours") as the guest's)"
+        rm -f "$OUT/$c.lines.diff"
+    else
+        n=$(grep -c '^[-+][^-+]' "$OUT/$c.lines.diff")
+        REASON+=" perftest-lines-differ=$n($c.lines.diff)"
+        log "case $c: our perftest lines differ from the guest's:"
+        sed 's/^/    /' "$OUT/$c.lines.diff" >&2
+    fi
+}
+
 vm_alive() { [ -e "$VMDIR/qemu.pid" ] && kill -0 "$(cat "$VMDIR/qemu.pid")" 2>/dev/null; }
 
 # Waits up to $2 s for file $1 (while the guest lives).
@@ -507,6 +555,9 @@ run_case() {
         REASON+=" no-capture"
     fi
     [ "$DROPS" = 0 ] || NOTE+=" (segment dropped $DROPS frames: retransmission check skipped)"
+    if [ "$TEST" != rping ] && [ "${EXPECT:-ok}" = ok ] && [ "$HOST_RC" = 0 ] && [ "$GUEST_RC" = 0 ]; then
+        compare_perftest_lines "$c" "$hostlog"
+    fi
     secs=$(( $(date +%s) - ct0 ))
     if [ -z "$REASON" ]; then
         RESULT=PASS; PASSED=$((PASSED + 1))
