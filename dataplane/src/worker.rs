@@ -2065,18 +2065,38 @@ impl<Q: LinkQueue> Worker<Q> {
     /// as this did before, sent a RST right behind our FIN, which hardware
     /// peers log as an error.
     pub(crate) fn shutdown(&mut self) {
+        if !self.close_linger.is_zero() {
+            self.linger();
+        }
+        let now = self.clock.now();
+        let mut reset = 0;
+        for c in self.conns.iter().flatten() {
+            if let Some(t) = self.iface.stack_mut().conn_mut(c.tcp) {
+                if is_open(t.state()) {
+                    reset += 1;
+                }
+                t.abort(now);
+            }
+        }
+        bump(&self.counters.shutdown_resets, reset);
+        self.transmit(now);
+        self.publish(now);
+    }
+
+    /// Closes every connection with a FIN and polls until each close has
+    /// finished or `tcp.close_linger_ms` has passed.
+    fn linger(&mut self) {
         let start = self.clock.now();
-        let linger = !self.close_linger.is_zero();
-        for c in self.conns.iter().flatten().filter(|_| linger) {
+        for c in self.conns.iter().flatten() {
             if let Some(t) = self.iface.stack_mut().conn_mut(c.tcp) {
                 t.close(start);
             }
         }
         let deadline = start + self.close_linger;
-        while linger {
+        loop {
             let work = self.poll();
             if self.open_connections() == 0 || self.clock.now() >= deadline {
-                break;
+                return;
             }
             if !work {
                 // Shared cores: the peer's answer takes a while, and the
