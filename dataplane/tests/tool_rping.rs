@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 
 use dataplane::api::{Dataplane, DriveMode};
 use dataplane::tool::rping::{
-    client, ping_data, server, RpingInfo, RpingOptions, RpingRole, RpingSummary, CONN_DEPTH,
-    INFO_LEN, MAX_SIZE,
+    client, persistent_server, ping_data, server, PersistentEnd, RpingInfo, RpingOptions,
+    RpingRole, RpingSummary, CONN_DEPTH, INFO_LEN, MAX_SIZE,
 };
 use dataplane::tool::ToolError;
 use netns_common::{require_root, NsChild, TwoNs};
@@ -720,4 +720,208 @@ fn two_processes_client_stopped_by_sigint() {
     assert_eq!(o.pings_shown as u64, n);
     assert!(cs.contains(&format!("{} bytes verified", 64 * n)), "{cs}");
     println!("SIGINT: {cs} / {ss}; namespaces and runtime directories removed");
+}
+
+// ---------------------------------------------------------------------
+// -P, -I and -q.
+// ---------------------------------------------------------------------
+
+/// `-P` in one process: three clients one after another, each served in
+/// full by the same persistent server, which ends once no client has come
+/// for its accept timeout (its SIGINT/SIGTERM end is the two-process test
+/// below).
+#[test]
+fn persistent_server_serves_clients_one_after_another() {
+    let p = threads_pair();
+    let server_opts = RpingOptions {
+        accept_timeout: Some(Duration::from_secs(3)),
+        ..opts(100)
+    };
+    let client_opts = RpingOptions {
+        count: Some(5),
+        ..opts(100)
+    };
+    let (a, b): (&Dataplane, &Dataplane) = (&p.a, &p.b);
+    let (served, end) = std::thread::scope(|s| {
+        let srv = s.spawn(move || {
+            let mut served: Vec<Result<RpingSummary, String>> = Vec::new();
+            let end = persistent_server(b, &server_opts, &mut std::io::sink(), &mut |r| {
+                served.push(r.cloned().map_err(|e| e.to_string()))
+            });
+            (served, end)
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        for k in 0..3 {
+            let c = client(
+                a,
+                SocketAddrV4::new(IP_B, 7174),
+                &client_opts,
+                &mut std::io::sink(),
+            )
+            .unwrap_or_else(|e| panic!("client {k}: {e}"));
+            assert_eq!((c.iterations, c.bytes_verified), (5, 500), "client {k}");
+            println!("client {k}: {c}");
+        }
+        srv.join().expect("server thread")
+    });
+    assert_eq!(end.expect("the server ends cleanly"), PersistentEnd::Idle);
+    assert_eq!(served.len(), 3, "{served:?}");
+    for (k, s) in served.iter().enumerate() {
+        let s = s
+            .as_ref()
+            .unwrap_or_else(|e| panic!("client {k} failed: {e}"));
+        assert_eq!(
+            (s.iterations, s.bytes_verified),
+            (5, 500),
+            "server, client {k}"
+        );
+        assert_eq!(*s.peer.ip(), IP_A);
+        assert!(!s.interrupted);
+    }
+    // Each client came from a port of its own: three connections.
+    let ports: std::collections::HashSet<u16> =
+        served.iter().flatten().map(|s| s.peer.port()).collect();
+    assert_eq!(ports.len(), 3, "{served:?}");
+}
+
+/// `-q` (rdma-core: a QP the program creates and moves itself) is refused
+/// before anything is opened, in one line that names `--quiet`, the quiet
+/// summary's option here.
+#[test]
+fn q_is_refused_in_one_line_naming_quiet() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_iwarp"))
+        .args(["rping", "-c", "-a", "10.0.0.1", "-C", "1", "-q"])
+        .output()
+        .expect("running iwarp");
+    assert!(!out.status.success(), "{:?}", out.status);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].starts_with("iwarp: ") && lines[0].contains("--quiet"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_iwarp"))
+        .args(["rping", "--help"])
+        .output()
+        .expect("running iwarp");
+    let help = String::from_utf8_lossy(&help.stdout);
+    for opt in ["-P", "-I <ADDR>", "-q", "--quiet"] {
+        assert!(help.contains(opt), "--help names {opt}:\n{help}");
+    }
+    println!("-q: {}", lines[0]);
+}
+
+/// Two processes: `rping -s -P` serves two clients one after another, the
+/// second connecting from the address it gives with `-I` (no --ip); each
+/// client exits 0 with its summary, the server prints a summary per
+/// client, and SIGTERM then ends it with status 0 and its last line.
+#[test]
+fn persistent_server_and_source_address_over_af_packet() {
+    if !require_root() {
+        return;
+    }
+    let net = TwoNs::create().expect("two namespaces and a veth pair");
+    let (tx, rx) = mpsc::channel();
+    let deadline = Instant::now() + CHILD_TIMEOUT;
+    let strings = |a: &[&str]| -> Vec<String> { a.iter().map(|s| s.to_string()).collect() };
+    let dev = |i: usize| format!("net_af_packet0,iface={}", net.ifs[i]);
+    let mut server_args = strings(&["-s", "-P", "-V", "-d", "-a", "10.79.0.1"]);
+    server_args.extend(strings(&["--device", &dev(0), "--ip", "10.79.0.1"]));
+    let mut srv = spawn("server", &net.ns[0], &server_args, tx.clone());
+    let mut seen: Vec<(&str, String)> = Vec::new();
+    let wait_for = |who: &str, what: &str, seen: &mut Vec<(&str, String)>| loop {
+        assert!(Instant::now() < deadline, "no {what:?} from the {who}");
+        if let Ok((w, line)) = rx.recv_timeout(Duration::from_millis(100)) {
+            println!("[{w}] {line}");
+            let hit = w == who && line.contains(what);
+            seen.push((w, line));
+            if hit {
+                return;
+            }
+        }
+    };
+    wait_for("server", "listening on 10.79.0.1:7174", &mut seen);
+    for (k, source) in [["--ip", "10.79.0.2"], ["-I", "10.79.0.2"]]
+        .iter()
+        .enumerate()
+    {
+        let mut args = strings(&["-c", "-V", "-a", "10.79.0.1", "-C", "4", "-S", "64"]);
+        args.extend(strings(&["--device", &dev(1)]));
+        args.extend(strings(source));
+        let mut cli = spawn(
+            if k == 0 { "client" } else { "client2" },
+            &net.ns[1],
+            &args,
+            tx.clone(),
+        );
+        let status = loop {
+            assert!(Instant::now() < deadline, "client {k} did not finish");
+            if let Some(st) = cli.child.try_wait().expect("waiting for a client") {
+                break st;
+            }
+            while let Ok((w, line)) = rx.recv_timeout(Duration::from_millis(50)) {
+                println!("[{w}] {line}");
+                seen.push((w, line));
+            }
+        };
+        assert!(status.success(), "client {k} ({source:?}): {status}");
+        cli.assert_runtime_gone();
+        // The server's summary of this client, before the next one.
+        let who = "server";
+        let n = k + 1;
+        let count = |seen: &Vec<(&str, String)>| {
+            seen.iter()
+                .filter(|(w, l)| {
+                    *w == who && l.starts_with("rping server: 4 pings of 64 bytes from 10.79.0.2:")
+                })
+                .count()
+        };
+        while count(&seen) < n {
+            wait_for("server", "rping server: 4 pings", &mut seen);
+        }
+    }
+    let pid = libc::pid_t::try_from(srv.child.id()).expect("a pid");
+    // SAFETY: kill has no memory effects; `pid` is our child (iwarp itself:
+    // ip netns exec execs it), not yet reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the server did not end on SIGTERM"
+        );
+        if let Some(st) = srv.child.try_wait().expect("waiting for the server") {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    while let Ok((w, line)) = rx.try_recv() {
+        println!("[{w}] {line}");
+        seen.push((w, line));
+    }
+    assert!(status.success(), "the server after SIGTERM: {status}");
+    srv.assert_runtime_gone();
+    let clients: Vec<&String> = seen
+        .iter()
+        .filter(|(w, l)| w.starts_with("client") && l.starts_with("rping client: 4 pings"))
+        .map(|(_, l)| l)
+        .collect();
+    assert_eq!(clients.len(), 2, "{seen:?}");
+    for c in &clients {
+        assert!(c.contains("256 bytes verified"), "{c}");
+    }
+    let last = seen
+        .iter()
+        .rev()
+        .find(|(w, _)| *w == "server")
+        .map(|(_, l)| l.clone())
+        .unwrap_or_default();
+    assert_eq!(
+        last, "rping server: 2 clients served, 0 failed; stopped by a signal",
+        "{seen:?}"
+    );
+    net.remove_and_check();
+    println!("-P served 2 clients (the second with -I), SIGTERM -> {status}: {last}");
 }

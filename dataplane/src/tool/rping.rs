@@ -29,10 +29,13 @@
 //! after the Write's completion (RDMAP delivers them in order; our Write
 //! completes only when TCP has acknowledged it, which would cost a delayed
 //! ACK per ping); the server takes any ping size up to [`MAX_SIZE`]
-//! whatever its own `-S`; `-q` means quiet (rping's `-q`, a queue pair the
-//! program moves through its states itself, changes nothing on the wire);
-//! rping's `-P` (persistent server) and `-I` (client source address) are
-//! not offered: the source address is the endpoint's `--ip`.
+//! whatever its own `-S`; rping's `-P` (persistent server) serves its
+//! clients one after another, not at once ([`persistent_server`]); `-I`
+//! (the client's source address) is the endpoint's own address, so it
+//! stands for `--ip` or must agree with it; rping's `-q` (a queue pair the
+//! program creates and moves through its states itself) is refused, as the
+//! connection manager always moves ours, and the quiet summary is
+//! `--quiet`.
 
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddrV4, ToSocketAddrs};
@@ -913,6 +916,60 @@ fn serve(
     Ok(s)
 }
 
+/// How a persistent server ([`persistent_server`]) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PersistentEnd {
+    /// SIGINT or SIGTERM (caught by [`catch_interrupts`]).
+    Interrupted,
+    /// No client came within [`RpingOptions::accept_timeout`] of the
+    /// previous one's end (or of the start).
+    Idle,
+}
+
+/// rping's `-P`: serves one client after another on `opts.port` until a
+/// signal stops it or, with [`RpingOptions::accept_timeout`], until no
+/// client comes for that long. rdma-core's persistent server serves its
+/// clients at once, a thread each; this one serves them in turn (a
+/// client that connects meanwhile is refused, as by the one-client
+/// server, and may try again). A client that fails does not end the
+/// server: `each` gets every client's outcome, good or not. Fails only
+/// when it cannot listen or its options are wrong.
+pub fn persistent_server(
+    dp: &Dataplane,
+    opts: &RpingOptions,
+    out: &mut dyn Write,
+    each: &mut dyn FnMut(Result<&RpingSummary, &ToolError>),
+) -> Result<PersistentEnd, ToolError> {
+    opts.check()?;
+    let me = SocketAddrV4::new(dp.ip(), opts.port);
+    // Listening is kept from one client to the next (listen is idempotent,
+    // so each serve below finds it in place).
+    dp.listen(opts.port, 3)
+        .map_err(|e| ToolError::Peer(format!("cannot listen on {me}: {e}")))?;
+    loop {
+        let started = Instant::now();
+        let mut connected = false;
+        let r = server_with(dp, opts, out, &mut |_| connected = true);
+        match r {
+            Ok(s) => {
+                each(Ok(&s));
+                if s.interrupted {
+                    return Ok(PersistentEnd::Interrupted);
+                }
+            }
+            // Before a client was connected, the wait itself ended.
+            Err(_) if !connected && interrupted() => return Ok(PersistentEnd::Interrupted),
+            Err(_) if !connected && opts.accept_timeout.is_some_and(|t| started.elapsed() >= t) => {
+                return Ok(PersistentEnd::Idle)
+            }
+            Err(e) => each(Err(&e)),
+        }
+        if interrupted() {
+            return Ok(PersistentEnd::Interrupted);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------
 // The client.
 // ---------------------------------------------------------------------
@@ -1057,6 +1114,17 @@ pub struct RpingArgs {
     /// gives when --ip is absent). Client: the server's address.
     #[arg(short = 'a', value_name = "ADDR")]
     pub addr: Option<String>,
+    /// Client: the source address to connect from (rping binds it before
+    /// resolving the server). Here it is this endpoint's IPv4 address:
+    /// given without --ip it becomes the endpoint's --ip; given with one,
+    /// the two must agree.
+    #[arg(short = 'I', value_name = "ADDR")]
+    pub source: Option<String>,
+    /// Server: persistent, serving one client after another until SIGINT
+    /// or SIGTERM ends it (status 0), each client's summary printed as it
+    /// leaves. A client that connects while another is served is refused.
+    #[arg(short = 'P')]
+    pub persistent: bool,
     /// TCP port.
     #[arg(short = 'p', value_name = "PORT", default_value_t = DEFAULT_PORT)]
     pub port: u16,
@@ -1078,15 +1146,22 @@ pub struct RpingArgs {
     /// Print each step on stderr.
     #[arg(short = 'd')]
     pub debug: bool,
-    /// No summary at the end (errors are still printed).
+    /// Refused: rdma-core's rping -q creates the queue pair itself and
+    /// moves it through its states (ibv_modify_qp); here the connection
+    /// manager always does that, so there is nothing to choose. For no
+    /// summary, see --quiet.
     #[arg(short = 'q')]
+    pub self_created_qp: bool,
+    /// No summary at the end (errors are still printed).
+    #[arg(long)]
     pub quiet: bool,
     /// Seconds any one step waits for the peer (connection setup, each
     /// message) before the run fails.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_TIMEOUT.as_secs_f64())]
     pub timeout: f64,
     /// Server: seconds to wait for a client before giving up (default:
-    /// wait for ever, as rping).
+    /// wait for ever, as rping). With -P: for the next client, the server
+    /// ending with status 0 when none comes in time after the first.
     #[arg(long, value_name = "SECS")]
     pub wait: Option<f64>,
     #[command(flatten)]
@@ -1120,9 +1195,27 @@ fn resolve(addr: &str) -> Result<Ipv4Addr, ToolError> {
         .ok_or_else(bad)
 }
 
+/// Why `-q` is refused, in one line.
+pub const SELF_QP_REFUSAL: &str = "-q: rping's self-created QP (moved through its states \
+     with ibv_modify_qp) does not apply here: the connection manager always moves this \
+     dataplane's QPs; for no summary use --quiet";
+
 impl RpingArgs {
     /// The run's options.
     pub fn options(&self) -> Result<RpingOptions, ToolError> {
+        if self.self_created_qp {
+            return Err(ToolError::Usage(SELF_QP_REFUSAL.into()));
+        }
+        if self.persistent && !self.server {
+            return Err(ToolError::Usage(
+                "-P makes a persistent server: give it with -s".into(),
+            ));
+        }
+        if self.source.is_some() && !self.client {
+            return Err(ToolError::Usage(
+                "-I is the client's source address; a server listens on -a".into(),
+            ));
+        }
         let o = RpingOptions {
             port: self.port,
             count: (self.count > 0).then_some(self.count),
@@ -1144,7 +1237,25 @@ pub fn run(args: &RpingArgs) -> Result<(), ToolError> {
     let opts = args.options()?;
     catch_interrupts();
     let addr = args.addr.as_deref().map(resolve).transpose()?;
+    let source = args
+        .source
+        .as_deref()
+        .map(|s| {
+            s.parse::<Ipv4Addr>()
+                .map_err(|_| ToolError::Usage(format!("-I {s}: not an IPv4 address")))
+        })
+        .transpose()?;
     let mut endpoint = args.endpoint.clone();
+    if let Some(ip) = source {
+        match endpoint.ip {
+            Some(given) if given != ip => {
+                return Err(ToolError::Usage(format!(
+                    "-I {ip} and --ip {given} disagree: the source address is the endpoint's"
+                )))
+            }
+            _ => endpoint.ip = Some(ip),
+        }
+    }
     let role = match (args.server, args.client) {
         (true, _) => RpingRole::Server,
         (false, true) => RpingRole::Client,
@@ -1179,12 +1290,65 @@ pub fn run(args: &RpingArgs) -> Result<(), ToolError> {
                     dp.ip()
                 )));
             }
+            if args.persistent {
+                return run_persistent(&dp, &opts, args.quiet, &mut out);
+            }
             server(&dp, &opts, &mut out)?
         }
-        Some(peer) => client(&dp, peer, &opts, &mut out)?,
+        Some(peer) => {
+            // A --config file names the address; -I must be it.
+            if let Some(ip) = source.filter(|ip| *ip != dp.ip()) {
+                return Err(ToolError::Usage(format!(
+                    "-I {ip} is not this endpoint's address ({})",
+                    dp.ip()
+                )));
+            }
+            client(&dp, peer, &opts, &mut out)?
+        }
     };
     if !args.quiet {
         write_line(&mut out, &summary.to_string())?;
+    }
+    Ok(())
+}
+
+/// `-s -P`: every client's summary on stdout as it leaves (its failure on
+/// stderr, `iwarp: ` first, as `main` prints errors), then a last line
+/// with the count when a signal (or `--wait`) ends the server, which
+/// exits 0.
+fn run_persistent(
+    dp: &Dataplane,
+    opts: &RpingOptions,
+    quiet: bool,
+    out: &mut dyn Write,
+) -> Result<(), ToolError> {
+    let (mut served, mut failed) = (0u64, 0u64);
+    let end = persistent_server(dp, opts, out, &mut |r| match r {
+        Ok(s) => {
+            served += 1;
+            if !quiet {
+                // The same stdout as `out`: its lock is re-entrant, and
+                // the lines keep their order.
+                let _ = writeln!(std::io::stdout(), "{s}");
+            }
+        }
+        Err(e) => {
+            failed += 1;
+            eprintln!("iwarp: rping server: a client failed: {e}");
+        }
+    });
+    let end = end?;
+    if !quiet {
+        write_line(
+            out,
+            &format!(
+                "rping server: {served} clients served, {failed} failed; {}",
+                match end {
+                    PersistentEnd::Interrupted => "stopped by a signal",
+                    PersistentEnd::Idle => "no client within --wait",
+                }
+            ),
+        )?;
     }
     Ok(())
 }
@@ -1254,7 +1418,7 @@ mod tests {
 
     #[test]
     fn command_line_is_rpings() {
-        let a = parse("-c -a 10.0.0.1 -p 9999 -C 10 -S 100 -v -V -d -q").unwrap();
+        let a = parse("-c -a 10.0.0.1 -p 9999 -C 10 -S 100 -v -V -d --quiet").unwrap();
         assert!(a.client && !a.server && a.verbose && a.validate && a.debug && a.quiet);
         let o = a.options().unwrap();
         assert_eq!((o.port, o.count, o.size), (9999, Some(10), 100));
@@ -1281,6 +1445,35 @@ mod tests {
         }
         let e = parse("-s --timeout 0").unwrap().options().unwrap_err();
         assert!(e.to_string().contains("--timeout"), "{e}");
+    }
+
+    /// rping's -P, -I and -q: a persistent server, the client's source
+    /// address, and a self-created QP, which is refused in one line that
+    /// names --quiet.
+    #[test]
+    fn persistent_source_and_q_options() {
+        let a = parse("-s -P -a 10.0.0.1").unwrap();
+        assert!(a.persistent && a.server);
+        assert!(a.options().is_ok());
+        let e = parse("-c -P -a 10.0.0.1").unwrap().options().unwrap_err();
+        assert!(e.to_string().contains("with -s"), "{e}");
+        let a = parse("-c -a 10.0.0.1 -I 10.0.0.2").unwrap();
+        assert_eq!(a.source.as_deref(), Some("10.0.0.2"));
+        assert!(a.options().is_ok());
+        let e = parse("-s -I 10.0.0.2").unwrap().options().unwrap_err();
+        assert!(e.to_string().contains("client's source address"), "{e}");
+        let e = parse("-c -a 10.0.0.1 -q").unwrap().options().unwrap_err();
+        assert!(matches!(e, ToolError::Usage(_)), "{e:?}");
+        let line = e.to_string();
+        assert!(!line.contains('\n'), "one line: {line}");
+        assert!(line.contains("--quiet") && line.contains("-q"), "{line}");
+        assert_eq!(line, SELF_QP_REFUSAL);
+        assert!(parse("-c -a 10.0.0.1 --quiet").unwrap().quiet);
+        // Before any device: a bad -I, and -I against --ip.
+        let e = run(&parse("-c -a 10.0.0.1 -I nowhere").unwrap()).unwrap_err();
+        assert!(e.to_string().contains("-I nowhere"), "{e}");
+        let e = run(&parse("-c -a 10.0.0.1 -I 10.0.0.2 --ip 10.0.0.3").unwrap()).unwrap_err();
+        assert!(e.to_string().contains("disagree"), "{e}");
     }
 
     #[test]
