@@ -9,7 +9,9 @@
 //! port 18515), checks them before anything is opened so that bad input
 //! costs one line and no EAL, then opens the dataplane, sets up the
 //! resources ([`super::runner`]), does the exchange ([`super::perftest`]),
-//! runs, and prints perftest's table ([`super::report`]) or JSON.
+//! runs, and prints what perftest prints, line for line (its information
+//! and address lines, [`super::perftest::text`]; its table,
+//! [`super::report`]), or JSON.
 
 use std::io::{IsTerminal, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
