@@ -2104,19 +2104,6 @@ impl<Q: LinkQueue> Worker<Q> {
                 std::thread::sleep(SHUTDOWN_NAP);
             }
         }
-        let now = self.clock.now();
-        let mut reset = 0;
-        for c in self.conns.iter().flatten() {
-            if let Some(t) = self.iface.stack_mut().conn_mut(c.tcp) {
-                if is_open(t.state()) {
-                    reset += 1;
-                }
-                t.abort(now);
-            }
-        }
-        bump(&self.counters.shutdown_resets, reset);
-        self.transmit(now);
-        self.publish(now);
     }
 
     /// Connections whose close has not finished (neither CLOSED nor in
