@@ -34,7 +34,7 @@ use std::time::Duration;
 use benches::Estimates;
 use criterion::{Bencher, Criterion, Throughput};
 use rdmap::engine::{Endpoint, EngineEvent, Env};
-use rdmap::mpa::{Config, DeframeEvent, Deframer, Framer, RtrSet};
+use rdmap::mpa::{Config, CrcPolicy, DeframeEvent, Deframer, Framer, RtrSet};
 use rdmap::placement::{Placement, RegionHandle, VecMemory};
 use rdmap::verbs::{
     Access, CompletionQueue, Device, DeviceLimits, MrTable, PdId, QpInitAttr, Stag,
@@ -142,7 +142,7 @@ struct Connection {
 
 fn connect() -> Connection {
     let config = Config {
-        crc: true,
+        crc: CrcPolicy::Requested,
         rtr_offer: RtrSet::NONE,
         ..Config::default()
     };

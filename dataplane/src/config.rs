@@ -28,13 +28,14 @@
 //! yield_cpu = true              # yield the core on empty iterations
 //!
 //! [mpa]
-//! crc = true
+//! crc = "requested"            # required | requested | off (true, false)
 //! rtr = "write"                 # none | send | write | read
 //! ```
 
 use core::net::Ipv4Addr;
 use std::path::Path;
 
+pub use rdmap::mpa::CrcPolicy;
 use serde::Deserialize;
 use tcp_offload::wire::EthernetAddress;
 
@@ -396,9 +397,12 @@ impl Default for IdleConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MpaConfig {
-    /// Ask for CRC32c.
-    #[serde(default = "yes")]
-    pub crc: bool,
+    /// CRC32c: `"required"` (ask, and refuse a peer that does not ask
+    /// too), `"requested"` (ask; the default) or `"off"` (use CRCs only
+    /// when the peer asks). `true` and `false`, from configurations written
+    /// before the choice had three values, mean `"requested"` and `"off"`.
+    #[serde(default, deserialize_with = "crc_policy")]
+    pub crc: CrcPolicy,
     /// Ask the peer for markers.
     #[serde(default)]
     pub markers: bool,
@@ -427,6 +431,34 @@ fn default_nudge_ms() -> u64 {
     200
 }
 
+/// `mpa.crc`: one of the three names, or the boolean of older files.
+fn crc_policy<'de, D: serde::Deserializer<'de>>(d: D) -> Result<CrcPolicy, D::Error> {
+    struct Policy;
+    impl serde::de::Visitor<'_> for Policy {
+        type Value = CrcPolicy;
+
+        fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            f.write_str("one of required, requested, off (or true, false)")
+        }
+
+        fn visit_bool<E: serde::de::Error>(self, ask: bool) -> Result<CrcPolicy, E> {
+            Ok(CrcPolicy::from(ask))
+        }
+
+        fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<CrcPolicy, E> {
+            match name {
+                "required" => Ok(CrcPolicy::Required),
+                "requested" => Ok(CrcPolicy::Requested),
+                "off" => Ok(CrcPolicy::Off),
+                other => Err(E::custom(format!(
+                    "`{other}` is not one of required, requested, off"
+                ))),
+            }
+        }
+    }
+    d.deserialize_any(Policy)
+}
+
 fn yes() -> bool {
     true
 }
@@ -442,7 +474,7 @@ fn default_mpa_timeout() -> u64 {
 impl Default for MpaConfig {
     fn default() -> MpaConfig {
         MpaConfig {
-            crc: true,
+            crc: CrcPolicy::Requested,
             markers: false,
             rtr: default_rtr(),
             timeout_s: default_mpa_timeout(),

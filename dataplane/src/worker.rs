@@ -1836,7 +1836,7 @@ pub(crate) struct WorkerSetup<Q: LinkQueue> {
 /// MPA defaults of the dataplane.
 #[derive(Debug, Clone, Copy)]
 struct MpaDefaults {
-    crc: bool,
+    crc: rdmap::mpa::CrcPolicy,
     markers: bool,
     rtr: Option<RtrType>,
     timeout: Duration,

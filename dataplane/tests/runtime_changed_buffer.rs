@@ -51,7 +51,7 @@ fn rig(crc: bool, multi_seg_tx: bool) -> Rig {
         let mut c = dataplane::config::Config::single("mem:test", ip, mac);
         c.idle.spin = 200;
         c.idle.sleep_us = 20;
-        c.mpa.crc = crc;
+        c.mpa.crc = crc.into();
         c
     };
     let a = Dataplane::open_with_link(&config(IP_A, MAC_A), la, DriveMode::Inline).expect("open a");

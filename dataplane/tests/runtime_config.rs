@@ -10,7 +10,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use dataplane::api::{CmEvent, ConnectParams, Dataplane, Error};
-use dataplane::config::{Config, ConfigError};
+use dataplane::config::{Config, ConfigError, CrcPolicy};
 use runtime_common::*;
 
 const FULL: &str = r#"
@@ -62,7 +62,7 @@ fn full_example_parses() {
     assert_eq!(c.ports[0].neighbors[0].ip, Ipv4Addr::new(10, 0, 0, 2));
     assert_eq!((c.workers.count, c.workers.cores.clone()), (2, vec![0, 1]));
     assert_eq!((c.idle.spin, c.idle.sleep_us), (10, 100));
-    assert!(!c.mpa.crc && c.mpa.markers);
+    assert!(c.mpa.crc == CrcPolicy::Off && c.mpa.markers);
     assert_eq!(c.mpa_rtr().unwrap(), Some(dataplane::api::RtrType::Read));
     assert!(!c.tcp.sack && !c.tcp.timestamps);
     assert_eq!(c.limits.max_cqe, 1024);
@@ -76,7 +76,7 @@ fn full_example_parses() {
         (m.workers.count, m.ports[0].mtu, m.idle.sleep_us),
         (1, 1500, 50)
     );
-    assert!(m.mpa.crc);
+    assert_eq!(m.mpa.crc, CrcPolicy::Requested);
     assert_eq!(m.mpa.nudge_ms, 200);
     assert!(!m.mpa.responder_waits_for_first_fpdu);
 }
@@ -104,6 +104,53 @@ fn overrides_set_any_key() {
     assert_eq!(c.mpa.nudge_ms, 0);
     assert!(c.mpa.responder_waits_for_first_fpdu);
     assert_eq!(c.eal.args, ["-l", "0-1"]);
+}
+
+#[test]
+fn mpa_crc_takes_three_values_and_the_old_booleans() {
+    // In the file, as a quoted string or a boolean of older files; on the
+    // command line, `--set mpa.crc=required` arrives as a bare word.
+    for (text, want) in [
+        ("\"required\"", CrcPolicy::Required),
+        ("\"requested\"", CrcPolicy::Requested),
+        ("\"off\"", CrcPolicy::Off),
+        ("true", CrcPolicy::Requested),
+        ("false", CrcPolicy::Off),
+    ] {
+        let file = FULL.replace("crc = false", &format!("crc = {text}"));
+        assert_eq!(
+            Config::parse(&file, &[]).unwrap().mpa.crc,
+            want,
+            "crc = {text}"
+        );
+    }
+    for (set, want) in [
+        ("mpa.crc=required", CrcPolicy::Required),
+        ("mpa.crc=requested", CrcPolicy::Requested),
+        ("mpa.crc=off", CrcPolicy::Off),
+        ("mpa.crc=true", CrcPolicy::Requested),
+        ("mpa.crc=false", CrcPolicy::Off),
+    ] {
+        assert_eq!(
+            Config::parse(FULL, &[set.into()]).unwrap().mpa.crc,
+            want,
+            "{set}"
+        );
+    }
+    // Anything else is refused, naming the key and the choices.
+    for bad in ["mpa.crc=sometimes", "mpa.crc=1", "mpa.crc=Required"] {
+        match Config::parse(FULL, &[bad.into()]) {
+            Err(e @ ConfigError::Syntax(_)) => {
+                let m = e.to_string();
+                println!("{bad}: {}", m.lines().next().unwrap_or(""));
+                assert!(
+                    m.contains("mpa.crc") && m.contains("required, requested, off"),
+                    "{m}"
+                );
+            }
+            other => panic!("{bad}: expected a refusal, got {other:?}"),
+        }
+    }
 }
 
 fn invalid_key(text: &str, overrides: &[&str]) -> String {

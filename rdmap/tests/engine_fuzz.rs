@@ -65,7 +65,7 @@ fn world(crc: bool, markers: bool) -> World {
             .unwrap();
     }
     let cfg = Config {
-        crc,
+        crc: crc.into(),
         markers_wanted: markers,
         ird: 2,
         ..Config::default()
@@ -84,7 +84,7 @@ fn world(crc: bool, markers: bool) -> World {
             .unwrap();
     }
     let peer_cfg = Config {
-        crc,
+        crc: crc.into(),
         rtr_offer: RtrSet::NONE,
         ..Config::default()
     };

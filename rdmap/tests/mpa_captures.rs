@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use rdmap::mpa::deframe::{DeframeEvent, Deframer};
 use rdmap::mpa::frame::{FrameKind, FrameRepr, RtrSet, RtrType, REQUEST_KEY};
-use rdmap::mpa::negotiate::{Config, Event, Negotiator};
+use rdmap::mpa::negotiate::{Config, CrcPolicy, Event, Negotiator};
 use rdmap::mpa::rtr;
 use tcp_offload::pcap::{Connection, LinkType, Reader, Reassembler, Stream};
 
@@ -113,7 +113,7 @@ fn mirror(req: &FrameRepr<'_>) -> Config {
     let w = req.ird_ord.unwrap_or_default();
     Config {
         revision: req.revision,
-        crc: req.crc,
+        crc: req.crc.into(),
         markers_wanted: req.markers,
         ird: w.ird,
         ord: w.ord,
@@ -186,7 +186,7 @@ fn replay_connection(
     let (req, req_len) = FrameRepr::parse_prefix(req_stream).expect("request parses");
     let mut responder = Negotiator::responder(
         Config {
-            crc: false,
+            crc: CrcPolicy::Off,
             ..Config::default()
         },
         Duration::ZERO,

@@ -288,9 +288,9 @@ proptest! {
         pd in proptest::collection::vec(any::<u8>(), 0..=252),
         cut in 0usize..600, cut2 in 0usize..600,
     ) {
-        let ci = Config { revision: rev, crc: crc_i, markers_wanted: m_i, ird: ird_i, ord: ord_i,
+        let ci = Config { revision: rev, crc: crc_i.into(), markers_wanted: m_i, ird: ird_i, ord: ord_i,
             rtr_offer: RtrSet { send: offer[0], write: offer[1], read: offer[2] }, ..Config::default() };
-        let cr = Config { revision: 2, crc: crc_r, markers_wanted: m_r, ird: ird_r, ord: ord_r,
+        let cr = Config { revision: 2, crc: crc_r.into(), markers_wanted: m_r, ird: ird_r, ord: ord_r,
             rtr_accept: RtrSet { send: accept[0], write: accept[1], read: accept[2] }, ..Config::default() };
         let mut i = Negotiator::initiator(ci, &pd, T0).unwrap();
         let mut r = Negotiator::responder(cr, T0).unwrap();

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use rdmap::mpa::frame::{Frame, FrameKind, FrameRepr, IrdOrd, RtrSet, RtrType};
 use rdmap::mpa::negotiate::{
-    Config, Event, Framing, Negotiated, NegotiationError, Negotiator, RejectReason, Role,
+    Config, CrcPolicy, Event, Framing, Negotiated, NegotiationError, Negotiator, RejectReason,
+    Role, CRC_REQUIRED_REJECT_DATA,
 };
 use rdmap::mpa::rtr;
 
@@ -193,7 +194,7 @@ fn siw_initiator_perftest_read_and_write() {
 fn siw_initiator_without_crc_when_we_do_not_ask() {
     let request = hex(&format!("{REQ_KEY} 10 02 0004 00010001"));
     let cfg = Config {
-        crc: false,
+        crc: CrcPolicy::Off,
         ..ours(1, 1, RtrSet::NONE)
     };
     let (reply, event) = respond(cfg, &request, true);
@@ -202,12 +203,102 @@ fn siw_initiator_without_crc_when_we_do_not_ask() {
 }
 
 #[test]
+fn crc_required_rejects_siws_request_without_c() {
+    // siw as initiator never sets C (its mpa_crc_required is a constant
+    // false): with CRC required we reject, saying why in the private data.
+    let request = hex(&format!("{REQ_KEY} 10 02 0004 00010001"));
+    let cfg = Config {
+        crc: CrcPolicy::Required,
+        ..ours(1, 1, RtrSet::NONE)
+    };
+    let mut us = Negotiator::responder(cfg.clone(), T0).unwrap();
+    assert_eq!(us.handle_input(&request, T0), request.len());
+    // Refused before the application is asked: no RequestReceived.
+    let event = us.poll_event().expect("an outcome");
+    let reply = us.poll_transmit().expect("a reject").to_vec();
+    let mut want = hex(&format!("{REP_KEY} 30 02 0014 00000000"));
+    want.extend_from_slice(CRC_REQUIRED_REJECT_DATA);
+    assert_eq!(
+        reply, want,
+        "R set, neither M nor C, zero IRD/ORD words, then the text"
+    );
+    assert_eq!(parse(&reply).kind, FrameKind::Reject);
+    match event {
+        Event::Rejected(r) => {
+            assert_eq!(r.reason, RejectReason::CrcRequired);
+            assert_eq!(r.private_data, CRC_REQUIRED_REJECT_DATA);
+            assert_eq!(
+                r.reason.to_string(),
+                "the peer did not ask for MPA CRCs, and CRCs are required here; \
+                 have the peer ask for CRCs, or stop requiring them here"
+            );
+        }
+        other => panic!("expected a reject, got {other:?}"),
+    }
+    // The same request with C set is taken, and so is the one without C
+    // when CRCs are only requested (our reply's C turns them on).
+    let with_c = hex(&format!("{REQ_KEY} 50 02 0004 00010001"));
+    let (reply, event) = respond(cfg, &with_c, true);
+    assert_eq!(reply.unwrap(), reply_bytes(0x50, [0, 1, 0, 1]));
+    assert!(negotiated(event).framing.crc);
+    let (reply, event) = respond(ours(1, 1, RtrSet::NONE), &request, true);
+    assert_eq!(reply.unwrap(), reply_bytes(0x50, [0, 1, 0, 1]));
+    assert!(negotiated(event).framing.crc);
+}
+
+#[test]
+fn crc_required_initiator_takes_siws_c_and_fails_a_reply_without_it() {
+    let cfg = Config {
+        crc: CrcPolicy::Required,
+        ..ours(1, 1, RtrSet::only(RtrType::Write))
+    };
+    // siw honours C=1: the reply sets C, CRCs on.
+    let (request, event) = initiate(cfg.clone(), siw_responder);
+    assert_eq!(request, request_bytes(0x50, [0x80, 1, 0x80, 1]));
+    let n = negotiated(event);
+    assert!(n.framing.crc);
+    assert_eq!(n.rtr, Some(RtrType::Write));
+    // A non-conforming responder answers C=0: refused, with a Terminate
+    // (the reply switched both sides to FPDU mode, CRCs on as RFC 5044
+    // has it when either side asks).
+    let (_, event) = initiate(cfg.clone(), |_| reply_bytes(0x10, [0x80, 1, 0x80, 1]));
+    match event {
+        Event::Failed(e @ NegotiationError::CrcNotHonoured(_)) => {
+            let (cause, framing) = e.terminate_cause().unwrap();
+            assert_eq!(
+                cause,
+                rdmap::error::TerminateCause::MPA_INVALID_REQUEST_REPLY
+            );
+            assert!(framing.crc);
+            assert!(
+                e.to_string()
+                    .starts_with("the peer replied without MPA CRCs"),
+                "{e}"
+            );
+        }
+        other => panic!("expected a CRC failure, got {other:?}"),
+    }
+    // Only requested: the same reply is taken, CRCs on all the same.
+    let (_, event) = initiate(
+        Config {
+            crc: CrcPolicy::Requested,
+            ..cfg.clone()
+        },
+        |_| reply_bytes(0x10, [0x80, 1, 0x80, 1]),
+    );
+    assert!(negotiated(event).framing.crc);
+    // A reject is a reject, whatever its C.
+    let (_, event) = initiate(cfg, |_| reply_bytes(0x30, [0; 4]));
+    assert!(matches!(event, Event::Rejected(r) if r.reason == RejectReason::ByPeer));
+}
+
+#[test]
 fn siw_initiator_revision_1() {
     // host-probe.pcap frames 239/241: rev 1, no private data; we answer
     // rev 1 without IRD/ORD words, the application's values stand.
     let request = hex(&format!("{REQ_KEY} 00 01 0000"));
     let cfg = Config {
-        crc: false,
+        crc: CrcPolicy::Off,
         ..ours(4, 4, RtrSet::NONE)
     };
     let (reply, event) = respond(cfg, &request, true);
@@ -250,7 +341,7 @@ fn siw_responder_read_rtr_like_the_probe() {
     // host-probe.pcap frames 142/144: P2P with READ RTR, IRD/ORD 4/4;
     // siw echoes 80 04 40 04.
     let cfg = Config {
-        crc: false,
+        crc: CrcPolicy::Off,
         ..ours(4, 4, RtrSet::only(RtrType::Read))
     };
     let (request, event) = initiate(cfg, siw_responder);
@@ -266,10 +357,16 @@ fn siw_responder_has_no_send_rtr() {
     // Offering only SEND: siw answers WRITE, which we did not offer.
     let (_, event) = initiate(ours(4, 4, RtrSet::only(RtrType::Send)), siw_responder);
     match event {
-        Event::Failed(e @ NegotiationError::NoMatchingRtr(_)) => {
+        Event::Failed(e @ NegotiationError::NoMatchingRtr { .. }) => {
             let (cause, framing) = e.terminate_cause().unwrap();
             assert_eq!(cause, rdmap::error::TerminateCause::MPA_NO_MATCHING_RTR);
             assert!(framing.crc);
+            // What the operator reads: what siw did, what to change.
+            assert_eq!(
+                e.to_string(),
+                "the peer chose a Write RTR, which was not offered; offer a Write RTR as well, \
+                 or turn peer-to-peer off"
+            );
         }
         other => panic!("expected NoMatchingRtr, got {other:?}"),
     }
@@ -280,7 +377,7 @@ fn siw_responder_rejects_markers() {
     // host-probe.pcap frames 281/283: M=1 gets a reject, byte 16 0x30.
     let cfg = Config {
         markers_wanted: true,
-        crc: false,
+        crc: CrcPolicy::Off,
         ..ours(1, 1, RtrSet::NONE)
     };
     let (request, event) = initiate(cfg, siw_responder);
@@ -436,7 +533,7 @@ fn cxgb4_responder_insufficient_ird() {
         reply_bytes(0x50, [0x80, 32, 0x40, 32.min(w.ord as u8)])
     });
     match event {
-        Event::Failed(e @ NegotiationError::InsufficientIrd(_)) => {
+        Event::Failed(e @ NegotiationError::InsufficientIrd { .. }) => {
             assert_eq!(
                 e.terminate_cause().unwrap().0,
                 rdmap::error::TerminateCause::MPA_INSUFFICIENT_IRD
@@ -672,7 +769,12 @@ fn responder_rejects_when_no_rtr_matches() {
     };
     let (reply, event) = respond(cfg, &request, true);
     assert_eq!(reply.unwrap(), reply_bytes(0x30, [0; 4]));
-    assert!(matches!(event, Event::Rejected(r) if r.reason == RejectReason::NoMatchingRtr));
+    assert!(matches!(
+        event,
+        Event::Rejected(r) if r.reason == RejectReason::NoMatchingRtr {
+            offered: RtrSet::only(RtrType::Send)
+        }
+    ));
 }
 
 #[test]
@@ -682,7 +784,7 @@ fn initiator_refuses_two_rtr_kinds_in_a_reply() {
     });
     assert!(matches!(
         event,
-        Event::Failed(NegotiationError::NoMatchingRtr(_))
+        Event::Failed(NegotiationError::NoMatchingRtr { .. })
     ));
 }
 

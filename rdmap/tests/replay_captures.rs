@@ -893,7 +893,7 @@ fn mirror_request(req: &FrameRepr<'_>) -> Config {
     let w = req.ird_ord.unwrap_or_default();
     Config {
         revision: req.revision,
-        crc: req.crc,
+        crc: req.crc.into(),
         markers_wanted: req.markers,
         ird: w.ird,
         ord: w.ord,
@@ -907,7 +907,7 @@ fn mirror_reply(rep: &FrameRepr<'_>) -> Config {
     let w = rep.ird_ord.unwrap_or_default();
     Config {
         revision: 2,
-        crc: rep.crc,
+        crc: rep.crc.into(),
         markers_wanted: rep.markers,
         ird: w.ird,
         ord: w.ord,

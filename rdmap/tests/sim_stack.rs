@@ -31,7 +31,7 @@ use core::time::Duration;
 
 use rdmap::engine::{EngineEvent, TerminateOrigin};
 use rdmap::error::TerminateCause;
-use rdmap::mpa::{Config as MpaConfig, Framer, RtrSet, RtrType};
+use rdmap::mpa::{Config as MpaConfig, CrcPolicy, Framer, RtrSet, RtrType};
 use rdmap::verbs::{
     Access, QpState, RecvWr, SendFlags, SendOp, SendWr, Sge, SgeList, Stag, WcOpcode, WcStatus,
 };
@@ -287,7 +287,7 @@ fn mpa_pair(
         _ => Some(RtrType::Read),
     };
     let side_mpa = |r: &mut Rng| MpaConfig {
-        crc: r.below(3) != 0,
+        crc: (r.below(3) != 0).into(),
         markers_wanted: r.below(markers_one_in) == 0,
         ird: r.range_inclusive(1, max_ird_ord) as u16,
         ord: r.range_inclusive(1, max_ird_ord) as u16,
@@ -719,7 +719,7 @@ fn run_seed(seed: u64, harsh: bool, totals: &mut Totals) {
         b.ep.as_ref()
             .and_then(|e| e.negotiated())
             .expect("negotiated");
-    let crc = spec.mpa.0.crc || spec.mpa.1.crc;
+    let crc = spec.mpa.0.crc.asks() || spec.mpa.1.crc.asks();
     assert_eq!(na.framing.crc, crc, "{what}");
     assert_eq!(nb.framing.crc, crc, "{what}");
     assert_eq!(na.framing.markers_tx, spec.mpa.1.markers_wanted, "{what}");
@@ -1116,7 +1116,7 @@ mod faults {
 
     fn mpa() -> MpaConfig {
         MpaConfig {
-            crc: true,
+            crc: CrcPolicy::Requested,
             timeout: Duration::from_secs(300),
             ..MpaConfig::default()
         }

@@ -204,6 +204,51 @@ pub enum SetupFailure {
     StreamClosed,
 }
 
+impl SetupFailure {
+    /// Whether the peer (or the path to it) did something the operator
+    /// must change; a queue pair refusing the negotiated state is ours.
+    pub fn peer_at_fault(&self) -> bool {
+        !matches!(self, SetupFailure::QueuePair(_))
+    }
+
+    /// One value of every variant (every negotiation error among them),
+    /// for the tests that walk each message.
+    pub fn all() -> Vec<SetupFailure> {
+        let mut all: Vec<SetupFailure> = NegotiationError::ALL
+            .iter()
+            .map(|e| SetupFailure::Negotiation(*e))
+            .collect();
+        all.push(SetupFailure::UnexpectedData);
+        all.extend(VerbsError::ALL.iter().map(|e| SetupFailure::QueuePair(*e)));
+        all.push(SetupFailure::StreamClosed);
+        all
+    }
+}
+
+/// One sentence: what the peer did and what to change (see
+/// [`crate::mpa::message`]).
+impl core::fmt::Display for SetupFailure {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SetupFailure::Negotiation(e) => write!(f, "{e}"),
+            SetupFailure::UnexpectedData => f.write_str(
+                "the peer sent data before our MPA reply, which MPA forbids; \
+                 fix the peer, which must wait for the reply",
+            ),
+            SetupFailure::QueuePair(e) => write!(
+                f,
+                "the queue pair could not take the negotiated IRD, ORD or state: {e}"
+            ),
+            SetupFailure::StreamClosed => f.write_str(
+                "the TCP connection closed during MPA setup; \
+                 check the peer's logs for why it gave up",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SetupFailure {}
+
 /// What the driver and the application learn from the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EngineEvent {

@@ -112,17 +112,68 @@ pub enum FrameError {
     BufferTooShort,
 }
 
+impl FrameError {
+    /// One value of every variant, for the tests that walk each message
+    /// (see [`super::message`]).
+    pub const ALL: &'static [FrameError] = &[
+        FrameError::Truncated,
+        FrameError::BadKey,
+        FrameError::BadRevision(3),
+        FrameError::TooMuchPrivateData(600),
+        FrameError::MissingIrdOrd,
+        FrameError::BadIrdOrd,
+        FrameError::BufferTooShort,
+    ];
+
+    /// What is wrong with the frame, as a clause completing "the MPA
+    /// frame …" or "the peer sent an MPA frame that …".
+    pub(crate) fn clause(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::Truncated => {
+                f.write_str("is shorter than its header or its private data length")
+            }
+            FrameError::BadKey => {
+                f.write_str("starts with neither the request key nor the reply key")
+            }
+            FrameError::BadRevision(r) => {
+                write!(f, "has revision {r}, where only revisions 1 and 2 exist")
+            }
+            FrameError::TooMuchPrivateData(n) => write!(
+                f,
+                "announces {n} bytes of private data, more than the 512 a frame may carry \
+                 or the 256 we send"
+            ),
+            FrameError::MissingIrdOrd => {
+                f.write_str("sets the enhanced flag but has no room for the IRD and ORD words")
+            }
+            FrameError::BadIrdOrd => {
+                f.write_str("has IRD and ORD words outside revision 2 or above 16383")
+            }
+            FrameError::BufferTooShort => f.write_str("does not fit the buffer given for it"),
+        }
+    }
+
+    /// What a peer sending such a frame should change.
+    pub(crate) fn remedy(&self) -> &'static str {
+        match self {
+            FrameError::BadRevision(_) => "set the peer to MPA revision 1 or 2",
+            FrameError::TooMuchPrivateData(_) => "have the peer send less private data",
+            FrameError::MissingIrdOrd | FrameError::BadIrdOrd => {
+                "check the peer's iWARP driver, which breaks RFC 6581 here"
+            }
+            FrameError::Truncated | FrameError::BadKey | FrameError::BufferTooShort => {
+                "check that the peer is an iWARP endpoint and not another TCP service"
+            }
+        }
+    }
+}
+
+/// A clause with its subject: "the MPA frame is shorter than …". Whose
+/// frame it is (the peer's or ours) is for the caller to say.
 impl fmt::Display for FrameError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FrameError::Truncated => f.write_str("truncated MPA frame"),
-            FrameError::BadKey => f.write_str("bad MPA key"),
-            FrameError::BadRevision(r) => write!(f, "unsupported MPA revision {r}"),
-            FrameError::TooMuchPrivateData(n) => write!(f, "{n} bytes of private data"),
-            FrameError::MissingIrdOrd => f.write_str("enhanced MPA frame without IRD/ORD"),
-            FrameError::BadIrdOrd => f.write_str("invalid IRD/ORD words"),
-            FrameError::BufferTooShort => f.write_str("buffer too short"),
-        }
+        f.write_str("the MPA frame ")?;
+        self.clause(f)
     }
 }
 

@@ -15,6 +15,7 @@ pub mod deframe;
 pub mod fpdu;
 pub mod frame;
 pub mod markers;
+pub mod message;
 pub mod negotiate;
 pub mod rtr;
 
@@ -22,6 +23,6 @@ pub use deframe::{DeframeError, DeframeEvent, Deframer};
 pub use fpdu::{FpduLayout, FramedFpdu, Framer, FramerError};
 pub use frame::{Frame, FrameError, FrameKind, FrameRepr, IrdOrd, RtrSet, RtrType};
 pub use negotiate::{
-    Config, Event, Framing, Negotiated, NegotiationError, Negotiator, PeerRequest, RejectReason,
+    Config, CrcPolicy, Event, Framing, Negotiated, NegotiationError, Negotiator, PeerRequest, RejectReason,
     Rejection, Role, SetupError,
 };

@@ -27,7 +27,10 @@
 //! The rules applied:
 //!
 //! - **CRC** is used in both directions if either frame sets C (RFC 5044
-//!   §7.1); a responder echoes the request's C.
+//!   §7.1); a responder echoes the request's C. [`CrcPolicy::Required`]
+//!   refuses a peer that does not ask for CRC itself: a responder rejects a
+//!   request without C, and an initiator fails on a reply without C (which
+//!   a conforming responder never sends when the request set C).
 //! - **Markers** are per direction: M in a frame means its sender wants to
 //!   *receive* markers. So M in the request asks the responder to insert
 //!   them, M in the reply asks the initiator to. We insert markers whenever
@@ -92,8 +95,9 @@ pub struct Config {
     /// MPA revision to offer (initiator) or the highest to accept
     /// (responder): 1 or 2.
     pub revision: u8,
-    /// Ask for CRCs (C flag). Hardware peers always do.
-    pub crc: bool,
+    /// Whether to ask for CRCs (C flag; hardware peers always do), and
+    /// whether to refuse a peer that does not.
+    pub crc: CrcPolicy,
     /// Ask the peer to insert markers in what it sends us (M flag).
     pub markers_wanted: bool,
     /// Insert markers when the peer asks for them. If false, a peer asking
@@ -139,11 +143,49 @@ pub struct Config {
 /// answer time, well below any application or MPA timeout.
 pub const DEFAULT_NUDGE_AFTER: Duration = Duration::from_millis(200);
 
+/// What we ask of the CRC (RFC 5044 §7.1: CRCs are used in both directions
+/// when either the request or the reply sets C, and a responder must honour
+/// a request's C).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CrcPolicy {
+    /// Do not ask; CRCs are still used when the peer asks.
+    Off,
+    /// Ask (set C). With a conforming peer CRCs are then always used.
+    #[default]
+    Requested,
+    /// Ask, and refuse a peer that does not set C itself: as responder,
+    /// reject its request ([`RejectReason::CrcRequired`]); as initiator,
+    /// fail on its reply ([`NegotiationError::CrcNotHonoured`]). For
+    /// operators whose data integrity rests on the CRC, so that a peer
+    /// configured without it is refused at setup rather than found out by
+    /// the first FPDU whose CRC field is zero.
+    Required,
+}
+
+impl CrcPolicy {
+    /// Whether our frame sets C.
+    pub const fn asks(self) -> bool {
+        !matches!(self, CrcPolicy::Off)
+    }
+}
+
+/// What the boolean this policy replaced meant: `true` asks, `false` does
+/// not.
+impl From<bool> for CrcPolicy {
+    fn from(ask: bool) -> CrcPolicy {
+        if ask {
+            CrcPolicy::Requested
+        } else {
+            CrcPolicy::Off
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Config {
         Config {
             revision: 2,
-            crc: true,
+            crc: CrcPolicy::Requested,
             markers_wanted: false,
             markers_accepted: true,
             ird: 16,
@@ -173,6 +215,16 @@ pub struct Framing {
     pub markers_rx: bool,
     /// We insert markers in what we send.
     pub markers_tx: bool,
+}
+
+impl Framing {
+    /// CRCs on, no markers: what a reply to our request sets up with
+    /// hardware peers and with siw.
+    pub const CRC_ONLY: Framing = Framing {
+        crc: true,
+        markers_rx: false,
+        markers_tx: false,
+    };
 }
 
 /// A completed connection setup.
@@ -227,7 +279,8 @@ impl Negotiated {
     }
 }
 
-/// Why a connection was refused.
+/// Why a connection was refused. Its [`fmt::Display`] is one sentence
+/// (see [`super::message`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RejectReason {
     /// Initiator: the responder sent a reject.
@@ -238,7 +291,95 @@ pub enum RejectReason {
     /// [`Config::markers_accepted`] is off.
     MarkersRefused,
     /// Responder: peer-to-peer mode with no RTR kind both sides support.
-    NoMatchingRtr,
+    NoMatchingRtr {
+        /// The kinds the initiator offered.
+        offered: RtrSet,
+    },
+    /// Responder: the request does not set C and [`Config::crc`] is
+    /// [`CrcPolicy::Required`]. The reject carries
+    /// [`CRC_REQUIRED_REJECT_DATA`] as private data.
+    CrcRequired,
+}
+
+/// The private data of our reject when we require CRC and the request did
+/// not ask for it: words for the peer's operator, who sees a reject's
+/// private data through rdma_cm.
+pub const CRC_REQUIRED_REJECT_DATA: &[u8] = b"MPA CRC required";
+
+impl RejectReason {
+    /// One value of every variant, for the tests that walk each message.
+    pub const ALL: &'static [RejectReason] = &[
+        RejectReason::ByPeer,
+        RejectReason::ByApplication,
+        RejectReason::MarkersRefused,
+        RejectReason::NoMatchingRtr {
+            offered: RtrSet {
+                send: true,
+                write: false,
+                read: false,
+            },
+        },
+        RejectReason::CrcRequired,
+    ];
+
+    /// Whether the peer did something the operator must change (our
+    /// application's own reject is not).
+    pub const fn peer_at_fault(&self) -> bool {
+        !matches!(self, RejectReason::ByApplication)
+    }
+}
+
+impl fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RejectReason::ByPeer => f.write_str(
+                "the peer rejected the connection; check the peer's logs for why, \
+                 or what its application expects",
+            ),
+            RejectReason::ByApplication => {
+                f.write_str("our application rejected the connection request")
+            }
+            RejectReason::MarkersRefused => f.write_str(
+                "the peer asked for MPA markers, which are turned off here; \
+                 turn markers off on the peer, or accept markers here",
+            ),
+            RejectReason::NoMatchingRtr { offered } => write!(
+                f,
+                "the peer offered {} in peer-to-peer mode, and we accept none of that; \
+                 have the peer offer another RTR kind, or turn peer-to-peer off on the peer",
+                RtrList(*offered, "or")
+            ),
+            RejectReason::CrcRequired => f.write_str(
+                "the peer did not ask for MPA CRCs, and CRCs are required here; \
+                 have the peer ask for CRCs, or stop requiring them here",
+            ),
+        }
+    }
+}
+
+/// RTR kinds in words, joined by the conjunction: "a Send RTR", "a Write
+/// or a Read RTR", "no RTR".
+struct RtrList(RtrSet, &'static str);
+
+impl fmt::Display for RtrList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kinds: Vec<&str> = [
+            (RtrType::Send, "Send"),
+            (RtrType::Write, "Write"),
+            (RtrType::Read, "Read"),
+        ]
+        .into_iter()
+        .filter(|(t, _)| self.0.contains(*t))
+        .map(|(_, name)| name)
+        .collect();
+        match kinds.as_slice() {
+            [] => f.write_str("no RTR"),
+            [one] => write!(f, "a {one} RTR"),
+            [a, b] => write!(f, "a {a} {} a {b} RTR", self.1),
+            [a, b, c] => write!(f, "a {a}, a {b} {} a {c} RTR", self.1),
+            _ => f.write_str("an RTR"),
+        }
+    }
 }
 
 /// A refused connection, with the private data that came with the reject
@@ -254,7 +395,9 @@ pub struct Rejection {
 /// Why connection setup failed. After a failure the engine closes the TCP
 /// connection; for the errors that carry a [`Framing`], the reply had
 /// already switched both sides to FPDU mode and RFC 6581 §8 asks for a
-/// Terminate first ([`NegotiationError::terminate_cause`]).
+/// Terminate first ([`NegotiationError::terminate_cause`]). Its
+/// [`fmt::Display`] is one sentence naming what the peer did and what to
+/// change (see [`super::message`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NegotiationError {
     /// No request (responder) or reply (initiator) in time.
@@ -275,22 +418,91 @@ pub enum NegotiationError {
     /// [`Config::markers_accepted`] is off.
     MarkersRefused(Framing),
     /// Initiator: the responder's ORD exceeds our IRD.
-    InsufficientIrd(Framing),
-    /// Initiator: the reply picks an RTR kind we did not offer, or several.
-    NoMatchingRtr(Framing),
+    InsufficientIrd {
+        /// The framing the reply set up.
+        framing: Framing,
+        /// Our IRD, as the request announced it.
+        ird: u16,
+        /// The ORD the reply announced.
+        peer_ord: u16,
+    },
+    /// Initiator: the reply picks an RTR kind we did not offer, several,
+    /// or none while keeping peer-to-peer mode.
+    NoMatchingRtr {
+        /// The framing the reply set up.
+        framing: Framing,
+        /// The kinds our request offered.
+        offered: RtrSet,
+        /// The kinds the reply set.
+        chosen: RtrSet,
+    },
+    /// Initiator: the reply does not set C although our request did and
+    /// [`Config::crc`] is [`CrcPolicy::Required`]. A conforming responder
+    /// cannot do this (RFC 5044 §7.1): the peer would most likely send no
+    /// CRCs, so the connection is refused here rather than by the first
+    /// FPDU's CRC check.
+    CrcNotHonoured(Framing),
 }
 
 impl NegotiationError {
+    /// One value of every variant, for the tests that walk each message.
+    pub const ALL: &'static [NegotiationError] = &[
+        NegotiationError::Timeout,
+        NegotiationError::Frame(FrameError::BadKey),
+        NegotiationError::Frame(FrameError::BadRevision(3)),
+        NegotiationError::Frame(FrameError::TooMuchPrivateData(600)),
+        NegotiationError::Frame(FrameError::MissingIrdOrd),
+        NegotiationError::Frame(FrameError::Truncated),
+        NegotiationError::UnexpectedFrame(FrameKind::Request),
+        NegotiationError::UnexpectedFrame(FrameKind::Reply),
+        NegotiationError::UnexpectedFrame(FrameKind::Reject),
+        NegotiationError::RevisionMismatch {
+            sent: 1,
+            received: 2,
+        },
+        NegotiationError::MarkersRefused(Framing::CRC_ONLY),
+        NegotiationError::InsufficientIrd {
+            framing: Framing::CRC_ONLY,
+            ird: 8,
+            peer_ord: 32,
+        },
+        // siw's answer to a Send-only offer: a Write RTR.
+        NegotiationError::NoMatchingRtr {
+            framing: Framing::CRC_ONLY,
+            offered: RtrSet::only(RtrType::Send),
+            chosen: RtrSet::only(RtrType::Write),
+        },
+        NegotiationError::NoMatchingRtr {
+            framing: Framing::CRC_ONLY,
+            offered: RtrSet::ALL,
+            chosen: RtrSet {
+                send: false,
+                write: true,
+                read: true,
+            },
+        },
+        NegotiationError::NoMatchingRtr {
+            framing: Framing::CRC_ONLY,
+            offered: RtrSet::only(RtrType::Write),
+            chosen: RtrSet::NONE,
+        },
+        NegotiationError::CrcNotHonoured(Framing::CRC_ONLY),
+    ];
+
     /// The Terminate to send before closing, when the setup failed after
     /// FPDU mode began (RFC 6581 §8); `None` when there is nothing to send
     /// (the stream is not in FPDU mode, or the peer is gone).
     pub fn terminate_cause(&self) -> Option<(TerminateCause, Framing)> {
         match *self {
-            NegotiationError::MarkersRefused(f) => {
+            NegotiationError::MarkersRefused(f) | NegotiationError::CrcNotHonoured(f) => {
                 Some((TerminateCause::MPA_INVALID_REQUEST_REPLY, f))
             }
-            NegotiationError::InsufficientIrd(f) => Some((TerminateCause::MPA_INSUFFICIENT_IRD, f)),
-            NegotiationError::NoMatchingRtr(f) => Some((TerminateCause::MPA_NO_MATCHING_RTR, f)),
+            NegotiationError::InsufficientIrd { framing, .. } => {
+                Some((TerminateCause::MPA_INSUFFICIENT_IRD, framing))
+            }
+            NegotiationError::NoMatchingRtr { framing, .. } => {
+                Some((TerminateCause::MPA_NO_MATCHING_RTR, framing))
+            }
             _ => None,
         }
     }
@@ -299,18 +511,72 @@ impl NegotiationError {
 impl fmt::Display for NegotiationError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            NegotiationError::Timeout => f.write_str("MPA setup timed out"),
-            NegotiationError::Frame(e) => write!(f, "malformed MPA frame: {e}"),
-            NegotiationError::UnexpectedFrame(k) => write!(f, "unexpected MPA {k:?}"),
-            NegotiationError::RevisionMismatch { sent, received } => {
-                write!(
-                    f,
-                    "MPA reply revision {received} above request revision {sent}"
-                )
+            NegotiationError::Timeout => f.write_str(
+                "no MPA request or reply came from the peer within the MPA timeout; \
+                 check that the peer runs iWARP on that port and is reachable, \
+                 or raise the MPA timeout",
+            ),
+            NegotiationError::Frame(e) => {
+                f.write_str("the peer sent an MPA frame that ")?;
+                e.clause(f)?;
+                write!(f, "; {}", e.remedy())
             }
-            NegotiationError::MarkersRefused(_) => f.write_str("peer requires markers"),
-            NegotiationError::InsufficientIrd(_) => f.write_str("peer's ORD exceeds our IRD"),
-            NegotiationError::NoMatchingRtr(_) => f.write_str("no matching RTR"),
+            NegotiationError::UnexpectedFrame(FrameKind::Request) => f.write_str(
+                "the peer answered our MPA request with a request of its own; \
+                 make one side listen and the other connect",
+            ),
+            NegotiationError::UnexpectedFrame(kind) => write!(
+                f,
+                "the peer sent an MPA {} where its request was due; \
+                 make one side listen and the other connect",
+                if *kind == FrameKind::Reject {
+                    "reject"
+                } else {
+                    "reply"
+                }
+            ),
+            NegotiationError::RevisionMismatch { sent, received } => write!(
+                f,
+                "the peer replied with MPA revision {received}, above the revision {sent} \
+                 we asked for; check the peer's MPA revision setting, which breaks RFC 5044 here"
+            ),
+            NegotiationError::MarkersRefused(_) => f.write_str(
+                "the peer asked for MPA markers, which are turned off here; \
+                 turn markers off on the peer, or accept markers here",
+            ),
+            NegotiationError::InsufficientIrd { ird, peer_ord, .. } => write!(
+                f,
+                "the peer answered with ORD {peer_ord}, above the IRD of {ird} we offered; \
+                 raise the IRD we connect with to {peer_ord}, or lower the peer's ORD"
+            ),
+            NegotiationError::NoMatchingRtr {
+                offered, chosen, ..
+            } => match chosen.len() {
+                0 => write!(
+                    f,
+                    "the peer kept peer-to-peer mode but chose no RTR, where we offered {}; \
+                     offer a Write or Read RTR, or turn peer-to-peer off",
+                    RtrList(*offered, "or")
+                ),
+                1 => write!(
+                    f,
+                    "the peer chose {}, which was not offered; offer {} as well, \
+                     or turn peer-to-peer off",
+                    RtrList(*chosen, "or"),
+                    RtrList(*chosen, "or")
+                ),
+                _ => write!(
+                    f,
+                    "the peer chose {} at once, where exactly one is allowed; \
+                     offer a single RTR kind, or turn peer-to-peer off",
+                    RtrList(*chosen, "and")
+                ),
+            },
+            NegotiationError::CrcNotHonoured(_) => f.write_str(
+                "the peer replied without MPA CRCs although we asked for them, \
+                 and CRCs are required here; fix the peer, which must use CRCs when asked, \
+                 or stop requiring them here",
+            ),
         }
     }
 }
@@ -339,16 +605,33 @@ pub enum SetupError {
 impl fmt::Display for SetupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SetupError::BadRevision(r) => write!(f, "MPA revision {r} not supported"),
-            SetupError::PrivateDataTooLong { len, max } => {
-                write!(f, "{len} bytes of private data, at most {max}")
-            }
-            SetupError::NoPendingRequest => f.write_str("no MPA request awaiting a decision"),
+            SetupError::BadRevision(r) => write!(
+                f,
+                "MPA revision {r} is configured, which does not exist; set revision 1 or 2"
+            ),
+            SetupError::PrivateDataTooLong { len, max } => write!(
+                f,
+                "the application gave {len} bytes of private data, more than the {max} \
+                 a frame takes; send at most {max} bytes"
+            ),
+            SetupError::NoPendingRequest => f.write_str(
+                "no MPA request is waiting for a decision; accept or reject only a \
+                 pending connection request",
+            ),
         }
     }
 }
 
 impl std::error::Error for SetupError {}
+
+impl SetupError {
+    /// One value of every variant, for the tests that walk each message.
+    pub const ALL: &'static [SetupError] = &[
+        SetupError::BadRevision(3),
+        SetupError::PrivateDataTooLong { len: 300, max: 252 },
+        SetupError::NoPendingRequest,
+    ];
+}
 
 /// What a responder learns from the request, for the application to decide.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -480,7 +763,7 @@ impl Negotiator {
         let repr = FrameRepr {
             kind: FrameKind::Request,
             markers: config.markers_wanted,
-            crc: config.crc,
+            crc: config.crc.asks(),
             revision: config.revision,
             ird_ord: enhanced.then_some(IrdOrd {
                 ird,
@@ -496,7 +779,7 @@ impl Negotiator {
             .map_err(|_| SetupError::BadRevision(config.revision))?;
         let sent = FrameSummary {
             revision: config.revision,
-            crc: config.crc,
+            crc: config.crc.asks(),
             markers: config.markers_wanted,
             ird,
             ord,
@@ -647,7 +930,7 @@ impl Negotiator {
         };
         check_private_data(self.reply_enhanced, private_data)?;
         let framing = Framing {
-            crc: self.config.crc || request.crc,
+            crc: self.config.crc.asks() || request.crc,
             markers_rx: self.config.markers_wanted,
             markers_tx: request.markers,
         };
@@ -779,8 +1062,11 @@ impl Negotiator {
         if repr.markers && !self.config.markers_accepted {
             return self.send_reject(RejectReason::MarkersRefused, &[]);
         }
-        if p2p.is_some() && rtr.is_none() {
-            return self.send_reject(RejectReason::NoMatchingRtr, &[]);
+        if let (Some(w), None) = (p2p, rtr) {
+            return self.send_reject(RejectReason::NoMatchingRtr { offered: w.rtr }, &[]);
+        }
+        if !repr.crc && self.config.crc == CrcPolicy::Required {
+            return self.send_reject(RejectReason::CrcRequired, CRC_REQUIRED_REJECT_DATA);
         }
         self.state = State::AwaitingDecision;
         self.events.push(Event::RequestReceived);
@@ -820,10 +1106,17 @@ impl Negotiator {
         if repr.markers && !self.config.markers_accepted {
             return self.fail(NegotiationError::MarkersRefused(framing));
         }
+        if !repr.crc && self.config.crc == CrcPolicy::Required {
+            return self.fail(NegotiationError::CrcNotHonoured(framing));
+        }
         let (ird, ord, rtr) = match repr.ird_ord {
             Some(peer) => {
                 if peer.ord > sent.ird {
-                    return self.fail(NegotiationError::InsufficientIrd(framing));
+                    return self.fail(NegotiationError::InsufficientIrd {
+                        framing,
+                        ird: sent.ird,
+                        peer_ord: peer.ord,
+                    });
                 }
                 let rtr = if sent.rtr_offer.is_empty() || !peer.peer_to_peer {
                     // We did not ask, or the responder declined.
@@ -835,7 +1128,13 @@ impl Negotiator {
                         .find(|t| chosen.contains(*t));
                     match pick {
                         Some(t) if chosen.len() == 1 && sent.rtr_offer.contains(t) => Some(t),
-                        _ => return self.fail(NegotiationError::NoMatchingRtr(framing)),
+                        _ => {
+                            return self.fail(NegotiationError::NoMatchingRtr {
+                                framing,
+                                offered: sent.rtr_offer,
+                                chosen,
+                            })
+                        }
                     }
                 };
                 let mut ord = sent.ord.min(peer.ird);

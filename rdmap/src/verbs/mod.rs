@@ -75,6 +75,48 @@ pub enum VerbsError {
     InvalidTransition,
 }
 
+impl VerbsError {
+    /// Every variant, for the tests that walk each message.
+    pub const ALL: &'static [VerbsError] = &[
+        VerbsError::InvalidPd,
+        VerbsError::InvalidCq,
+        VerbsError::InvalidSrq,
+        VerbsError::InvalidStag,
+        VerbsError::Busy,
+        VerbsError::TableFull,
+        VerbsError::InvalidAccess,
+        VerbsError::InvalidLength,
+        VerbsError::AddressOverflow,
+        VerbsError::InvalidValue,
+        VerbsError::InvalidTransition,
+    ];
+}
+
+/// A clause about the object, as libibverbs' errno would say it.
+impl core::fmt::Display for VerbsError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            VerbsError::InvalidPd => "no such protection domain",
+            VerbsError::InvalidCq => "no such completion queue",
+            VerbsError::InvalidSrq => "no such shared receive queue in this protection domain",
+            VerbsError::InvalidStag => "no such STag, or its key does not match",
+            VerbsError::Busy => "the object is still in use",
+            VerbsError::TableFull => "the table for this kind of object is full",
+            VerbsError::InvalidAccess => {
+                "remote write or atomic access asked for without local write"
+            }
+            VerbsError::InvalidLength => "a length of zero where one is needed",
+            VerbsError::AddressOverflow => "the region ends beyond 64-bit addresses",
+            VerbsError::InvalidValue => "a value beyond the device's or the object's limits",
+            VerbsError::InvalidTransition => {
+                "a queue pair state change its state machine does not allow"
+            }
+        })
+    }
+}
+
+impl std::error::Error for VerbsError {}
+
 /// Limits of a [`Device`] (`ibv_device_attr`), and the sizes of its tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceLimits {

@@ -140,7 +140,7 @@ impl Default for Setup {
 
 pub fn config(s: &Setup) -> Config {
     Config {
-        crc: s.crc,
+        crc: s.crc.into(),
         markers_wanted: s.markers,
         ird: s.ird,
         ord: s.ord,
