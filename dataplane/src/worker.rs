@@ -1616,6 +1616,15 @@ impl Conn {
                             qp: self.qpn(),
                             private_data: r.private_data,
                         });
+                    } else if self.shared.is_some() {
+                        // The application accepted, and the negotiator
+                        // refused the request all the same (markers, no
+                        // RTR in common, CRC required): it learns why.
+                        self.set_status(QpStatus::Disconnected);
+                        cx.event(CmEvent::ConnectFailed {
+                            qp: self.qpn(),
+                            reason: ConnectFailure::RequestRefused(r.reason),
+                        });
                     }
                 }
                 EngineEvent::SetupFailed(f) => {

@@ -165,6 +165,45 @@ fn corrupted_echo_is_a_data_mismatch_naming_the_ping() {
 }
 
 #[test]
+fn crc_required_server_refuses_a_client_without_crc_in_one_line_each() {
+    // As `iwarp rping -s --set mpa.crc=required` against a client that
+    // does not ask for CRC (as siw's rping never does).
+    let p = Pair::with_configs(
+        &PairOptions {
+            mode: DriveMode::Threads,
+            ..PairOptions::default()
+        },
+        |c, is_a| {
+            c.mpa.crc = if is_a {
+                dataplane::config::CrcPolicy::Off
+            } else {
+                dataplane::config::CrcPolicy::Required
+            }
+        },
+    );
+    let (srv, cli, _) = run_pair(&p, &opts(64), &opts(64));
+    let srv = srv.expect_err("the server refuses").to_string();
+    let cli = cli.expect_err("the client is refused").to_string();
+    println!("server: {srv}\nclient: {cli}");
+    for m in [&srv, &cli] {
+        assert!(
+            !m.contains('\n') && !m.contains('{') && !m.contains("::"),
+            "{m}"
+        );
+    }
+    assert!(
+        srv.starts_with("connection with 10.77.0.1:")
+            && srv.contains("the peer did not ask for MPA CRCs, and CRCs are required here")
+            && srv.ends_with("(see mpa.crc)"),
+        "{srv}"
+    );
+    assert!(
+        cli.contains("10.77.0.2:") && cli.contains("rejected") && cli.contains("MPA CRC required"),
+        "{cli}"
+    );
+}
+
+#[test]
 fn client_refused_when_nobody_listens() {
     let p = threads_pair();
     let o = RpingOptions {

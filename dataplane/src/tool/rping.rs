@@ -46,9 +46,9 @@ use clap::Args;
 use super::common::{catch_interrupts, interrupted, EndpointArgs};
 use super::ToolError;
 use crate::api::{
-    Access, CmEvent, ConnectFailure, ConnectParams, ConnectRequest, Cq, Dataplane,
-    DisconnectReason, MemoryRegistration, ProtectionDomain, Qp, QpOptions, QpStatus, RecvWr,
-    Region, SendWr, SgeList, Stag, TerminateOrigin, WcOpcode, WcStatus, WorkCompletion,
+    Access, CmEvent, ConnectParams, ConnectRequest, Cq, Dataplane, DisconnectReason,
+    MemoryRegistration, ProtectionDomain, Qp, QpOptions, QpStatus, RecvWr, Region, SendWr, SgeList,
+    Stag, TerminateOrigin, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// rping's default port.
@@ -448,7 +448,7 @@ impl<'a> Conn<'a> {
         while let Some(ev) = self.dp.poll_event() {
             match ev {
                 CmEvent::Disconnected { qp, reason } if qp == self.qp.num() => {
-                    self.debug(|| format!("disconnected: {reason:?}"));
+                    self.debug(|| format!("disconnected: {reason}"));
                     return Some(reason);
                 }
                 CmEvent::ConnectRequest(req) => {
@@ -456,7 +456,7 @@ impl<'a> Conn<'a> {
                     self.debug(|| format!("refusing a second client, {}", req.remote));
                     let _ = self.dp.reject(&req, &[]);
                 }
-                other => self.debug(|| format!("event {other:?}")),
+                other => self.debug(|| format!("event: {other}")),
             }
         }
         None
@@ -589,7 +589,8 @@ impl<'a> Conn<'a> {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(ToolError::Peer(format!(
-                    "no answer from {} within {:?}: peer unreachable?",
+                    "no answer from {} within {:?}: the peer is unreachable; \
+                     check its address and that it is up",
                     self.peer, self.timeout
                 )));
             }
@@ -625,26 +626,18 @@ impl<'a> Conn<'a> {
                     )))
                 }
                 CmEvent::ConnectFailed { qp, reason } if qp == me => {
-                    return Err(ToolError::Peer(match reason {
-                        ConnectFailure::Refused => format!(
-                            "connection to {} refused: is an rping server listening there?",
-                            self.peer
-                        ),
-                        ConnectFailure::TimedOut => {
-                            format!("{} unreachable: TCP connection timed out", self.peer)
-                        }
-                        ConnectFailure::Setup(f) => {
-                            format!("MPA connection setup with {} failed: {f:?}", self.peer)
-                        }
-                    }))
-                }
-                CmEvent::Disconnected { qp, reason } if qp == me => {
                     return Err(ToolError::Peer(format!(
-                        "connection with {} ended during setup: {reason:?}",
+                        "connection with {} failed: {reason}",
                         self.peer
                     )))
                 }
-                other => self.debug(|| format!("event {other:?}")),
+                CmEvent::Disconnected { qp, reason } if qp == me => {
+                    return Err(ToolError::Peer(format!(
+                        "connection with {} ended during setup: {reason}",
+                        self.peer
+                    )))
+                }
+                other => self.debug(|| format!("event: {other}")),
             }
         }
     }
@@ -674,22 +667,8 @@ impl<'a> Conn<'a> {
 
 fn gone(peer: SocketAddrV4, ping: u64, what: &str, reason: DisconnectReason) -> ToolError {
     ToolError::Peer(format!(
-        "{peer} went away in ping {ping} while we waited for {what}: {}",
-        describe(reason)
+        "{peer} went away in ping {ping} while we waited for {what}: {reason}"
     ))
-}
-
-fn describe(reason: DisconnectReason) -> String {
-    match reason {
-        DisconnectReason::Closed => "connection closed".into(),
-        DisconnectReason::Reset => "connection reset".into(),
-        DisconnectReason::TimedOut => "connection timed out".into(),
-        DisconnectReason::LocalAbort => "connection aborted".into(),
-        DisconnectReason::Terminated { cause, origin } => match cause {
-            Some(c) => format!("terminated ({origin:?}): {c:?}"),
-            None => format!("terminated ({origin:?})"),
-        },
-    }
 }
 
 fn write_line(out: &mut dyn Write, line: &str) -> Result<(), ToolError> {
@@ -746,7 +725,7 @@ pub fn server_with(
         }
         match dp.wait_event(left.min(Duration::from_millis(500))) {
             Some(CmEvent::ConnectRequest(r)) if r.local_port == opts.port => break r,
-            Some(other) if opts.debug => eprintln!("rping: event {other:?}"),
+            Some(other) if opts.debug => eprintln!("rping: event: {other}"),
             _ => {}
         }
     };
@@ -760,10 +739,10 @@ pub fn server_with(
     };
     c.debug(|| {
         format!(
-            "connection request from {}: IRD {:?} ORD {:?}, {} bytes of private data",
+            "connection request from {}: IRD {} ORD {}, {} bytes of private data",
             req.remote,
-            req.ird,
-            req.ord,
+            req.ird.map_or_else(|| "none".into(), |v| v.to_string()),
+            req.ord.map_or_else(|| "none".into(), |v| v.to_string()),
             req.private_data.len()
         )
     });

@@ -619,7 +619,7 @@ pub fn connect_direct(
                     CmEvent::ConnectRequest(req) => server.accept(&req, sqp, &params)?,
                     CmEvent::Established { qp: n, .. } if n == sqp.num() => up_s = true,
                     CmEvent::Disconnected { qp: n, reason } if n == sqp.num() => {
-                        return Err(ToolError::Peer(format!("connection ended: {reason:?}")))
+                        return Err(ToolError::Peer(format!("connection ended: {reason}")))
                     }
                     _ => {}
                 }
@@ -628,7 +628,7 @@ pub fn connect_direct(
                 Some(CmEvent::Established { qp: n, .. }) if n == qp.num() => up_c = true,
                 Some(CmEvent::ConnectFailed { qp: n, reason }) if n == qp.num() => {
                     return Err(ToolError::Peer(format!(
-                        "connection to {server_addr} failed: {reason:?}"
+                        "connection to {server_addr} failed: {reason}"
                     )))
                 }
                 Some(CmEvent::Rejected { qp: n, .. }) if n == qp.num() => {

@@ -75,15 +75,23 @@ fn config(
 
 impl Pair {
     pub fn new(o: &PairOptions) -> Pair {
+        Pair::with_configs(o, |_, _| {})
+    }
+
+    /// [`Pair::new`], with `tweak(config, is_a)` applied to each side's
+    /// configuration first (MPA options of one side, say).
+    pub fn with_configs(o: &PairOptions, tweak: impl Fn(&mut Config, bool)) -> Pair {
         let link = MemLinkConfig {
             queues: o.workers as u16,
             ..o.link.clone()
         };
         let (la, lb) = MemLink::pair(&link, MAC_A, MAC_B);
-        let a = Dataplane::open_with_link(&config(IP_A, MAC_A, (IP_B, MAC_B), o), la, o.mode)
-            .expect("open a");
-        let b = Dataplane::open_with_link(&config(IP_B, MAC_B, (IP_A, MAC_A), o), lb, o.mode)
-            .expect("open b");
+        let mut ca = config(IP_A, MAC_A, (IP_B, MAC_B), o);
+        tweak(&mut ca, true);
+        let mut cb = config(IP_B, MAC_B, (IP_A, MAC_A), o);
+        tweak(&mut cb, false);
+        let a = Dataplane::open_with_link(&ca, la, o.mode).expect("open a");
+        let b = Dataplane::open_with_link(&cb, lb, o.mode).expect("open b");
         Pair { a, b }
     }
 

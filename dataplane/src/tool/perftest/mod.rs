@@ -718,7 +718,7 @@ impl<'dp> Session<'dp> {
             _ => None,
         }) {
             return Err(peer_err(format!(
-                "perftest peer closed the control connection at {what} ({reason:?})"
+                "perftest peer closed the control connection at {what}: {reason}"
             )));
         }
         if let Some(d) = deadline {
@@ -779,13 +779,18 @@ impl<'dp> Session<'dp> {
         })?;
         match e {
             CmEvent::Established { .. } => Ok(()),
-            CmEvent::Rejected { .. } => Err(peer_err(format!("perftest peer rejected {what}"))),
+            CmEvent::Rejected { .. } => Err(peer_err(format!(
+                "perftest peer rejected {what}; check that both sides run the same test \
+                 with the same options"
+            ))),
             CmEvent::ConnectFailed { reason, .. } => Err(peer_err(match (reason, self.peer) {
-                (ConnectFailure::Refused, Some(p)) => {
-                    format!("{what}: nothing listens on {p} (connection refused)")
+                (ConnectFailure::Refused, Some(p)) => format!(
+                    "{what}: {p} refused the TCP connection; start the perftest server there first"
+                ),
+                (ConnectFailure::TimedOut, Some(p)) => {
+                    format!("{what}: {p} is unreachable; check its address and that it is up")
                 }
-                (ConnectFailure::TimedOut, Some(p)) => format!("{what}: {p} unreachable"),
-                (r, _) => format!("{what} failed: {r:?}"),
+                (r, _) => format!("{what} failed: {r}"),
             })),
             _ => Err(peer_err(format!("{what} closed while being set up"))),
         }
