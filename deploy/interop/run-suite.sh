@@ -82,6 +82,11 @@ die() { log "ERROR: $*"; exit 2; }
 #   rtr-read   mpa.crc=true,  peer-to-peer with a read RTR
 #   nop2p      mpa.crc=true,  mpa.rtr=none (no RTR: siw's responder can leave
 #              our first FPDU unread, see README "Known problems")
+#   crcreq     mpa.crc=required, peer-to-peer with a write RTR: to-siw, siw
+#              honours our C and the case passes as any other; from-siw,
+#              siw's request never sets C (its mpa_crc_required is a
+#              compile-time false), so the case expects a refusal
+#              (EXPECT=refused, see expect_refused)
 TESTS="rping write_bw read_bw send_bw write_lat read_lat send_lat"
 all_cases() {
     local t
@@ -89,13 +94,17 @@ all_cases() {
     for t in $TESTS; do echo "$t-to-siw-nocrc"; done
     for t in $TESTS; do echo "$t-from-siw-crc"; done
     for t in rping write_bw; do echo "$t-from-siw-nocrc"; done
+    for t in rping write_bw; do echo "$t-to-siw-crcreq"; done
+    echo "rping-from-siw-crcreq"
     # last: these can take the guest's kernel down (README, Known problems),
     # and the cases after one run in a new boot
     for t in rping write_bw; do echo "$t-to-siw-nop2p"; done
     for t in rping read_bw; do echo "$t-to-siw-rtr-read"; done
 }
 
-# Sets TEST DIR VARIANT SETS EXP_CRC EXP_P2P for case $1.
+# Sets TEST DIR VARIANT SETS EXP_CRC EXP_P2P EXPECT for case $1. EXPECT is
+# "ok" (both sides exit 0, the MPA exchange accepts) or "refused" (our
+# side refuses the connection with an MPA reject: see expect_refused).
 parse_case() {
     local n=$1
     TEST=${n%%-*}
@@ -111,12 +120,39 @@ parse_case() {
         nocrc) SETS="mpa.crc=false mpa.rtr=write"; EXP_CRC=0; EXP_P2P=1 ;;
         rtr-read) SETS="mpa.crc=true mpa.rtr=read"; EXP_CRC=1; EXP_P2P=1 ;;
         nop2p) SETS="mpa.crc=true mpa.rtr=none"; EXP_CRC=1; EXP_P2P=0 ;;
+        crcreq) SETS="mpa.crc=required mpa.rtr=write"; EXP_CRC=1; EXP_P2P=1 ;;
         *) return 1 ;;
     esac
+    EXPECT=ok
+    [ "$VARIANT" = crcreq ] && [ "$DIR" = from-siw ] && EXPECT=refused
     # as responder, the MPA flags are siw's request answered by our policy:
     # recorded, not asserted
     [ "$DIR" = from-siw ] && { EXP_CRC=-; EXP_P2P=-; }
     return 0
+}
+
+# What our log says, in one line, when we refuse a peer that did not ask
+# for CRC (rdmap's RejectReason::CrcRequired).
+REFUSAL_TEXT='the peer did not ask for MPA CRCs, and CRCs are required here'
+
+# A refused case passes when both sides failed for the refusal: our tool
+# ended on it (not at its timeout) and logged the reason in one line, and
+# the guest's client failed to connect by itself (not stopped by the
+# suite). Appends to REASON.
+expect_refused() {
+    local c=$1 hostlog=$2 n
+    case "${HOST_RC:-none}" in
+        0|124|137|none) REASON+=" iwarp-rc=${HOST_RC:-none}-expected-a-refusal" ;;
+    esac
+    case "$GUEST_RC" in
+        0|254|143|137|none) REASON+=" guest-rc=$GUEST_RC-expected-a-refusal" ;;
+    esac
+    # rdma_cm hands the reject to the guest's client
+    grep -q 'RDMA_CM_EVENT_REJECTED' "$VMDIR/$c.guest.log" 2>/dev/null || REASON+=" guest-saw-no-reject"
+    n=$(grep -c -- "$REFUSAL_TEXT" "$hostlog" 2>/dev/null)
+    [ "${n:-0}" = 1 ] || REASON+=" refusal-reason-lines=${n:-0}"
+    # the reason is a sentence, not a debug value
+    grep -- "$REFUSAL_TEXT" "$hostlog" 2>/dev/null | grep -q '[{}]\|::' && REASON+=" refusal-reason-not-a-sentence"
 }
 
 perf_size() { case "$1" in *_bw) echo "$BW_SIZE" ;; *) echo "$LAT_SIZE" ;; esac; }
@@ -380,7 +416,16 @@ check_capture() {
     [ "$nreq" -gt 0 ] && [ "$nrep" -gt 0 ] || CAP_FAIL+=" no-MPA-exchange"
     [ "$MALFORMED" -eq 0 ] || CAP_FAIL+=" malformed=$MALFORMED"
     [ "$BADCRC" -eq 0 ] || CAP_FAIL+=" bad-crc=$BADCRC"
-    if awk '$4==1 || $4=="True" {r=1} END {exit !r}' "$mpa"; then CAP_FAIL+=" mpa-rejected"; fi
+    if awk '$4==1 || $4=="True" {r=1} END {exit !r}' "$mpa"; then
+        [ "$EXPECT" = refused ] || CAP_FAIL+=" mpa-rejected"
+    else
+        [ "$EXPECT" = refused ] && CAP_FAIL+=" mpa-not-rejected"
+    fi
+    # a refused case: the guest's request without C, our reply with R
+    if [ "$EXPECT" = refused ] &&
+        ! awk -v g=$GUEST_IP '$2==g && ($3==1 || $3=="True") {c=1} END {exit c}' "$mpa"; then
+        CAP_FAIL+=" guest-request-asked-for-crc"
+    fi
     if [ "$RETX_CHECK" = 1 ] && [ "$DROPS" = 0 ]; then
         [ "$RTO" -eq 0 ] || CAP_FAIL+=" rto=$RTO"
         [ $(( RETX * 1000 )) -lt "$TCPSEGS" ] || [ "$RETX" -eq 0 ] || CAP_FAIL+=" retx=$RETX/$TCPSEGS"
@@ -531,8 +576,9 @@ run_case() {
         if kill -0 "$HOST_PID" 2>/dev/null; then touch "$VMDIR/go-$c"; else touch "$VMDIR/abort-$c"; fi
         wait_iwarp "$c"
         # the guest's client ends with our server: a few seconds after a
-        # good run, at once after a failed one
-        [ "$HOST_RC" = 0 ] || touch "$VMDIR/abort-$c"
+        # good run, at once after a failed one (a refused client is left to
+        # fail by itself)
+        [ "$HOST_RC" = 0 ] || [ "$EXPECT" = refused ] || touch "$VMDIR/abort-$c"
         wait_file "$VMDIR/$c.rc" 15 || touch "$VMDIR/abort-$c"
     fi
     wait_file "$VMDIR/$c.rc" 10
@@ -542,9 +588,13 @@ run_case() {
     sleep "$CAP_SETTLE_S"
     if [ -n "$CAP_FILE" ]; then "$RIG/run-peer.sh" cap-stop "$CAP_FILE" 2>/dev/null; CAP_FILE=; fi
     cp -f "$VMDIR/$c.guest.log" "$VMDIR/$c.retries.log" "$OUT/" 2>/dev/null
-    [ "$HOST_RC" = 0 ] || REASON+=" iwarp-rc=${HOST_RC:-none}"
-    [ "$GUEST_RC" = 0 ] || REASON+=" guest-rc=$GUEST_RC"
-    [ "$GUEST_RC" = 0 ] && ! guest_log_ok "$c" && REASON+=" guest-output-incomplete"
+    if [ "$EXPECT" = refused ]; then
+        expect_refused "$c" "$hostlog"
+    else
+        [ "$HOST_RC" = 0 ] || REASON+=" iwarp-rc=${HOST_RC:-none}"
+        [ "$GUEST_RC" = 0 ] || REASON+=" guest-rc=$GUEST_RC"
+        [ "$GUEST_RC" = 0 ] && ! guest_log_ok "$c" && REASON+=" guest-output-incomplete"
+    fi
     guest_broken && REASON+=" guest-kernel-crashed"
     FRAMES=0 MALFORMED=0 BADCRC=0 RETX=0 RTO=0 MPA_INFO=- NOTE=
     DROPS=$(( $(seg_drops) - drops0 ))
