@@ -366,7 +366,7 @@ EOF
 
 # ---- capture checks ----------------------------------------------------------------
 TS=(tshark --disable-protocol rpcordma)
-# Sets FRAMES TCPSEGS MALFORMED BADCRC RETX RTO MPA_INFO and CAP_FAIL for $1:
+# Sets FRAMES TCPSEGS MALFORMED BADCRC RETX RTO RST_AFTER_FIN MPA_INFO and CAP_FAIL for $1:
 # one pass for the per-frame fields, a second over the MPA details for CRCs.
 check_capture() {
     local f=$1 mpa=${1%.pcap}.mpa.txt fields=${1%.pcap}.fields.txt nreq nrep crc_on p2p
@@ -416,6 +416,14 @@ check_capture() {
     [ "$nreq" -gt 0 ] && [ "$nrep" -gt 0 ] || CAP_FAIL+=" no-MPA-exchange"
     [ "$MALFORMED" -eq 0 ] || CAP_FAIL+=" malformed=$MALFORMED"
     [ "$BADCRC" -eq 0 ] || CAP_FAIL+=" bad-crc=$BADCRC"
+    # An orderly close ends in FINs only: a RST of ours on a connection
+    # where we had sent a FIN means we gave up on the close (hardware
+    # peers log it as an error).
+    RST_AFTER_FIN=$("${TS[@]}" -r "$f" -Y 'tcp.flags.fin == 1 || tcp.flags.reset == 1' \
+        -T fields -E separator='|' -e tcp.stream -e ip.src -e tcp.flags.fin -e tcp.flags.reset 2>/dev/null |
+        awk -F'|' -v ip=$DP_IP '$2 == ip && ($3 == 1 || $3 == "True") { fin[$1] = 1 }
+            $2 == ip && ($4 == 1 || $4 == "True") && fin[$1] { n++ } END { print n + 0 }')
+    [ "$RST_AFTER_FIN" -eq 0 ] || CAP_FAIL+=" rst-after-our-fin=$RST_AFTER_FIN"
     if awk '$4==1 || $4=="True" {r=1} END {exit !r}' "$mpa"; then
         [ "$EXPECT" = refused ] || CAP_FAIL+=" mpa-rejected"
     else
