@@ -458,7 +458,11 @@ fn service_on_a_memory_link_answers_and_stops_clean() {
         Some(0.0),
         "{body}"
     );
-    assert_eq!(stats["workers"][0]["paws_drops"].as_u64(), Some(0), "{stats}");
+    assert_eq!(
+        stats["workers"][0]["paws_drops"].as_u64(),
+        Some(0),
+        "{stats}"
+    );
     assert!(sample(&samples, "iwarp_link_rx_ring_full_total", &[("port", "0")]).is_some());
     assert!(
         !body.contains("iwarp_port_"),

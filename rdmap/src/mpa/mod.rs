@@ -23,6 +23,6 @@ pub use deframe::{DeframeError, DeframeEvent, Deframer};
 pub use fpdu::{FpduLayout, FramedFpdu, Framer, FramerError};
 pub use frame::{Frame, FrameError, FrameKind, FrameRepr, IrdOrd, RtrSet, RtrType};
 pub use negotiate::{
-    Config, CrcPolicy, Event, Framing, Negotiated, NegotiationError, Negotiator, PeerRequest, RejectReason,
-    Rejection, Role, SetupError,
+    Config, CrcPolicy, Event, Framing, Negotiated, NegotiationError, Negotiator, PeerRequest,
+    RejectReason, Rejection, Role, SetupError,
 };
