@@ -2355,10 +2355,11 @@ fn abort_sends_rst_and_peer_resets() {
     assert!(rst.has(TcpFlags::RST));
 }
 
-#[test]
-fn paws_drops_an_old_timestamp() {
+/// A pair that has moved 3000 bytes a → b with timestamps: b's RCV.NXT
+/// and the newest TSval a sent (b's TS.Recent).
+fn after_3000_bytes(seed: u8) -> (Pair, SeqNumber, u32) {
     let mut p = Pair::established(quiet(), quiet());
-    p.a.out = pattern(3000, 23);
+    p.a.out = pattern(3000, seed);
     p.run_until(Duration::from_secs(2), |p| p.b.got.len() == 3000);
     let nxt = p.b.conn.rcv_nxt();
     let recent = p
@@ -2367,6 +2368,12 @@ fn paws_drops_an_old_timestamp() {
         .last()
         .expect("ts")
         .tsval;
+    (p, nxt, recent)
+}
+
+#[test]
+fn paws_drops_an_old_timestamp() {
+    let (mut p, nxt, recent) = after_3000_bytes(23);
     let mut r = from_a(&p, nxt, TcpFlags::ACK | TcpFlags::PSH);
     r.options.timestamp = Some(TcpTimestamp {
         tsval: recent.wrapping_sub(1000),
@@ -2393,16 +2400,7 @@ fn paws_drops_an_old_timestamp() {
 /// ticks behind is dropped, counted apart as a PAWS drop, and answered.
 #[test]
 fn paws_tolerates_one_tick() {
-    let mut p = Pair::established(quiet(), quiet());
-    p.a.out = pattern(3000, 29);
-    p.run_until(Duration::from_secs(2), |p| p.b.got.len() == 3000);
-    let nxt = p.b.conn.rcv_nxt();
-    let recent = p
-        .segs(Dir::AtoB)
-        .filter_map(|w| w.repr.options.timestamp)
-        .last()
-        .expect("ts")
-        .tsval;
+    let (mut p, nxt, recent) = after_3000_bytes(29);
     let before = *p.b.conn.stats();
     let mut r = from_a(&p, nxt, TcpFlags::ACK | TcpFlags::PSH);
     r.options.timestamp = Some(TcpTimestamp {
