@@ -150,7 +150,7 @@ fn setup(flags: u8) -> Option<World> {
         mem.bytes_mut(region)?[GUARD..GUARD + SPAN].fill(0);
     }
     let ours = Config {
-        crc,
+        crc: crc.into(),
         markers_wanted: markers,
         ird: 2,
         ord: 2,
@@ -162,7 +162,7 @@ fn setup(flags: u8) -> Option<World> {
         ..Config::default()
     };
     let theirs = Config {
-        crc,
+        crc: crc.into(),
         ird: 2,
         ord: 2,
         rtr_offer: ours.rtr_offer,
