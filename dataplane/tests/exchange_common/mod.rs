@@ -106,24 +106,56 @@ fn spawn_child(
     )
 }
 
-/// Waits for a line from `role` starting with `prefix`; prints every
-/// line seen. Fails if a child exits or the deadline passes first.
+/// The children's output as received, kept so that a line one wait
+/// passes over (the server's verdict, printed before the client's) is
+/// still found by the next.
+struct Lines {
+    rx: mpsc::Receiver<(&'static str, String)>,
+    seen: Vec<(&'static str, String)>,
+}
+
+impl Lines {
+    /// The first line seen from `role` containing `prefix`, from there on.
+    fn find(&self, role: &str, prefix: &str) -> Option<String> {
+        self.seen.iter().find_map(|(who, line)| {
+            line.find(prefix)
+                .filter(|_| *who == role)
+                .map(|at| line[at..].to_string())
+        })
+    }
+
+    fn recv_timeout(
+        &mut self,
+        t: Duration,
+    ) -> Result<(&'static str, String), mpsc::RecvTimeoutError> {
+        let (who, line) = self.rx.recv_timeout(t)?;
+        println!("[{who}] {line}");
+        self.seen.push((who, line.clone()));
+        Ok((who, line))
+    }
+}
+
+/// Waits for a line from `role` containing `prefix` (one seen before
+/// counts); prints every line as it comes. Fails if a child exits or the
+/// deadline passes first.
 fn wait_line(
-    rx: &mpsc::Receiver<(&'static str, String)>,
+    lines: &mut Lines,
     role: &str,
     prefix: &str,
     deadline: Instant,
     children: &mut [&mut NsChild],
 ) -> String {
+    if let Some(line) = lines.find(role, prefix) {
+        return line;
+    }
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         assert!(
             !left.is_zero(),
             "no `{prefix}` line from the {role} in time"
         );
-        match rx.recv_timeout(left.min(Duration::from_millis(200))) {
+        match lines.recv_timeout(left.min(Duration::from_millis(200))) {
             Ok((who, line)) => {
-                println!("[{who}] {line}");
                 // libtest may have printed `test … ...` on the same line.
                 if let Some(at) = line.find(prefix).filter(|_| who == role) {
                     return line[at..].to_string();
@@ -142,8 +174,7 @@ fn wait_line(
             if status.success() && c.name != role {
                 continue;
             }
-            while let Ok((who, line)) = rx.recv_timeout(Duration::from_millis(200)) {
-                println!("[{who}] {line}");
+            while let Ok((who, line)) = lines.recv_timeout(Duration::from_millis(200)) {
                 if let Some(at) = line.find(prefix).filter(|_| who == role) {
                     if status.success() {
                         return line[at..].to_string();
@@ -168,19 +199,23 @@ pub fn run(x: &Exchange) {
     }
     let net = TwoNs::create().expect("two namespaces and a veth pair");
     let (tx, rx) = mpsc::channel();
+    let mut lines = Lines {
+        rx,
+        seen: Vec::new(),
+    };
     let deadline = Instant::now() + CHILD_TIMEOUT;
     let mut server = spawn_child(x, "server", &net.ns[0], &net.ifs[0], tx.clone());
-    wait_line(&rx, "server", "READY", deadline, &mut [&mut server]);
+    wait_line(&mut lines, "server", "READY", deadline, &mut [&mut server]);
     let mut client = spawn_child(x, "client", &net.ns[1], &net.ifs[1], tx);
     let client_line = wait_line(
-        &rx,
+        &mut lines,
         "client",
         "CLIENT DONE",
         deadline,
         &mut [&mut server, &mut client],
     );
     let server_line = wait_line(
-        &rx,
+        &mut lines,
         "server",
         "SERVER DONE",
         deadline,
@@ -192,7 +227,7 @@ pub fn run(x: &Exchange) {
                 break s;
             }
             assert!(Instant::now() < deadline, "the {} did not exit", c.name);
-            while let Ok((who, line)) = rx.try_recv() {
+            while let Ok((who, line)) = lines.rx.try_recv() {
                 println!("[{who}] {line}");
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -202,7 +237,7 @@ pub fn run(x: &Exchange) {
         // cleaned up; the harness's removal is only for a failed run.
         c.assert_runtime_gone();
     }
-    while let Ok((who, line)) = rx.try_recv() {
+    while let Ok((who, line)) = lines.rx.try_recv() {
         println!("[{who}] {line}");
     }
     let expect = 3 * total();
