@@ -708,14 +708,7 @@ fn end_to_end_sizes(test: TestKind, n: usize, all_sizes: bool) {
 
 #[test]
 fn sessions_end_to_end_one_qp() {
-    for test in [
-        TestKind::WriteBw,
-        TestKind::ReadBw,
-        TestKind::SendBw,
-        TestKind::WriteLat,
-        TestKind::ReadLat,
-        TestKind::SendLat,
-    ] {
+    for test in TestKind::ALL {
         end_to_end(test, 1);
     }
 }

@@ -907,14 +907,7 @@ mod tests {
     /// the closing rule; nothing else.
     #[test]
     fn every_test_prints_perftests_lines() {
-        for test in [
-            TestKind::WriteBw,
-            TestKind::ReadBw,
-            TestKind::SendBw,
-            TestKind::WriteLat,
-            TestKind::ReadLat,
-            TestKind::SendLat,
-        ] {
+        for test in TestKind::ALL {
             let set = |a: &mut PerfOptions| {
                 a.iters = Some("20".into());
                 a.size = Some(if test.is_latency() { "64" } else { "16K" }.into());
@@ -1002,14 +995,7 @@ mod tests {
     /// bandwidth report the write and read servers get from the client.
     #[test]
     fn every_test_over_a_memory_link() {
-        for test in [
-            TestKind::WriteBw,
-            TestKind::ReadBw,
-            TestKind::SendBw,
-            TestKind::WriteLat,
-            TestKind::ReadLat,
-            TestKind::SendLat,
-        ] {
+        for test in TestKind::ALL {
             let (c, s) = both(test, |a| {
                 a.iters = Some("40".into());
                 a.size = Some(if test.is_latency() { "64" } else { "8K" }.into());

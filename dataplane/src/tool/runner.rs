@@ -63,6 +63,17 @@ pub enum TestKind {
 }
 
 impl TestKind {
+    /// Every test, in perftest's order (write, read, send; bandwidth, then
+    /// latency).
+    pub const ALL: [TestKind; 6] = [
+        TestKind::WriteBw,
+        TestKind::ReadBw,
+        TestKind::SendBw,
+        TestKind::WriteLat,
+        TestKind::ReadLat,
+        TestKind::SendLat,
+    ];
+
     /// Whether it measures latency (a ping-pong) rather than bandwidth.
     pub fn is_latency(self) -> bool {
         matches!(
