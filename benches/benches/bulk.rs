@@ -18,10 +18,10 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
-use tcp_offload::sim::bulk::{Transfer, TransferSpec};
-use tcp_offload::sim::LinkConfig;
 use tcp_offload::tcp::Config;
 use tcp_offload::Instant;
+use tcp_sim::bulk::{Transfer, TransferSpec};
+use tcp_sim::LinkConfig;
 
 const BYTES: u64 = 16 << 20;
 

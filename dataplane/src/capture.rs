@@ -14,7 +14,7 @@
 //! snap length) into a preallocated slot taken from the ring's free list,
 //! with the burst's timestamp, and queues the slot for the writer. The
 //! writer drains every ring, orders what it took by timestamp, writes the
-//! records with [`tcp_offload::pcap::Writer`] and hands the slots back.
+//! records with [`pcap_format::Writer`] and hands the slots back.
 //!
 //! Memory is bounded by the slots allocated at start: a worker that finds
 //! no free slot (the writer is behind, the disk is slow) counts a drop
@@ -34,10 +34,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_queue::ArrayQueue;
-use tcp_offload::pcap::{LinkType, Writer};
+use pcap_format::{LinkType, Writer};
 use tcp_offload::tcp::Record;
 
-pub use tcp_offload::pcap::Precision;
+pub use pcap_format::Precision;
 
 /// The snap length a capture keeps by default: tcpdump's customary
 /// 65535, more than any frame the dataplane sends or receives, so frames
@@ -620,7 +620,7 @@ fn flush_buf(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcp_offload::pcap::Reader;
+    use pcap_kit::Reader;
 
     fn temp(name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("iwarp-capture-{}-{name}.pcap", std::process::id()))

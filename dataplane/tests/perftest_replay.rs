@@ -35,11 +35,11 @@ use dataplane::tool::perftest::exchange::{script, Action, Exchange, Local, Side,
 use dataplane::tool::perftest::wire::{Dest, DestLayout};
 use dataplane::tool::perftest::{server_closes_control, BwFigures, Session, SessionParams};
 use dataplane::tool::runner::{RemoteBuf, TestKind};
+use pcap_kit::{Reader, Reassembler};
 use rdmap::mpa::deframe::{DeframeEvent, Deframer};
 use rdmap::mpa::frame::{FrameRepr, REQUEST_KEY};
 use rdmap::wire::{DdpRepr, RdmapOpcode};
 use runtime_common::{Pair, PairOptions, IP_B, PORT};
-use tcp_offload::pcap::{Reader, Reassembler};
 
 fn captures_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/captures");
@@ -122,7 +122,7 @@ fn tcp_of(frame: &[u8]) -> Option<(u16, u16, bool, u32, &[u8])> {
     Some((be16(0), be16(2), tcp[13] & 0x02 != 0, seq, tcp.get(doff..)?))
 }
 
-fn timeline(records: &[tcp_offload::pcap::Record<'_>], ctl: &Control) -> Timeline {
+fn timeline(records: &[pcap_kit::Record<'_>], ctl: &Control) -> Timeline {
     use std::collections::HashMap;
     let (cport, sport) = ctl.ports;
     // Per direction of every connection: ISN, and (control) bytes sent.

@@ -1,7 +1,7 @@
 //! Packet capture of a running dataplane: two dataplanes over an
 //! in-memory link, a capture started on one before the connection, RDMA
 //! WRITE, READ and SEND with the MPA CRC on, then the file checked two
-//! ways: read back with `tcp_offload::pcap` (the TCP handshake, the MPA
+//! ways: read back with `pcap_kit` (the TCP handshake, the MPA
 //! request and reply, well-formed FPDUs in both directions, every frame
 //! the worker counted) and, where `tshark` is installed, decoded by
 //! Wireshark as iWARP with no malformed frame and no bad CRC. A capture
@@ -15,8 +15,8 @@ use std::path::Path;
 use capture_common::*;
 use dataplane::api::{DriveMode, Error};
 use dataplane::capture::{CaptureError, CaptureOptions};
+use pcap_kit::Reader;
 use runtime_common::*;
-use tcp_offload::pcap::Reader;
 
 fn capture_and_decode(o: &PairOptions, label: &str) {
     let p = Pair::new(o);

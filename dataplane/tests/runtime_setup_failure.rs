@@ -31,9 +31,9 @@ use rdmap::mpa::message::rule_broken;
 use rdmap::verbs::VerbsError;
 use runtime_common::*;
 use tcp_offload::iface::{Interface, InterfaceConfig};
-use tcp_offload::sim::host::SimInterface;
 use tcp_offload::tcp::{ConnId, Event, StackError};
 use tcp_offload::time::Instant as TcpInstant;
+use tcp_sim::host::SimInterface;
 
 /// MPA request and reply keys (RFC 5044 §7.1).
 const REQ_KEY: &[u8; 16] = b"MPA ID Req Frame";

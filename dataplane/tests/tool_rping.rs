@@ -554,8 +554,8 @@ fn rping_messages_match_the_capture() {
         println!("{} not found: embedded streams only", path.display());
         return;
     };
-    let records = tcp_offload::pcap::Reader::read_all(&bytes).expect("the capture reads");
-    let conns = tcp_offload::pcap::Reassembler::from_records(records);
+    let records = pcap_kit::Reader::read_all(&bytes).expect("the capture reads");
+    let conns = pcap_kit::Reassembler::from_records(records);
     let conn = conns
         .iter()
         .find(|c| {

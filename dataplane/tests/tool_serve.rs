@@ -138,10 +138,10 @@ fn capture_refused(args: &[&str], socket: &Path) -> String {
     out.stderr[0].clone()
 }
 
-/// Reads the capture back with `tcp_offload::pcap`: its records.
+/// Reads the capture back with `pcap_kit`: its records.
 fn pcap_records(path: &Path) -> usize {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    tcp_offload::pcap::Reader::read_all(&bytes)
+    pcap_kit::Reader::read_all(&bytes)
         .unwrap_or_else(|e| panic!("{} does not parse as pcap: {e:?}", path.display()))
         .len()
 }
@@ -890,7 +890,7 @@ fn service_serves_perf_and_rping_over_veth() {
         let bad_crc = verbose.iter().filter(|l| l.contains("Bad CRC32")).count();
         println!(
             "capture of rping and write-lat: {captured} frames ({} bytes), {} dropped, \
-             {records} read back by tcp_offload::pcap; tshark: {iwarp} iWARP (DDP/RDMAP) frames, \
+             {records} read back by pcap_kit; tshark: {iwarp} iWARP (DDP/RDMAP) frames, \
              {} malformed or in error, {bad_crc} bad CRC32",
             stopped["bytes"],
             stopped["dropped"],

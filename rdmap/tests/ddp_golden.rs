@@ -9,12 +9,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use pcap_kit::{Reader, Reassembler};
 use rdmap::error::TerminateCause;
 use rdmap::wire::{
     DdpPacket, DdpRepr, RdmapOpcode, ReadRequest, TerminateLayout, TerminateMessage, WireError,
     READ_REQUEST_LEN,
 };
-use tcp_offload::pcap::{Reader, Reassembler};
 
 fn hex(s: &str) -> Vec<u8> {
     let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();

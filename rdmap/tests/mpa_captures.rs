@@ -13,11 +13,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use pcap_kit::{Connection, LinkType, Reader, Reassembler, Stream};
 use rdmap::mpa::deframe::{DeframeEvent, Deframer};
 use rdmap::mpa::frame::{FrameKind, FrameRepr, RtrSet, RtrType, REQUEST_KEY};
 use rdmap::mpa::negotiate::{Config, CrcPolicy, Event, Negotiator};
 use rdmap::mpa::rtr;
-use tcp_offload::pcap::{Connection, LinkType, Reader, Reassembler, Stream};
 
 fn captures_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/captures");

@@ -30,6 +30,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use pcap_kit::{Reader, Reassembler, Stream};
 use rdmap::engine::{Endpoint, EngineEvent, Env, TerminateOrigin};
 use rdmap::error::TerminateCause;
 use rdmap::mpa::deframe::{DeframeEvent, Deframer};
@@ -42,7 +43,6 @@ use rdmap::verbs::{
     SendWr, Sge, SgeList, Stag, WcOpcode, WcStatus, WorkCompletion,
 };
 use rdmap::wire::{DdpRepr, RdmapOpcode, ReadRequest, TerminateMessage};
-use tcp_offload::pcap::{Reader, Reassembler, Stream};
 
 fn captures_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/captures");

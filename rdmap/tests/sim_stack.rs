@@ -37,10 +37,10 @@ use rdmap::verbs::{
 };
 use rdmap::wire::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use sim_common::{Buf, Side, World, CANARY, GUARD};
-use tcp_offload::sim::{DropFilter, LinkConfig, Rng};
 use tcp_offload::tcp::{Config as TcpConfig, State};
 use tcp_offload::wire::WireError;
 use tcp_offload::Instant;
+use tcp_sim::{DropFilter, LinkConfig, Rng};
 
 const SHARDS: u64 = 4;
 const BIG: usize = 4 << 20;
@@ -972,7 +972,7 @@ mod faults {
     use std::cell::RefCell;
     use std::rc::Rc;
 
-    use tcp_offload::sim::frame::{peek_tcp, tcp_checksums_ok};
+    use tcp_sim::frame::{peek_tcp, tcp_checksums_ok};
 
     const K: usize = 1024;
 

@@ -10,18 +10,14 @@
 //! - [`tcp`]: the RFC 9293 state machine with RFC 7323, RFC 6298, RFC 2018,
 //!   RFC 6675 and RFC 6582 behaviour, record-oriented sends for iWARP FPDUs
 //!   and an out-of-order assembler that keeps received buffers by reference.
-//! - [`pcap`]: classic pcap and pcapng reading, classic pcap writing, and
-//!   TCP stream reassembly of a capture, for replaying real traffic in
-//!   tests and for the dataplane's packet capture.
-//! - [`sim`]: a deterministic network simulator (seeded loss, reordering,
-//!   duplication, corruption, latency, bandwidth, MTU) on virtual time, used
-//!   by the tests here and by the upper layers' tests.
+//!
+//! The deterministic network simulator the tests run on (`tcp-sim`) and
+//! the capture reader and reassembler (`pcap-kit`) are test-support crates
+//! beside this one, not part of its API.
 #![forbid(unsafe_code)]
 
 pub mod iface;
-pub mod pcap;
 pub mod seq;
-pub mod sim;
 pub mod tcp;
 pub mod time;
 pub mod wire;

@@ -6,8 +6,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use tcp_offload::sim::{DirId, DropReason, Endpoint, Fate, LinkConfig, Network, NodeId, SimError};
 use tcp_offload::Instant;
+use tcp_sim::{DirId, DropReason, Endpoint, Fate, LinkConfig, Network, NodeId, SimError};
 
 const ETHERTYPE_TEST: [u8; 2] = [0x88, 0xb5]; // IEEE local experimental
 

@@ -8,10 +8,10 @@
 
 use std::time::Duration;
 
-use tcp_offload::sim::bulk::{Transfer, TransferSpec};
-use tcp_offload::sim::LinkConfig;
 use tcp_offload::tcp::Config;
 use tcp_offload::Instant;
+use tcp_sim::bulk::{Transfer, TransferSpec};
+use tcp_sim::LinkConfig;
 
 const MIB: u64 = 1 << 20;
 

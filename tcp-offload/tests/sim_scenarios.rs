@@ -7,14 +7,12 @@ use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
-use tcp_offload::sim::bulk::{Apps, Transfer, TransferSpec, SERVER_PORT};
-use tcp_offload::sim::frame::{build_tcp_frame, drop_data_segments, peek_tcp, RawSegment, TcpView};
-use tcp_offload::sim::{
-    Captured, DirId, DropReason, Endpoint, Fate, Host, LinkConfig, Network, Rng,
-};
 use tcp_offload::tcp::Config;
 use tcp_offload::wire::TcpFlags;
 use tcp_offload::{Instant, SeqNumber};
+use tcp_sim::bulk::{Apps, Transfer, TransferSpec, SERVER_PORT};
+use tcp_sim::frame::{build_tcp_frame, drop_data_segments, peek_tcp, RawSegment, TcpView};
+use tcp_sim::{Captured, DirId, DropReason, Endpoint, Fate, Host, LinkConfig, Network, Rng};
 
 const KIB: u64 = 1024;
 const LATENCY: Duration = Duration::from_millis(1);

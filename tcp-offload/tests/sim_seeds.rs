@@ -11,11 +11,11 @@
 
 use std::time::Duration;
 
-use tcp_offload::sim::bulk::{Transfer, TransferSpec};
-use tcp_offload::sim::{LinkConfig, Rng};
 use tcp_offload::tcp::{Config, State};
 use tcp_offload::wire::WireError;
 use tcp_offload::Instant;
+use tcp_sim::bulk::{Transfer, TransferSpec};
+use tcp_sim::{LinkConfig, Rng};
 
 const BYTES_EACH_WAY: u64 = 1 << 20;
 const SHARDS: u64 = 4;

@@ -16,10 +16,10 @@
 
 use std::time::Duration;
 
-use tcp_offload::sim::bulk::{Apps, Transfer, TransferSpec};
-use tcp_offload::sim::{Host, Link, LinkConfig, Network};
 use tcp_offload::tcp::{Config, ConnStats};
 use tcp_offload::Instant;
+use tcp_sim::bulk::{Apps, Transfer, TransferSpec};
+use tcp_sim::{Host, Link, LinkConfig, Network};
 
 const MIB: u64 = 1024 * 1024;
 const DEADLINE: Instant = Instant::from_millis(1_000_000);

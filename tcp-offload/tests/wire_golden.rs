@@ -12,7 +12,7 @@
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
-use tcp_offload::pcap::{LinkType, Reader, Record};
+use pcap_kit::{LinkType, Reader, Record};
 use tcp_offload::wire::checksum;
 use tcp_offload::wire::{
     ArpOperation, ArpPacket, ArpRepr, Checksum, EtherType, EthernetAddress, EthernetFrame,

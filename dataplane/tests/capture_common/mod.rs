@@ -1,5 +1,5 @@
 //! What the capture tests share: run WRITE, READ and SEND under a
-//! capture, read the file back with `tcp_offload::pcap` (handshake, MPA
+//! capture, read the file back with `pcap_kit` (handshake, MPA
 //! request and reply, FPDUs both ways), and decode it with `tshark`
 //! where installed (iWARP frames, none malformed, no bad CRC).
 #![allow(dead_code, reason = "each test file uses part of the harness")]
@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use dataplane::capture::{CaptureOptions, CaptureSummary};
-use tcp_offload::pcap::{Reader, Reassembler, Stream};
+use pcap_kit::{Reader, Reassembler, Stream};
 
 use super::runtime_common::*;
 

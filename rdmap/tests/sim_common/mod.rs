@@ -35,9 +35,9 @@ use rdmap::verbs::{
     RegOptions, SendWr, Stag, WorkCompletion, WrSeq,
 };
 use tcp_offload::iface::{Interface, InterfaceConfig};
-use tcp_offload::sim::{self, Host, Link, LinkConfig, Network, NodeId, SimError};
 use tcp_offload::tcp::{Config as TcpConfig, ConnId, Event, Record, Stack, State};
 use tcp_offload::Instant;
+use tcp_sim::{self as sim, Host, Link, LinkConfig, Network, NodeId, SimError};
 
 /// The port the responder listens on.
 pub const PORT: u16 = 3260;

@@ -1,18 +1,22 @@
-//! Deterministic network simulation on virtual time.
+//! Deterministic network simulation on virtual time: the test bench of
+//! the `tcp-offload` engine and of every layer above it.
 //!
-//! The test bench of the engine and of every layer above it: endpoints
-//! (the engine's [`Interface`](crate::iface), or anything implementing
+//! This crate is test support, kept out of the engine's public API: the
+//! engine's tests, the upper layers' tests and the benchmarks take it as a
+//! dev-dependency. Endpoints (the engine's
+//! [`Interface`](tcp_offload::iface::Interface), or anything implementing
 //! [`Endpoint`]) exchange Ethernet frames over links that lose, reorder,
 //! duplicate, corrupt, delay and rate-limit them, each link direction with
 //! its own seeded generator, while time jumps from one event to the next.
 //! A run is a pure function of its seed, so a failing seed replays
-//! exactly. No clock, no I/O, no threads; unlike the engine it allocates
-//! freely (a frame is a `Vec<u8>`), being test infrastructure.
+//! exactly. No clock, no I/O, no threads, no OS entropy (the same lints as
+//! the engine enforce it); unlike the engine it allocates freely (a frame
+//! is a `Vec<u8>`), being test infrastructure.
 //!
 //! - [`rng`]: the seeded generators (SplitMix64, xoshiro256\*\*).
 //! - [`link`]: one link direction and its [`LinkConfig`].
 //! - [`network`]: endpoints, switches, links and the event loop.
-//! - [`host`]: the engine's [`Interface`](crate::iface::Interface) as an
+//! - [`host`]: the engine's [`Interface`](tcp_offload::iface::Interface) as an
 //!   endpoint.
 //! - [`bulk`]: a bulk-transfer application with byte-exact checking.
 //! - [`frame`]: reading and crafting TCP/IPv4 frames in tests, independent
@@ -21,8 +25,8 @@
 //! A two-host transfer, the usual starting point of a test:
 //!
 //! ```
-//! use tcp_offload::sim::bulk::{Transfer, TransferSpec};
-//! use tcp_offload::sim::LinkConfig;
+//! use tcp_sim::bulk::{Transfer, TransferSpec};
+//! use tcp_sim::LinkConfig;
 //! use tcp_offload::tcp::Config;
 //! use tcp_offload::Instant;
 //!
@@ -40,6 +44,8 @@
 //! [`Network`] with [`Network::run_until`], playing their application in
 //! its closure; [`Transfer::run_until`](bulk::Transfer::run_until) shows the
 //! pattern.
+
+#![forbid(unsafe_code)]
 
 pub mod bulk;
 pub mod frame;

@@ -1,6 +1,6 @@
 //! A bulk-transfer application for simulated hosts: each side of a
 //! connection sends a known byte stream as records of
-//! [`send_capacity`](crate::tcp::Connection::send_capacity) size and
+//! [`send_capacity`](tcp_offload::tcp::Connection::send_capacity) size and
 //! checks, byte for byte, what it receives. Shared by the seed tests, the
 //! scenario tests and the bulk-transfer benchmark.
 
@@ -9,8 +9,8 @@ use core::net::SocketAddrV4;
 use super::host::Host;
 use super::link::LinkConfig;
 use super::network::{Link, Network, NodeId, SimError};
-use crate::tcp::{Config, ConnId, ConnStats, Event, Record, Stack, StackError, State};
-use crate::time::Instant;
+use tcp_offload::tcp::{Config, ConnId, ConnStats, Event, Record, Stack, StackError, State};
+use tcp_offload::time::Instant;
 
 /// A deterministic pseudo-random byte stream: the byte at offset `o` of
 /// stream `key` is a fixed function of both, so either side can produce or
@@ -538,7 +538,7 @@ impl Transfer {
     }
 
     /// The client's connection.
-    pub fn client_conn(&self) -> Option<&crate::tcp::Connection<Vec<u8>, Vec<u8>>> {
+    pub fn client_conn(&self) -> Option<&tcp_offload::tcp::Connection<Vec<u8>, Vec<u8>>> {
         self.client_host()
             .iface()
             .stack()
@@ -546,7 +546,7 @@ impl Transfer {
     }
 
     /// The server's connection, once accepted.
-    pub fn server_conn(&self) -> Option<&crate::tcp::Connection<Vec<u8>, Vec<u8>>> {
+    pub fn server_conn(&self) -> Option<&tcp_offload::tcp::Connection<Vec<u8>, Vec<u8>>> {
         let id = self.apps.server_conn?;
         self.server_host().iface().stack().conn(id)
     }

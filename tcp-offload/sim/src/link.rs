@@ -20,7 +20,7 @@
 use core::time::Duration;
 
 use super::rng::Rng;
-use crate::time::Instant;
+use tcp_offload::time::Instant;
 
 /// Length of an Ethernet II header, which the MTU does not count.
 pub const ETHERNET_HEADER_LEN: usize = 14;

@@ -1,14 +1,16 @@
-//! Packet captures: reading classic pcap and pcapng files, writing classic
-//! pcap, and putting the TCP byte streams in a capture back together.
+//! Packet captures for tests: reading classic pcap and pcapng files, and
+//! putting the TCP byte streams in a capture back together.
 //!
-//! This sits beside the pipeline rather than in it. Tests replay real
-//! captures (Linux soft-iWARP on the wire) through the wire parsers, the
-//! MPA negotiator and the DDP/RDMAP decoders, and the dataplane's packet
-//! capture writes what it sends and receives in the same format so that
-//! the ordinary tools can read it. Like the rest of the crate it does no
-//! I/O and reads no clock: the reader parses bytes the caller read from a
-//! file, the writer appends to a buffer the caller owns, and timestamps
-//! are values the caller supplies.
+//! This crate is test support, beside the pipeline rather than in it, and
+//! kept out of the protocol crates' public API: their tests and the
+//! dataplane's take it as a dev-dependency. Tests replay real captures
+//! (Linux soft-iWARP on the wire) through the wire parsers, the MPA
+//! negotiator and the DDP/RDMAP decoders, and read back the dataplane's
+//! own packet captures. The format's definition and its writer live in
+//! `pcap-format`, which the dataplane's capture uses; this crate re-exports
+//! them, so a test writes and reads through one import. Like the protocol
+//! crates it does no I/O and reads no clock: the reader parses bytes the
+//! caller read from a file, and timestamps are values the caller supplies.
 //!
 //! - [`Reader`]: classic pcap (both byte orders, microsecond and
 //!   nanosecond timestamps) and pcapng (section header, interface
@@ -16,41 +18,31 @@
 //!   orders, a link type and timestamp resolution per interface), as in
 //!   the IETF OPSAWG pcap and pcapng drafts. A malformed file is a
 //!   [`PcapError`], never a panic.
-//! - [`Writer`]: classic pcap, little-endian.
+//! - [`Writer`]: classic pcap, little-endian (from `pcap-format`).
 //! - [`Reassembler`]: each direction of each TCP connection (RFC 9293
 //!   §3.4 sequence numbering, from the SYN) as one byte stream, with the
 //!   holes the capture left reported as [`Gap`]s instead of filled.
 //!
 //! None of this is on the data path: the reassembler allocates per
 //! segment, which is fine for a capture of a test run and wrong for a
-//! line-rate receive path (that is [`crate::tcp`]'s assembler).
+//! line-rate receive path (that is [`tcp_offload::tcp`]'s assembler).
+#![forbid(unsafe_code)]
 
 use core::fmt;
 use core::net::SocketAddrV4;
 use std::collections::{BTreeMap, HashMap};
 
-use crate::seq::SeqNumber;
-use crate::time::Instant;
-use crate::wire::{ipv4, WireError};
-use crate::wire::{EtherType, EthernetFrame, IpProtocol, Ipv4Packet, TcpFlags, TcpPacket};
+use pcap_format::{HEADER_LEN, MAGIC_MICROS, MAGIC_MICROS_SWAPPED, MAGIC_NANOS};
+use pcap_format::{MAGIC_NANOS_SWAPPED, RECORD_HEADER_LEN};
+use tcp_offload::seq::SeqNumber;
+use tcp_offload::time::Instant;
+use tcp_offload::wire::{ipv4, WireError};
+use tcp_offload::wire::{EtherType, EthernetFrame, IpProtocol, Ipv4Packet, TcpFlags, TcpPacket};
+
+pub use pcap_format::{LinkType, Precision, Writer, DEFAULT_SNAPLEN};
 
 // ---------------------------------------------------------------------------
 // Common definitions.
-
-/// A link-layer header type from the tcpdump.org registry, as both
-/// formats store it (16 bits in pcapng; the low 16 bits of the classic
-/// header's field, whose upper bits say whether frames carry an FCS).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LinkType(pub u16);
-
-impl LinkType {
-    /// `LINKTYPE_ETHERNET`: Ethernet II and 802.3 frames without FCS.
-    pub const ETHERNET: LinkType = LinkType(1);
-    /// `LINKTYPE_RAW`: an IPv4 or IPv6 packet with no link header.
-    pub const RAW: LinkType = LinkType(101);
-    /// `LINKTYPE_IPV4`: an IPv4 packet with no link header.
-    pub const IPV4: LinkType = LinkType(228);
-}
 
 /// Which format a [`Reader`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,18 +57,6 @@ pub enum Format {
     },
     /// pcapng; each section carries its own byte order.
     PcapNg,
-}
-
-/// Timestamp precision of a classic pcap file, which its magic number
-/// announces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Precision {
-    /// Magic 0xa1b2c3d4: the fraction field counts microseconds.
-    Micros,
-    /// Magic 0xa1b23c4d: the fraction field counts nanoseconds. The
-    /// default, as the dataplane's clock is finer than a microsecond.
-    #[default]
-    Nanos,
 }
 
 /// One captured packet, borrowing its bytes from the file.
@@ -205,16 +185,6 @@ impl Order {
 // ---------------------------------------------------------------------------
 // Reader.
 
-/// Classic pcap magic numbers, as read little-endian from the first four
-/// bytes.
-const PCAP_MICROS_LE: u32 = 0xa1b2_c3d4;
-const PCAP_NANOS_LE: u32 = 0xa1b2_3c4d;
-const PCAP_MICROS_BE: u32 = 0xd4c3_b2a1;
-const PCAP_NANOS_BE: u32 = 0x4d3c_b2a1;
-/// Classic pcap file header and per-record header sizes.
-const PCAP_HEADER_LEN: usize = 24;
-const PCAP_RECORD_HEADER_LEN: usize = 16;
-
 /// pcapng block types. The section header's type reads the same in both
 /// byte orders, which is how a reader finds it before it knows the order.
 const BLOCK_SECTION_HEADER: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
@@ -302,14 +272,14 @@ impl<'a> Reader<'a> {
             return Ok(r);
         }
         let (order, nanos) = match Order::Little.u32(magic, 0) {
-            Some(PCAP_MICROS_LE) => (Order::Little, false),
-            Some(PCAP_NANOS_LE) => (Order::Little, true),
-            Some(PCAP_MICROS_BE) => (Order::Big, false),
-            Some(PCAP_NANOS_BE) => (Order::Big, true),
+            Some(MAGIC_MICROS) => (Order::Little, false),
+            Some(MAGIC_NANOS) => (Order::Little, true),
+            Some(MAGIC_MICROS_SWAPPED) => (Order::Big, false),
+            Some(MAGIC_NANOS_SWAPPED) => (Order::Big, true),
             _ => return Err(err(PcapErrorKind::UnknownMagic, 0)),
         };
         let header = bytes
-            .get(..PCAP_HEADER_LEN)
+            .get(..HEADER_LEN)
             .ok_or(err(PcapErrorKind::Truncated, 0))?;
         let truncated = err(PcapErrorKind::Truncated, 0);
         if order.u16(header, 4).ok_or(truncated)? != 2 {
@@ -319,7 +289,7 @@ impl<'a> Reader<'a> {
         let link_type = LinkType((order.u32(header, 20).ok_or(truncated)? & 0xffff) as u16);
         Ok(Reader {
             bytes,
-            at: PCAP_HEADER_LEN,
+            at: HEADER_LEN,
             state: State::Pcap {
                 order,
                 nanos,
@@ -383,18 +353,18 @@ impl<'a> Reader<'a> {
             return None;
         }
         let truncated = err(PcapErrorKind::Truncated, at);
-        let Some(h) = rest.get(..PCAP_RECORD_HEADER_LEN) else {
+        let Some(h) = rest.get(..RECORD_HEADER_LEN) else {
             return Some(Err(truncated));
         };
         let field = |i| order.u32(h, i).unwrap_or(0);
         let (secs, frac, incl, orig) = (field(0), field(4), field(8), field(12));
         let Some(data) = usize::try_from(incl)
             .ok()
-            .and_then(|n| rest.get(PCAP_RECORD_HEADER_LEN..PCAP_RECORD_HEADER_LEN.checked_add(n)?))
+            .and_then(|n| rest.get(RECORD_HEADER_LEN..RECORD_HEADER_LEN.checked_add(n)?))
         else {
             return Some(Err(truncated));
         };
-        self.at = at + PCAP_RECORD_HEADER_LEN + data.len();
+        self.at = at + RECORD_HEADER_LEN + data.len();
         let frac_ns = if nanos {
             u64::from(frac)
         } else {
@@ -602,106 +572,6 @@ fn interface(body: &[u8], order: Order, at: usize) -> Result<Interface, PcapErro
         opts = opts.get(next..).unwrap_or(&[]);
     }
     Ok(iface)
-}
-
-// ---------------------------------------------------------------------------
-// Writer.
-
-/// The snap length a [`Writer`] made with [`Writer::ethernet`] announces:
-/// libpcap's own maximum, larger than any frame the dataplane handles.
-pub const DEFAULT_SNAPLEN: u32 = 262_144;
-
-/// Writes classic pcap, little-endian, into a buffer the caller owns and
-/// later writes to a file (the dataplane does so off its fast path).
-///
-/// The writer holds no state besides its settings: the header goes first,
-/// then any number of records, into the same buffer or into successive
-/// buffers of one file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Writer {
-    link_type: LinkType,
-    snaplen: u32,
-    precision: Precision,
-}
-
-impl Writer {
-    /// A writer for frames of `link_type`, keeping at most `snaplen` bytes
-    /// of each (0 is taken as [`DEFAULT_SNAPLEN`]).
-    pub const fn new(link_type: LinkType, snaplen: u32, precision: Precision) -> Writer {
-        Writer {
-            link_type,
-            snaplen: if snaplen == 0 {
-                DEFAULT_SNAPLEN
-            } else {
-                snaplen
-            },
-            precision,
-        }
-    }
-
-    /// Whole Ethernet frames with nanosecond timestamps.
-    pub const fn ethernet() -> Writer {
-        Writer::new(LinkType::ETHERNET, DEFAULT_SNAPLEN, Precision::Nanos)
-    }
-
-    /// The snap length records are cut to.
-    pub const fn snaplen(&self) -> u32 {
-        self.snaplen
-    }
-
-    /// Appends the 24-byte file header.
-    pub fn write_header(&self, out: &mut Vec<u8>) {
-        let magic = match self.precision {
-            Precision::Micros => PCAP_MICROS_LE,
-            Precision::Nanos => PCAP_NANOS_LE,
-        };
-        out.extend_from_slice(&magic.to_le_bytes());
-        out.extend_from_slice(&2u16.to_le_bytes());
-        out.extend_from_slice(&4u16.to_le_bytes());
-        // Time zone offset and timestamp accuracy: always zero.
-        out.extend_from_slice(&[0; 8]);
-        out.extend_from_slice(&self.snaplen.to_le_bytes());
-        out.extend_from_slice(&u32::from(self.link_type.0).to_le_bytes());
-    }
-
-    /// Appends one record holding `frame`, cut to the snap length.
-    /// `timestamp_ns` counts from the Unix epoch; seconds past 2106 (the
-    /// field's 32 bits) are stored as the last representable second.
-    pub fn write_record(&self, out: &mut Vec<u8>, timestamp_ns: u64, frame: &[u8]) {
-        self.write_record_parts(out, timestamp_ns, &[frame]);
-    }
-
-    /// As [`Writer::write_record`] for a frame held in pieces (a header
-    /// built apart from the payload it describes, a chained buffer),
-    /// without gathering it first.
-    pub fn write_record_parts(&self, out: &mut Vec<u8>, timestamp_ns: u64, parts: &[&[u8]]) {
-        let orig: usize = parts.iter().map(|p| p.len()).sum();
-        let orig = u32::try_from(orig).unwrap_or(u32::MAX);
-        let incl = orig.min(self.snaplen);
-        let secs = u32::try_from(timestamp_ns / NANOS_PER_SEC).unwrap_or(u32::MAX);
-        let frac = timestamp_ns % NANOS_PER_SEC;
-        let frac = match self.precision {
-            Precision::Micros => frac / 1000,
-            Precision::Nanos => frac,
-        };
-        out.extend_from_slice(&secs.to_le_bytes());
-        // Under a billion: fits.
-        out.extend_from_slice(&(frac as u32).to_le_bytes());
-        out.extend_from_slice(&incl.to_le_bytes());
-        out.extend_from_slice(&orig.to_le_bytes());
-        let mut left = incl as usize;
-        for p in parts {
-            let n = p.len().min(left);
-            out.extend_from_slice(&p[..n]);
-            left -= n;
-        }
-    }
-
-    /// As [`Writer::write_record`] with the engine's time type, counted
-    /// from whatever epoch the caller's [`Instant`]s use.
-    pub fn write_record_at(&self, out: &mut Vec<u8>, now: Instant, frame: &[u8]) {
-        self.write_record(out, now.total_micros().saturating_mul(1000), frame);
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1235,8 +1105,8 @@ impl Reassembler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{EthernetAddress, EthernetRepr, Ipv4Repr, TcpOptions, TcpRepr};
     use core::net::Ipv4Addr;
+    use tcp_offload::wire::{EthernetAddress, EthernetRepr, Ipv4Repr, TcpOptions, TcpRepr};
 
     // ----------------------------------------------------------- builders
 
@@ -1382,23 +1252,6 @@ mod tests {
     }
 
     // ------------------------------------------------------ classic pcap
-
-    #[test]
-    fn writer_header_golden_bytes() {
-        let mut out = Vec::new();
-        Writer::ethernet().write_header(&mut out);
-        assert_eq!(
-            out,
-            [
-                0x4d, 0x3c, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x00, 0x00, 0x04, 0x00,
-                1, 0, 0, 0
-            ]
-        );
-        let mut out = Vec::new();
-        Writer::new(LinkType::RAW, 0, Precision::Micros).write_header(&mut out);
-        assert_eq!(&out[..4], &[0xd4, 0xc3, 0xb2, 0xa1]);
-        assert_eq!(&out[16..], &[0x00, 0x00, 0x04, 0x00, 101, 0, 0, 0]);
-    }
 
     #[test]
     fn writer_round_trip_both_precisions() {

@@ -8,10 +8,10 @@
 use core::net::Ipv4Addr;
 
 use super::network::Endpoint;
-use crate::iface::{Interface, InterfaceConfig};
-use crate::tcp::Config;
-use crate::time::Instant;
-use crate::wire::EthernetAddress;
+use tcp_offload::iface::{Interface, InterfaceConfig};
+use tcp_offload::tcp::Config;
+use tcp_offload::time::Instant;
+use tcp_offload::wire::EthernetAddress;
 
 /// The interface type the simulator runs: frames and records are owned
 /// byte vectors.

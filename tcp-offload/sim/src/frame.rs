@@ -1,7 +1,7 @@
 //! Reading and crafting Ethernet/IPv4/TCP frames in tests.
 //!
 //! Deliberately a separate, minimal implementation rather than the
-//! [`wire`](crate::wire) layer: scenario tests use it to watch the wire
+//! [`wire`](tcp_offload::wire) layer: scenario tests use it to watch the wire
 //! (which segment is a retransmission, what a window probe carries) and to
 //! inject raw segments (a SYN flood), and a check that shares code with
 //! what it checks proves less. It reads fixed offsets and verifies
@@ -10,8 +10,8 @@
 
 use core::net::{Ipv4Addr, SocketAddrV4};
 
-use crate::seq::SeqNumber;
-use crate::wire::TcpFlags;
+use tcp_offload::seq::SeqNumber;
+use tcp_offload::wire::TcpFlags;
 
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const PROTO_TCP: u8 = 6;
@@ -285,7 +285,7 @@ mod tests {
     #[test]
     fn drop_filter_counts_data_segments_only() {
         let mut filter = drop_data_segments(&[1]);
-        let t = crate::time::Instant::ZERO;
+        let t = tcp_offload::time::Instant::ZERO;
         assert!(!filter(t, &sample(b"")));
         assert!(!filter(t, &sample(b"a")));
         assert!(filter(t, &sample(b"b")));

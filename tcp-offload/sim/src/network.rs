@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 
 use super::link::{DropReason, Fate, LinkConfig, LinkDirection, LinkStats};
 use super::rng::Rng;
-use crate::time::Instant;
+use tcp_offload::time::Instant;
 
 /// A network endpoint: a host with one Ethernet port. Frames are owned
 /// buffers; the simulator moves them, it never looks inside except for
