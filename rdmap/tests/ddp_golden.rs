@@ -5,6 +5,10 @@
 //! numbers as tshark counts them); the scan re-reads the captures, walks
 //! every FPDU of every MPA connection in both directions and requires each
 //! DDP header, Read Request and Terminate in them to parse.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "reads the capture fixtures from disk"
+)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -8,6 +8,10 @@
 //!
 //! Skipped (with a message) when the captures are not there: the golden
 //! bytes the repository needs are embedded in the other tests.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "reads the capture fixtures from disk"
+)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,9 @@
 //! MPA request/reply/reject frames: golden bytes from the siw captures,
 //! emit∘parse identity and arbitrary input (RFC 5044 §7.1, RFC 6581 §3).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "reads a capture fixture from disk"
+)]
 
 use proptest::prelude::*;
 use rdmap::mpa::frame::{

@@ -23,6 +23,10 @@
 //! rping's connection is also embedded (`replay_golden`), so the replay
 //! runs, and rping's announcements are checked against where its data
 //! landed, without the captures.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "reads the capture fixtures from disk"
+)]
 
 mod replay_golden;
 

@@ -4,7 +4,7 @@
 //! a range outside the span of a live, valid region of the right domain
 //! that grants the right asked for.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use rdmap::placement::{MemSpan, RegionHandle, RegionRef};
@@ -188,7 +188,7 @@ fn access(bits: u8) -> Access {
 }
 
 fn expected(
-    models: &HashMap<u32, Model>,
+    models: &BTreeMap<u32, Model>,
     stag: Stag,
     to: u64,
     len: u32,
@@ -221,7 +221,7 @@ fn expected(
 /// Where an access goes: at a random offset from the region's base, or at
 /// one of its edges (ending exactly at the bound or one past it, starting
 /// one before the base, the whole region), where off-by-one errors live.
-fn aim(models: &HashMap<u32, Model>, stag: Stag, edge: u8, to_delta: i64, len: u32) -> (u64, u32) {
+fn aim(models: &BTreeMap<u32, Model>, stag: Stag, edge: u8, to_delta: i64, len: u32) -> (u64, u32) {
     let (iova, mlen) = models
         .get(&stag.index())
         .map_or((0, 0), |m| (m.iova, m.mem.len));
@@ -238,7 +238,7 @@ fn aim(models: &HashMap<u32, Model>, stag: Stag, edge: u8, to_delta: i64, len: u
     }
 }
 
-fn pick_stag(models: &HashMap<u32, Model>, pick: usize) -> Stag {
+fn pick_stag(models: &BTreeMap<u32, Model>, pick: usize) -> Stag {
     let mut indices: Vec<u32> = models.keys().copied().collect();
     indices.sort_unstable();
     if indices.is_empty() {
@@ -249,7 +249,7 @@ fn pick_stag(models: &HashMap<u32, Model>, pick: usize) -> Stag {
 }
 
 fn in_live_span(
-    models: &HashMap<u32, Model>,
+    models: &BTreeMap<u32, Model>,
     index: u32,
     region: RegionHandle,
     offset: u64,
@@ -268,7 +268,7 @@ proptest! {
     #[test]
     fn stag_table_agrees_with_model(ops in prop::collection::vec(op(), 1..80)) {
         let mut t = MrTable::with_seed(CAPACITY, 7);
-        let mut models: HashMap<u32, Model> = HashMap::new();
+        let mut models: BTreeMap<u32, Model> = BTreeMap::new();
         // Held pins: the pin and the index of the region it pins, with the
         // span it was taken from (a fast re-registration may move the region).
         let mut pins: Vec<(RegionRef, u32, MemSpan)> = Vec::new();

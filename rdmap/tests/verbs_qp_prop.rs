@@ -6,7 +6,7 @@
 //! acknowledged, no Read before its Response; after the first failure
 //! everything flushes; and at the end nothing is left behind.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use rdmap::placement::VecMemory;
@@ -210,7 +210,7 @@ proptest! {
         check_delivery(&mut cq, &posted, acked, &mut delivered)?;
         prop_assert_eq!(qp.sq_len(), 0);
 
-        let seen: HashMap<u64, WcStatus> = delivered.iter().map(|d| (d.0, d.1)).collect();
+        let seen: BTreeMap<u64, WcStatus> = delivered.iter().map(|d| (d.0, d.1)).collect();
         prop_assert_eq!(seen.len(), delivered.len(), "a request completed twice");
         for (id, p) in posted.iter().enumerate() {
             match seen.get(&(id as u64)) {

@@ -2,6 +2,10 @@
 //! virtual clock, with per-segment control over loss and delay. Each
 //! scenario drives one behaviour of the engine and checks it on the
 //! segments that crossed the wire and on the bytes delivered.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the stress seed count comes from the environment"
+)]
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
@@ -806,7 +810,7 @@ fn sack_recovers_several_losses_without_timeout() {
 /// original) of record `k`.
 fn drop_record_tx(rec_len: usize, plan: &[(usize, usize)]) -> Filter {
     let plan = plan.to_vec();
-    let mut sends = std::collections::HashMap::<usize, usize>::new();
+    let mut sends = std::collections::BTreeMap::<usize, usize>::new();
     Box::new(move |w| {
         if w.dir == Dir::AtoB && !w.data.is_empty() {
             let k = (w.repr.seq - (ISS_A + 1)) / rec_len;
@@ -980,7 +984,7 @@ fn without_sack_the_second_hole_waits_for_the_partial_ack() {
 /// The first data segment `a` sent that repeats a sequence number already
 /// sent: the tail loss probe, in these scenarios.
 fn first_resend(p: &Pair) -> &Wire {
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = std::collections::BTreeSet::new();
     p.segs(Dir::AtoB)
         .filter(|w| !w.data.is_empty())
         .find(|w| !seen.insert(w.repr.seq.0))
@@ -2038,7 +2042,7 @@ fn zero_window_is_probed_without_data() {
 /// Every data segment from `a` is exactly one of its records (no probe
 /// carried data, no record was cut or merged).
 fn assert_segments_are_records(p: &Pair) {
-    let mut starts = std::collections::HashMap::new();
+    let mut starts = std::collections::BTreeMap::new();
     let mut seq = ISS_A + 1;
     for r in &p.a.acked {
         starts.insert(seq.0, r.len());

@@ -308,7 +308,7 @@ fn duplicates_arrive_after_their_original() {
     assert!(s.duplicated > 500 && s.duplicated < 700, "{}", s.duplicated);
     // Frames are 500 µs apart and copies trail by at most 100 µs, so a
     // copy comes right after its original.
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = std::collections::BTreeSet::new();
     let mut previous = None;
     for &n in &numbers {
         if !seen.insert(n) {

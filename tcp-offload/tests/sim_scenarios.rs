@@ -38,10 +38,10 @@ fn tcp_on(cap: &[Captured], dir: DirId) -> Vec<(&Captured, TcpView)> {
 
 /// Data segments on `dir` that resend a sequence number already sent.
 fn retransmissions(cap: &[Captured], dir: DirId) -> Vec<(Instant, TcpView)> {
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = std::collections::BTreeSet::new();
     let mut out = Vec::new();
     for (c, v) in tcp_on(cap, dir) {
-        if v.has_data() && !seen.insert(v.seq) {
+        if v.has_data() && !seen.insert(v.seq.0) {
             out.push((c.at, v));
         }
     }

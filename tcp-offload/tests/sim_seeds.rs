@@ -8,6 +8,10 @@
 //! within a virtual-time deadline. `SIM_SEEDS` sets the number of seeds
 //! (default 200); they are split over several tests so that the test
 //! runner can use every core.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the seed counts come from the environment"
+)]
 
 use std::time::Duration;
 

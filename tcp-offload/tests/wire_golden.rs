@@ -8,6 +8,10 @@
 //!
 //! When the capture directory is present next to the workspace, a further
 //! test runs every frame of every capture through the parsers.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "reads the capture fixtures from disk"
+)]
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;

@@ -1059,7 +1059,7 @@ mod tests {
     #[test]
     fn seeded_keys_differ_between_indices() {
         let t = MrTable::with_seed(64, 42);
-        let keys: std::collections::HashSet<u8> = t.entries.iter().map(|e| e.key).collect();
+        let keys: std::collections::BTreeSet<u8> = t.entries.iter().map(|e| e.key).collect();
         assert!(keys.len() > 16, "keys barely vary: {keys:?}");
     }
 

@@ -30,7 +30,7 @@
 
 use core::fmt;
 use core::net::SocketAddrV4;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use pcap_format::{HEADER_LEN, MAGIC_MICROS, MAGIC_MICROS_SWAPPED, MAGIC_NANOS};
 use pcap_format::{MAGIC_NANOS_SWAPPED, RECORD_HEADER_LEN};
@@ -748,8 +748,8 @@ pub struct ReassemblyStats {
 pub struct Reassembler {
     connections: Vec<ConnectionState>,
     /// Newest connection on each 4-tuple, keyed with the lower endpoint
-    /// first.
-    index: HashMap<(SocketAddrV4, SocketAddrV4), usize>,
+    /// first (a BTreeMap: no hasher seeded from OS entropy).
+    index: BTreeMap<(SocketAddrV4, SocketAddrV4), usize>,
     stats: ReassemblyStats,
 }
 

@@ -38,7 +38,7 @@
 
 use core::hash::{BuildHasher, Hash, Hasher};
 use core::net::{Ipv4Addr, SocketAddrV4};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::config::Config;
 use super::connection::Connection;
@@ -248,6 +248,15 @@ struct Slot<B, R> {
     entry: Option<Entry<B, R>>,
 }
 
+/// The connection map. Its hasher is [`FlowHasherBuilder`], seeded from
+/// the stack key, so the map never touches `RandomState` and its layout is
+/// a function of the key: the one `HashMap` the pure crates allow.
+#[allow(
+    clippy::disallowed_types,
+    reason = "hashed by FlowHasherBuilder, seeded from the stack key, not from OS entropy"
+)]
+type FlowMap = std::collections::HashMap<FourTuple, u32, FlowHasherBuilder>;
+
 #[derive(Debug)]
 struct Listener {
     local: SocketAddrV4,
@@ -273,7 +282,7 @@ pub struct Stack<B, R> {
     slots: Vec<Slot<B, R>>,
     free: Vec<u32>,
     live: usize,
-    map: HashMap<FourTuple, u32, FlowHasherBuilder>,
+    map: FlowMap,
     listeners: Vec<Listener>,
     stateless: VecDeque<(FourTuple, TcpRepr)>,
     /// Next slot `poll_transmit` looks at first (round robin).
@@ -324,7 +333,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             slots: Vec::new(),
             free: Vec::new(),
             live: 0,
-            map: HashMap::with_capacity_and_hasher(max_connections, FlowHasherBuilder { seed }),
+            map: FlowMap::with_capacity_and_hasher(max_connections, FlowHasherBuilder { seed }),
             listeners: Vec::new(),
             stateless: VecDeque::with_capacity(STATELESS_QUEUE),
             cursor: 0,
