@@ -14,7 +14,7 @@
 //!   connects to a responder with CRC off (it must honour C).
 //!
 //! Every message of every failure variant is checked against the rules
-//! of `rdmap::mpa::message` at the end.
+//! of `rdmap_testkit::message` at the end.
 
 mod runtime_common;
 
@@ -27,8 +27,8 @@ use dataplane::api::{
 };
 use dataplane::config::{Config, CrcPolicy, Neighbor};
 use dataplane::link::{Link, LinkQueue, MemLink, MemLinkConfig, MemQueue, TxFrame};
-use rdmap::mpa::message::rule_broken;
 use rdmap::verbs::VerbsError;
+use rdmap_testkit::message::rule_broken;
 use runtime_common::*;
 use tcp_offload::iface::{Interface, InterfaceConfig};
 use tcp_offload::tcp::{ConnId, Event, StackError};

@@ -1,5 +1,5 @@
 //! Every connection-setup failure reads as one sentence: each error type's
-//! `ALL` list is walked through the rules of `rdmap::mpa::message` (one
+//! `ALL` list is walked through the rules of `rdmap_testkit::message` (one
 //! line, no debug shapes or variant names, a remedy after "; " wherever
 //! the peer is at fault). The `variant` functions below match every
 //! variant without a wildcard, so a new variant does not compile until it
@@ -7,9 +7,9 @@
 
 use rdmap::engine::SetupFailure;
 use rdmap::mpa::frame::FrameKind;
-use rdmap::mpa::message::rule_broken;
 use rdmap::mpa::{FrameError, NegotiationError, RejectReason, SetupError};
 use rdmap::verbs::VerbsError;
+use rdmap_testkit::message::rule_broken;
 
 fn frame_variant(e: &FrameError) -> usize {
     match e {

@@ -226,7 +226,7 @@ impl SetupFailure {
 }
 
 /// One sentence: what the peer did and what to change (see
-/// [`crate::mpa::message`]).
+/// `rdmap_testkit::message`).
 impl core::fmt::Display for SetupFailure {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {

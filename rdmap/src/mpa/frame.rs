@@ -114,7 +114,7 @@ pub enum FrameError {
 
 impl FrameError {
     /// One value of every variant, for the tests that walk each message
-    /// (see [`super::message`]).
+    /// (see `rdmap_testkit::message`).
     pub const ALL: &'static [FrameError] = &[
         FrameError::Truncated,
         FrameError::BadKey,

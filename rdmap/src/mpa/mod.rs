@@ -15,7 +15,6 @@ pub mod deframe;
 pub mod fpdu;
 pub mod frame;
 pub mod markers;
-pub mod message;
 pub mod negotiate;
 pub mod rtr;
 

@@ -280,7 +280,7 @@ impl Negotiated {
 }
 
 /// Why a connection was refused. Its [`fmt::Display`] is one sentence
-/// (see [`super::message`]).
+/// (see `rdmap_testkit::message`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RejectReason {
     /// Initiator: the responder sent a reject.
@@ -397,7 +397,7 @@ pub struct Rejection {
 /// already switched both sides to FPDU mode and RFC 6581 §8 asks for a
 /// Terminate first ([`NegotiationError::terminate_cause`]). Its
 /// [`fmt::Display`] is one sentence naming what the peer did and what to
-/// change (see [`super::message`]).
+/// change (see `rdmap_testkit::message`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NegotiationError {
     /// No request (responder) or reply (initiator) in time.

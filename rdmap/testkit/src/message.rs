@@ -1,5 +1,6 @@
 //! How a connection-setup failure reads: the rules every such message
-//! follows, checked by the tests that walk each error type's `ALL` list.
+//! follows, checked by the tests (rdmap's and the dataplane's) that walk
+//! each error type's `ALL` list.
 //!
 //! An operator sees these messages in one log line (`iwarp rping`,
 //! `iwarp perf`, `iwarp serve`), often about a peer they do not run, so
