@@ -187,12 +187,13 @@ pub use rdmap::verbs::{
 };
 
 pub use crate::memory::Region;
+pub use crate::worker::{Clock, ManualTime};
 
 use crate::config::{Config, ConfigError};
 use crate::link::{Link, LinkQueue, MemLink, MemLinkConfig};
 use crate::memory::MemoryError;
 use crate::worker::{
-    Clock, ConnParams, Ctl, CtlReply, IdleWake, MrSyncLinks, SmallFrame, Worker, WorkerCounters,
+    ConnParams, Ctl, CtlReply, IdleWake, MrSyncLinks, SmallFrame, Worker, WorkerCounters,
     WorkerMsg, WorkerSetup, WorkerStats, FORWARD_RING,
 };
 
@@ -233,6 +234,9 @@ pub enum Error {
     Device(String),
     /// A packet capture could not start or finish.
     Capture(crate::capture::CaptureError),
+    /// The operating system's random source (for the ISN secret) could
+    /// not be read.
+    Random(String),
 }
 
 impl core::fmt::Display for Error {
@@ -251,6 +255,7 @@ impl core::fmt::Display for Error {
             Error::Thread(m) => write!(f, "worker thread: {m}"),
             Error::Device(m) => write!(f, "device: {m}"),
             Error::Capture(e) => write!(f, "{e}"),
+            Error::Random(m) => write!(f, "the operating system's random source: {m}"),
         }
     }
 }
@@ -1289,21 +1294,15 @@ impl core::fmt::Debug for Dataplane {
     }
 }
 
-/// 16 bytes from the operating system's randomness (through the standard
-/// library's hash seeds) and the clock: the secret of ISNs and SYN cookies.
-fn random_key() -> [u8; 16] {
-    use std::hash::{BuildHasher, Hasher};
+/// 16 bytes from the operating system's random source: the secret of
+/// ISNs (RFC 6528) and SYN cookies, and where the ephemeral ports start.
+fn random_key() -> Result<[u8; 16], Error> {
+    use std::io::Read;
     let mut key = [0u8; 16];
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    for (i, chunk) in key.chunks_mut(8).enumerate() {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_usize(i);
-        h.write_u128(t);
-        chunk.copy_from_slice(&h.finish().to_le_bytes());
-    }
-    key
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut key))
+        .map_err(|e| Error::Random(format!("/dev/urandom: {e}")))?;
+    Ok(key)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -1359,8 +1358,35 @@ impl Dataplane {
     /// `mode` says.
     pub fn open_with_link<L: Link>(
         config: &Config,
+        link: L,
+        mode: DriveMode,
+    ) -> Result<Dataplane, Error> {
+        let key = random_key()?;
+        Dataplane::open_at(config, link, mode, Clock::new(), key)
+    }
+
+    /// A dataplane for a simulation: inline workers ([`DriveMode::Inline`])
+    /// whose time is `time`, set by the program, and whose ISN and SYN
+    /// cookie secret is `secret`, so that a run is a function of its
+    /// inputs. Several such dataplanes run on one thread in virtual time:
+    /// the program moves `time` and calls [`Dataplane::poll`] on each (the
+    /// waits of [`Dataplane::wait_event`] and of the control calls still
+    /// count real time, so a simulation polls events instead).
+    pub fn open_simulated<L: Link>(
+        config: &Config,
+        link: L,
+        time: &ManualTime,
+        secret: [u8; 16],
+    ) -> Result<Dataplane, Error> {
+        Dataplane::open_at(config, link, DriveMode::Inline, Clock::manual(time), secret)
+    }
+
+    fn open_at<L: Link>(
+        config: &Config,
         mut link: L,
         mode: DriveMode,
+        clock: Clock,
+        key: [u8; 16],
     ) -> Result<Dataplane, Error> {
         config.validate()?;
         let caps = link.caps().clone();
@@ -1372,7 +1398,6 @@ impl Dataplane {
             ));
         }
         let port = &config.ports[0];
-        let key = random_key();
         let (out_tx, out_rx) = crossbeam_channel::unbounded();
         let forward: Vec<Arc<ArrayQueue<SmallFrame>>> = (0..count)
             .map(|_| Arc::new(ArrayQueue::new(FORWARD_RING)))
@@ -1380,7 +1405,6 @@ impl Dataplane {
         let dispatch = Arc::new(crate::worker::DispatchRings::new(count));
         let wake = IdleWake::set(count);
         let mut mr_sync = MrSyncLinks::mesh(count).into_iter();
-        let clock = Clock::new();
         let mut workers = Vec::with_capacity(count);
         let mut inline: Vec<Box<dyn Pollable>> = Vec::new();
         for i in 0..count {
@@ -1414,7 +1438,7 @@ impl Dataplane {
             let thread = match mode {
                 DriveMode::Inline => {
                     let mut w = Worker::new(setup);
-                    w.set_clock(clock);
+                    w.set_clock(clock.clone());
                     inline.push(Box::new(w));
                     None
                 }
@@ -1422,6 +1446,7 @@ impl Dataplane {
                     let core = config.workers.cores.get(i).copied();
                     let idle = config.idle;
                     let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
+                    let clock = clock.clone();
                     let handle = std::thread::Builder::new()
                         .name(format!("iwarp-worker-{i}"))
                         .spawn(move || {

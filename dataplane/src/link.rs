@@ -423,6 +423,73 @@ impl MemLink {
     }
 }
 
+impl MemLink {
+    /// A link end whose far side a program drives by hand through the
+    /// returned [`MemPort`]: what the dataplane sends waits there to be
+    /// taken, and what the program injects arrives on this end's queues
+    /// (steered as [`MemLinkConfig::steering`] says). How a simulation puts
+    /// a network of its own between real dataplanes. The far side keeps
+    /// one queue, so frames are taken in the order they were sent.
+    pub fn external(config: &MemLinkConfig, mac: EthernetAddress) -> (MemLink, MemPort) {
+        let far_config = MemLinkConfig {
+            queues: 1,
+            ..config.clone()
+        };
+        let (near, far) = MemLink::pair(config, mac, mac);
+        let far_end = Arc::new(End::new(&far_config));
+        let near = MemLink {
+            peer: far_end.clone(),
+            ..near
+        };
+        drop(far);
+        let port = MemPort {
+            near: near.me.clone(),
+            far: far_end,
+        };
+        (near, port)
+    }
+}
+
+/// The far side of a [`MemLink::external`] end.
+#[derive(Debug)]
+pub struct MemPort {
+    near: Arc<End>,
+    far: Arc<End>,
+}
+
+impl MemPort {
+    /// The next frame the dataplane sent, oldest first.
+    pub fn take(&self) -> Option<Vec<u8>> {
+        self.far.rings[0].pop().map(|b| b.data.clone())
+    }
+
+    /// Delivers `frame` to the dataplane's receive queues; `false` when it
+    /// was dropped for want of a receive buffer or ring room (counted in
+    /// the end's [`MemLinkStats`]).
+    pub fn inject(&self, frame: &[u8]) -> bool {
+        let Some(mut data) = self.near.pool.free.pop() else {
+            add(&self.near.stats.rx_no_buffer, 1);
+            return false;
+        };
+        data.extend_from_slice(frame);
+        let q = self.near.steer(&data);
+        let buf = MemBuf {
+            data,
+            pool: self.near.pool.clone(),
+        };
+        if self.near.rings[q].push(buf).is_err() {
+            add(&self.near.stats.rx_ring_full, 1);
+            return false;
+        }
+        true
+    }
+
+    /// Counters of the dataplane's end.
+    pub fn stats(&self) -> &MemLinkStats {
+        &self.near.stats
+    }
+}
+
 /// Shared access to one end's [`MemLinkStats`].
 #[derive(Debug, Clone)]
 pub struct MemLinkStatsHandle(Arc<End>);
