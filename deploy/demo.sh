@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/install-deps.sh
-cargo build --release --bin iwarp
+cargo build --release -p iwarp
 exec target/release/iwarp demo "$@"

@@ -210,7 +210,7 @@ if [ "$build" -eq 1 ]; then
         problems=$((problems + 1))
         cargo=cargo
     fi
-    cmd=("$cargo" build --release --locked -p dataplane --bin iwarp)
+    cmd=("$cargo" build --release --locked -p iwarp)
     if [ "$dry" -eq 1 ]; then
         say "would run (in $repo): ${builder:+runuser -u $builder -- }CARGO_TARGET_DIR=$target_dir ${cmd[*]}"
     else
@@ -247,7 +247,7 @@ elif [ "$dry" -eq 1 ] && [ "$build" -eq 1 ]; then
     changed=1
     say "would run: install -D -m 0755 $binary $bin_dest (once built)"
 else
-    die "no binary at $binary: build it (cargo build --release -p dataplane --bin iwarp), drop --no-build, or give --binary FILE"
+    die "no binary at $binary: build it (cargo build --release -p iwarp), drop --no-build, or give --binary FILE"
 fi
 
 # ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@
 # Prints one "ok:" line per check, "skip:" for what needs root when not root
 # (a failure instead with IWARP_REQUIRE_ROOT_TESTS=1), "FAIL:" lines and
 # exit status 1 when a check fails. IWARP_BIN names an iwarp binary to
-# point the unit at (dataplane/tests/deploy_scripts.rs passes the one it
+# point the unit at (dataplane/cli/tests/deploy_scripts.rs passes the one it
 # built); without it a copy of /bin/true stands in, since verify only needs
 # ExecStart to exist. IWARP_OPS_REAL_HUGEPAGES=1 (root) also resizes the
 # real 2 MiB pool by two pages and back.
@@ -469,7 +469,7 @@ EOF
 test_serve() {
     echo "== serve: iwarp serve --config deploy/iwarp.toml"
     if [ -z "${IWARP_BIN:-}" ] || [ ! -x "${IWARP_BIN:-}" ]; then
-        echo "skip: IWARP_BIN not set (dataplane/tests/deploy_scripts.rs sets it)"
+        echo "skip: IWARP_BIN not set (dataplane/cli/tests/deploy_scripts.rs sets it)"
         return
     fi
     if ! is_root; then

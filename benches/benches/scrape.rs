@@ -2,7 +2,7 @@
 //! `write-bw` between two dataplanes of this process over an in-memory
 //! link, in rounds alternating between not scraped and scraped at 10 Hz
 //! (a client thread sending `GET /metrics` over TCP to the endpoint of
-//! `iwarp serve`, `dataplane::tool::metrics::serve`, which renders the
+//! `iwarp serve`, `iwarp::metrics::serve`, which renders the
 //! sender's counters and queue pairs), in the same run. Prints each
 //! pair of rounds (not scraped, then scraped) with its ratio, and the
 //! median of those ratios (target: at least 0.98).
@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use dataplane::api::Dataplane;
 use dataplane::config::Config;
-use dataplane::tool::metrics;
-use dataplane::tool::runner::{connect_direct, RemoteBuf, Resources, Role, RunSpec, TestKind};
-use dataplane::tool::serve::{Level, Log, Service};
+use iwarp::metrics;
+use iwarp::runner::{connect_direct, RemoteBuf, Resources, Role, RunSpec, TestKind};
+use iwarp::serve::{Level, Log, Service};
 use tcp_offload::wire::EthernetAddress;
 
 /// Rounds of each kind.

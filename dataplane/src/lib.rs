@@ -1,7 +1,8 @@
 //! The iWARP dataplane: the only crate that does I/O. It brings up DPDK
 //! through `dpdk-bindings`, runs the poll-mode workers that drive the
-//! `tcp-offload` and `rdmap` engines, and offers the application API and the
-//! `iwarp` command-line tool.
+//! `tcp-offload` and `rdmap` engines, and offers the application API. The
+//! `iwarp` command-line tool is a crate of its own (`dataplane/cli`) on that
+//! API, so programs embedding the dataplane build none of it.
 //!
 //! - [`link`]: ports and queues as a worker sees them (receive bursts,
 //!   frames built from headers and attached payload, transmit bursts), and
@@ -26,7 +27,6 @@ pub mod dpdk_link;
 pub mod link;
 pub mod memory;
 pub mod steer;
-pub mod tool;
 pub mod worker;
 
 pub use api::{Dataplane, DriveMode};

@@ -268,8 +268,8 @@ t0=$(date +%s)
 "$RIG/build-image.sh" >"$OUT/build-image.log" 2>&1 || die "build-image.sh failed (see $OUT/build-image.log)"
 log "image ready in $(( $(date +%s) - t0 )) s"
 if [ -z "${IWARP_BIN:-}" ]; then
-    log "cargo build --release -p dataplane --bin iwarp"
-    (cd "$REPO" && cargo build --release -p dataplane --bin iwarp) >"$OUT/cargo-build.log" 2>&1 ||
+    log "cargo build --release -p iwarp"
+    (cd "$REPO" && cargo build --release -p iwarp) >"$OUT/cargo-build.log" 2>&1 ||
         die "build failed (see $OUT/cargo-build.log)"
     IWARP_BIN=${CARGO_TARGET_DIR:-$REPO/target}/release/iwarp
 fi

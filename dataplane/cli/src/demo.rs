@@ -30,9 +30,9 @@ use super::runner::{
     connect_direct, Progress, RemoteBuf, Resources, Role, RunResult, RunSpec, TestKind, MB,
 };
 use super::ToolError;
-use crate::api::{Dataplane, DriveMode, Error};
-use crate::config::Config;
-use crate::dpdk_link::{default_eal_args, start_eal, DpdkLink, DpdkLinkOptions};
+use dataplane::api::{Dataplane, DriveMode, Error};
+use dataplane::config::Config;
+use dataplane::dpdk_link::{default_eal_args, start_eal, DpdkLink, DpdkLinkOptions};
 
 const DEFAULT_SIZE: usize = 64 << 10;
 const DEFAULT_LAT_SIZE: usize = 64;

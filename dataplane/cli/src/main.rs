@@ -3,10 +3,12 @@
 //! Every failure, a command-line mistake included, is one line on stderr
 //! (`iwarp: …`) and a non-zero exit: 1 for a failed run, 2 for bad usage.
 
+#![deny(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use dataplane::tool::{control, demo, perf, rping, runner::TestKind, serve};
+use iwarp::{control, demo, perf, rping, runner::TestKind, serve};
 
 /// Software iWARP RNIC on DPDK: perftest-compatible perf tests, rping,
 /// and a self-contained demo. With no subcommand, runs the demo.

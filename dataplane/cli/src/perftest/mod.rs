@@ -80,7 +80,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
-use crate::api::{
+use dataplane::api::{
     Access, CmEvent, ConnectFailure, ConnectParams, Cq, Dataplane, MemoryRegistration, Qp,
     QpOptions, QpStatus, RecvWr, Region, SendWr, SgeList, WcOpcode, WcStatus,
 };
@@ -209,7 +209,7 @@ const SEND_ID: u64 = u64::MAX;
 /// The control connection's verbs objects.
 #[derive(Debug)]
 struct Control {
-    pd: crate::api::ProtectionDomain,
+    pd: dataplane::api::ProtectionDomain,
     cq: Cq,
     qp: Qp,
     mr: MemoryRegistration,
@@ -244,7 +244,7 @@ pub struct Session<'dp> {
 /// connection itself is closed by [`Session::finish`], or reset by the
 /// caller of a failed session; a registration still referred to by data
 /// in flight is freed once that data has left
-/// ([`crate::api::DeregStatus::Pending`]).
+/// ([`dataplane::api::DeregStatus::Pending`]).
 impl Drop for Session<'_> {
     fn drop(&mut self) {
         let _ = self.dp.dereg_mr(&self.ctrl.mr);
@@ -383,7 +383,7 @@ impl<'dp> Session<'dp> {
                 sq_sig_all: false,
             },
         )?;
-        let region = Region::new((RECV_SLOTS + 1) * SLOT).map_err(crate::api::Error::from)?;
+        let region = Region::new((RECV_SLOTS + 1) * SLOT).map_err(dataplane::api::Error::from)?;
         let mr = dp.reg_mr(pd, &region, 0, region.len(), Access::LOCAL_WRITE)?;
         let ctrl = Control {
             pd,
@@ -630,7 +630,7 @@ impl<'dp> Session<'dp> {
             .mr
             .region()
             .write(at, bytes)
-            .map_err(crate::api::Error::from)?;
+            .map_err(dataplane::api::Error::from)?;
         let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
         let wr = SendWr::send(SEND_ID, SgeList::single(self.ctrl.mr.sge(at as u64, len)));
         self.ctrl
@@ -698,7 +698,7 @@ impl<'dp> Session<'dp> {
                         .mr
                         .region()
                         .to_vec(slot * SLOT, len)
-                        .map_err(crate::api::Error::from)?;
+                        .map_err(dataplane::api::Error::from)?;
                     self.ctrl.received.push_back(bytes);
                     post_slot(&self.ctrl, slot)?;
                 }

@@ -19,8 +19,11 @@
 //!   worker's; over the in-memory link there are none. Without root it prints a skip notice, or fails with
 //!   `IWARP_REQUIRE_ROOT_TESTS=1`.
 
+#[path = "../../tests/capture_common/mod.rs"]
 mod capture_common;
+#[path = "../../tests/netns_common/mod.rs"]
 mod netns_common;
+#[path = "../../tests/runtime_common/mod.rs"]
 mod runtime_common;
 mod tool_common;
 
@@ -1295,8 +1298,8 @@ fn queue_pair_limit_counts_live_ones() {
 #[test]
 fn failed_perftest_sessions_give_their_registrations_back() {
     use dataplane::api::{Access, ConnectParams, QpOptions, QpStatus, Region};
-    use dataplane::tool::perftest::{Session, SessionParams};
-    use dataplane::tool::runner::{RemoteBuf, TestKind};
+    use iwarp::perftest::{Session, SessionParams};
+    use iwarp::runner::{RemoteBuf, TestKind};
     use std::net::SocketAddrV4;
 
     let (server, client, ip_s, _) = mem_pair("perf-leak", 2, 5);

@@ -28,7 +28,7 @@ use super::runner::{
     cq_moderation, Progress, RemoteBuf, Resources, Role, RunResult, RunSpec, TestKind, MB,
 };
 use super::ToolError;
-use crate::api::Dataplane;
+use dataplane::api::Dataplane;
 
 /// perftest's default port (`DEF_PORT`).
 pub const DEFAULT_PORT: u16 = 18515;
@@ -655,7 +655,7 @@ struct PortInfo {
 }
 
 impl PortInfo {
-    fn of(p: &crate::config::PortConfig) -> PortInfo {
+    fn of(p: &dataplane::config::PortConfig) -> PortInfo {
         PortInfo {
             device: p.device.split(',').next().unwrap_or_default().to_string(),
             mtu: p.mtu,
@@ -809,9 +809,9 @@ fn info_block(plan: &Plan, port: &PortInfo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::DriveMode;
-    use crate::config::Config;
-    use crate::link::{MemLink, MemLinkConfig};
+    use dataplane::api::DriveMode;
+    use dataplane::config::Config;
+    use dataplane::link::{MemLink, MemLinkConfig};
     use tcp_offload::wire::EthernetAddress;
 
     const MAC_C: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0x5e, 1]);

@@ -18,10 +18,12 @@
 //!   a veth pair, on `net_af_packet`; both must exit 0, and the
 //!   namespaces and EAL runtime directories must be gone afterwards.
 
+#[path = "../../tests/netns_common/mod.rs"]
 mod netns_common;
+#[path = "../../tests/runtime_common/mod.rs"]
 mod runtime_common;
 
-#[path = "../../rdmap/tests/replay_golden/mod.rs"]
+#[path = "../../../rdmap/tests/replay_golden/mod.rs"]
 #[allow(
     dead_code,
     reason = "the segment lengths serve rdmap's replay, not this test"
@@ -34,11 +36,11 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use dataplane::api::{Dataplane, DriveMode};
-use dataplane::tool::rping::{
+use iwarp::rping::{
     client, persistent_server, ping_data, server, PersistentEnd, RpingInfo, RpingOptions,
     RpingRole, RpingSummary, CONN_DEPTH, INFO_LEN, MAX_SIZE,
 };
-use dataplane::tool::ToolError;
+use iwarp::ToolError;
 use netns_common::{require_root, NsChild, TwoNs};
 use rdmap::mpa::deframe::{DeframeEvent, Deframer};
 use rdmap::mpa::frame::{FrameKind, FrameRepr};
@@ -549,7 +551,7 @@ fn rping_messages_match_the_capture() {
     println!("embedded rping.pcap streams: {n} messages match the encoding and the pattern");
 
     let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/captures/rping.pcap");
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/interop/captures/rping.pcap");
     let Ok(bytes) = std::fs::read(&path) else {
         println!("{} not found: embedded streams only", path.display());
         return;

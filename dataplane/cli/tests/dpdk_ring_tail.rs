@@ -5,15 +5,17 @@
 //! be acknowledged while both workers go idle). Round after round, with
 //! the links' and workers' counters printed when one stalls.
 
+#[path = "../../tests/dpdk_common/mod.rs"]
 mod dpdk_common;
+#[path = "../../tests/runtime_common/mod.rs"]
 mod runtime_common;
 
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
 use dataplane::api::Dataplane;
-use dataplane::tool::runner::{connect_direct, RemoteBuf, Resources, Role, RunSpec, TestKind};
 use dpdk_common::*;
+use iwarp::runner::{connect_direct, RemoteBuf, Resources, Role, RunSpec, TestKind};
 use runtime_common::*;
 
 fn round(a: &Dataplane, b: &Dataplane, test: TestKind, port: u16) -> Result<u64, String> {

@@ -24,7 +24,7 @@
 //! `device_counters`: what the NIC dropped before a worker saw it): a
 //! request never waits for a worker and a worker never waits for a
 //! request. A capture
-//! is written by a thread of its own ([`crate::capture`]); stopping one
+//! is written by a thread of its own ([`dataplane::capture`]); stopping one
 //! waits for each worker's next loop to let go of its ring.
 
 use std::io::{BufRead, BufReader, Read as _, Write};
@@ -39,9 +39,9 @@ use serde_json::{json, Value};
 
 use super::serve::Service;
 use super::ToolError;
-use crate::api::{Dataplane, QpStatus};
-use crate::dpdk_link::DevicePortStats;
-use crate::worker::WorkerStats;
+use dataplane::api::{Dataplane, QpStatus};
+use dataplane::dpdk_link::DevicePortStats;
+use dataplane::worker::WorkerStats;
 
 /// Where `iwarp stats` and `iwarp qp list` look without `--socket`.
 pub const DEFAULT_SOCKET: &str = "/run/iwarp/control.sock";
@@ -712,7 +712,7 @@ mod tests {
         assert_eq!(group_id("no-such-group-here"), None);
     }
 
-    fn device(counters: Result<crate::dpdk_link::DeviceCounters, String>) -> DevicePortStats {
+    fn device(counters: Result<dataplane::dpdk_link::DeviceCounters, String>) -> DevicePortStats {
         DevicePortStats {
             port_id: 0,
             name: "net_ring0".into(),
@@ -724,7 +724,7 @@ mod tests {
 
     #[test]
     fn device_counters_in_json_and_text() {
-        let c = crate::dpdk_link::DeviceCounters {
+        let c = dataplane::dpdk_link::DeviceCounters {
             rx_packets: 5,
             tx_packets: 6,
             rx_missed: 1,

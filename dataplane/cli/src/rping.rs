@@ -2,7 +2,7 @@
 //! RDMA Write, data checked), as client or server, interoperable with it on
 //! the wire.
 //!
-//! It sits on the application API ([`crate::api`]) like any RDMA program:
+//! It sits on the application API ([`dataplane::api`]) like any RDMA program:
 //! [`server`] and [`client`] take an open [`Dataplane`] and run one
 //! connection, so tests drive them in-process; [`run`] is the command line
 //! around them. The protocol follows rdma-core's
@@ -45,7 +45,7 @@ use clap::Args;
 
 use super::common::{catch_interrupts, interrupted, EndpointArgs};
 use super::ToolError;
-use crate::api::{
+use dataplane::api::{
     Access, CmEvent, ConnectParams, ConnectRequest, Cq, Dataplane, DisconnectReason,
     MemoryRegistration, ProtectionDomain, Qp, QpOptions, QpStatus, RecvWr, Region, SendWr, SgeList,
     Stag, TerminateOrigin, WcOpcode, WcStatus, WorkCompletion,

@@ -10,6 +10,7 @@
 //! The namespace tests need root: without it they print a skip notice, or
 //! fail with `IWARP_REQUIRE_ROOT_TESTS=1`.
 
+#[path = "../../tests/netns_common/mod.rs"]
 mod netns_common;
 mod tool_common;
 

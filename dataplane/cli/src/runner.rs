@@ -1,5 +1,5 @@
 //! The measured loops of `iwarp perf` and `iwarp demo`: perftest's six
-//! tests on the dataplane's verbs API ([`crate::api`]), behaving on the
+//! tests on the dataplane's verbs API ([`dataplane::api`]), behaving on the
 //! wire as perftest 4.5 does (`src/perftest_resources.c`: `run_iter_bw`,
 //! `run_iter_bw_server`, `run_iter_lat_write`, `run_iter_lat_send`,
 //! `run_iter_lat`), so that a peer running `ib_*_bw -R` / `ib_*_lat -R`
@@ -36,7 +36,7 @@ use std::time::Instant;
 
 use hdrhistogram::Histogram;
 
-use crate::api::{
+use dataplane::api::{
     Access, Cq, Dataplane, MemoryRegistration, PostError, ProtectionDomain, Qp, QpOptions,
     QpStatus, RecvWr, Region, SendFlags, SendOp, SendWr, SgeList, Stag, WcOpcode, WcStatus,
     WorkCompletion,
@@ -601,7 +601,7 @@ pub fn connect_direct(
     server_addr: std::net::SocketAddrV4,
     ord: u16,
 ) -> Result<(), ToolError> {
-    use crate::api::{CmEvent, ConnectParams};
+    use dataplane::api::{CmEvent, ConnectParams};
     server.listen(server_addr.port(), 16)?;
     let params = ConnectParams {
         ird: ord,
@@ -1820,9 +1820,9 @@ fn lat_result(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::DriveMode;
-    use crate::config::Config;
-    use crate::link::{MemLink, MemLinkConfig};
+    use dataplane::api::DriveMode;
+    use dataplane::config::Config;
+    use dataplane::link::{MemLink, MemLinkConfig};
     use std::net::{Ipv4Addr, SocketAddrV4};
     use tcp_offload::wire::EthernetAddress;
 

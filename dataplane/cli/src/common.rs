@@ -1,14 +1,18 @@
 //! What the subcommands share: the options that say which device, address
 //! and cores an endpoint uses ([`EndpointArgs`]), opening a [`Dataplane`]
-//! from them, and the one error type that `main` prints as a single line.
+//! from them, the one error type that `main` prints as a single line, and
+//! the interrupt flag the long runs poll (kept in `interrupt`, with the
+//! crate's only `unsafe`).
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::api::{Dataplane, Error};
-use crate::config::{Config, ConfigError, MacAddr};
+use dataplane::api::{Dataplane, Error};
+use dataplane::config::{Config, ConfigError, MacAddr};
+
+pub use crate::interrupt::{catch_interrupts, interrupted};
 
 /// Why a subcommand failed: printed by `main` as one line, exit status 1.
 #[derive(Debug)]
@@ -182,7 +186,7 @@ pub fn eal_runtime_dir(config: &Config) -> Option<PathBuf> {
     if device.starts_with("mem:") {
         return None;
     }
-    let args = crate::dpdk_link::eal_args_for(&config.eal.args, device);
+    let args = dataplane::dpdk_link::eal_args_for(&config.eal.args, device);
     let prefix = args.iter().enumerate().find_map(|(i, a)| {
         if a == "--file-prefix" {
             args.get(i + 1).cloned()
@@ -217,42 +221,4 @@ fn config_text(c: &Config) -> String {
         "[[ports]]\ndevice = {:?}\nip = \"{}\"\nmtu = {}\n",
         p.device, p.ip, p.mtu
     )
-}
-
-// ---------------------------------------------------------------------
-// Interrupts.
-// ---------------------------------------------------------------------
-
-static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-extern "C" fn on_interrupt(_signal: libc::c_int) {
-    // An atomic store and nothing else: async-signal-safe.
-    INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Makes the first SIGINT or SIGTERM set a flag ([`interrupted`]) instead
-/// of killing the process, so that a run that polls the flag stops
-/// cleanly: it closes its connections, reports what it did, and drops its
-/// dataplane, which removes EAL's runtime directory (a killed process
-/// leaves it in `/var/run/dpdk`). A second signal kills as usual.
-pub fn catch_interrupts() {
-    let handler: extern "C" fn(libc::c_int) = on_interrupt;
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: a zeroed `sigaction` is a valid one (empty mask, no
-        // flags), filled in before use; the handler only stores to an
-        // atomic, and SA_RESETHAND puts the default action back after its
-        // first run. A failure leaves the default action, which is safe.
-        unsafe {
-            let mut action: libc::sigaction = core::mem::zeroed();
-            action.sa_sigaction = handler as *const () as libc::sighandler_t;
-            action.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(signal, &action, core::ptr::null_mut());
-        }
-    }
-}
-
-/// Whether SIGINT or SIGTERM arrived since [`catch_interrupts`].
-pub fn interrupted() -> bool {
-    INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
 }

@@ -20,6 +20,7 @@
 //! test kind with one and two data QPs, each side learning exactly the
 //! buffers the other advertised.
 
+#[path = "../../tests/runtime_common/mod.rs"]
 mod runtime_common;
 
 #[path = "perftest_replay/golden.rs"]
@@ -31,10 +32,10 @@ use std::time::Duration;
 
 use dataplane::api::{Access, Dataplane, DriveMode, Qp, QpOptions, QpStatus, Region};
 use dataplane::capture::CaptureOptions;
-use dataplane::tool::perftest::exchange::{script, Action, Exchange, Local, Side, ALL_SIZES};
-use dataplane::tool::perftest::wire::{Dest, DestLayout};
-use dataplane::tool::perftest::{server_closes_control, BwFigures, Session, SessionParams};
-use dataplane::tool::runner::{RemoteBuf, TestKind};
+use iwarp::perftest::exchange::{script, Action, Exchange, Local, Side, ALL_SIZES};
+use iwarp::perftest::wire::{Dest, DestLayout};
+use iwarp::perftest::{server_closes_control, BwFigures, Session, SessionParams};
+use iwarp::runner::{RemoteBuf, TestKind};
 use pcap_kit::{Reader, Reassembler};
 use rdmap::mpa::deframe::{DeframeEvent, Deframer};
 use rdmap::mpa::frame::{FrameRepr, REQUEST_KEY};
@@ -42,7 +43,7 @@ use rdmap::wire::{DdpRepr, RdmapOpcode};
 use runtime_common::{Pair, PairOptions, IP_B, PORT};
 
 fn captures_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/captures");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/interop/captures");
     dir.is_dir().then_some(dir)
 }
 

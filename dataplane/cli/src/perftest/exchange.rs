@@ -14,7 +14,7 @@ use super::wire::{
     Dest, DestLayout, ReportField, Version, WireError, CACHE_LINE, CYCLE_BUFFER,
 };
 use super::BwFigures;
-use crate::tool::runner::TestKind as Kind;
+use crate::runner::TestKind as Kind;
 
 /// Which end of the control connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -33,8 +33,8 @@ use super::runner::{
     LatencyHistogram, LatencySummary, RemoteBuf, Resources, Role, RunSpec, TestKind,
 };
 use super::{control, metrics, ToolError};
-use crate::api::{Dataplane, EventScope};
-use crate::config::{Config, PerfResponderConfig, RpingResponderConfig, SizeValue};
+use dataplane::api::{Dataplane, EventScope};
+use dataplane::config::{Config, PerfResponderConfig, RpingResponderConfig, SizeValue};
 
 /// How long a perf responder waits for any one step of a client's
 /// exchange before it gives the session up.
@@ -393,7 +393,7 @@ fn capture_hint(dir: &Path, path: &Path) -> String {
     }
 }
 
-fn summary_json(s: &crate::capture::CaptureSummary, stopped_by: &str) -> serde_json::Value {
+fn summary_json(s: &dataplane::capture::CaptureSummary, stopped_by: &str) -> serde_json::Value {
     serde_json::json!({
         "file": s.path.display().to_string(),
         "bytes": s.bytes,
@@ -434,10 +434,10 @@ impl Service {
                 )
             })?;
         }
-        let opts = crate::capture::CaptureOptions {
+        let opts = dataplane::capture::CaptureOptions {
             snaplen,
             ring_slots: usize::try_from(s.capture_ring_frames.max(1)).unwrap_or(usize::MAX),
-            ..crate::capture::CaptureOptions::default()
+            ..dataplane::capture::CaptureOptions::default()
         };
         self.dp
             .capture_start(&path, &opts)
@@ -445,7 +445,7 @@ impl Service {
         st.file = Some(path.clone());
         st.finished = None;
         let snaplen = if snaplen == 0 {
-            crate::capture::DEFAULT_SNAPLEN
+            dataplane::capture::DEFAULT_SNAPLEN
         } else {
             snaplen
         };
@@ -726,7 +726,7 @@ fn idle_timeout(e: &ToolError) -> bool {
         || m.contains("no client connected")
 }
 
-fn peer_of(dp: &Dataplane, qp: crate::api::QpNum) -> String {
+fn peer_of(dp: &Dataplane, qp: dataplane::api::QpNum) -> String {
     dp.qp_snapshots()
         .into_iter()
         .find(|s| s.qpn == qp)
@@ -767,7 +767,7 @@ fn perf_responder(svc: &Service, state: &ResponderState, p: &PerfProfile) {
         let port = p.port;
         let asked = dp.await_event_where(
             IDLE_SLICE,
-            |e| matches!(e, crate::api::CmEvent::ConnectRequest(r) if r.local_port == port),
+            |e| matches!(e, dataplane::api::CmEvent::ConnectRequest(r) if r.local_port == port),
         );
         if !asked {
             continue;

@@ -216,7 +216,7 @@ pub fn to_json<T: Serialize>(value: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tool::runner::LatencySummary;
+    use crate::runner::LatencySummary;
     use core::time::Duration;
 
     fn spec(test: TestKind) -> RunSpec {

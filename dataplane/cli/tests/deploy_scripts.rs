@@ -18,8 +18,9 @@ use dataplane::config::{
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the dataplane crate sits in the workspace")
+        .ancestors()
+        .nth(2)
+        .expect("the cli crate sits in dataplane/ in the workspace")
         .to_path_buf()
 }
 

@@ -36,9 +36,9 @@ use std::time::Duration;
 use super::runner::{LatencyHistogram, LATENCY_BOUNDS_NS};
 use super::serve::Service;
 use super::ToolError;
-use crate::api::{Dataplane, QpStatus};
-use crate::dpdk_link::{DeviceCounters, DevicePortStats};
-use crate::worker::WorkerStats;
+use dataplane::api::{Dataplane, QpStatus};
+use dataplane::dpdk_link::{DeviceCounters, DevicePortStats};
+use dataplane::worker::WorkerStats;
 
 /// The content type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
