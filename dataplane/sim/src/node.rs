@@ -9,8 +9,8 @@ use core::time::Duration;
 use dataplane::api::ManualTime;
 use dataplane::link::MemPort;
 use dataplane::Dataplane;
-use tcp_sim::Endpoint;
 use tcp_offload::Instant;
+use tcp_sim::Endpoint;
 
 /// How often an otherwise quiet node runs its workers' loops: the
 /// resolution of its timers in virtual time.

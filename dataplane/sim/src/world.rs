@@ -9,9 +9,9 @@ use dataplane::api::{CmEvent, ConnectParams, ManualTime, Qp};
 use dataplane::config::{Config, MacAddr, MpaConfig, Neighbor, TcpConfig};
 use dataplane::link::{MemLink, MemLinkConfig};
 use dataplane::Dataplane;
-use tcp_sim::{Link, LinkConfig, Network, NodeId, SimError};
 use tcp_offload::wire::EthernetAddress;
 use tcp_offload::Instant;
+use tcp_sim::{Link, LinkConfig, Network, NodeId, SimError};
 
 use crate::node::Node;
 
