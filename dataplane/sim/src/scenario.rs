@@ -189,6 +189,9 @@ impl Scenario {
         }
         world.link = link;
         world.static_arp = r.chance(0.5);
+        if r.chance(0.2) {
+            world.tx_burst_max = r.range_inclusive(1, 4) as usize;
+        }
         let conns = 1 + r.below(2) as usize;
         let n = 2 + r.below(10) as usize;
         let mut ops = Vec::with_capacity(n);

@@ -42,6 +42,9 @@ pub struct WorldSpec {
     pub link: LinkConfig,
     /// Static neighbour entries instead of ARP.
     pub static_arp: bool,
+    /// Frames one transmit burst of a port takes at most (0: all), the
+    /// rest left with the worker as a device with a full ring leaves them.
+    pub tx_burst_max: usize,
 }
 
 impl WorldSpec {
@@ -55,6 +58,7 @@ impl WorldSpec {
             mpa: [MpaConfig::default(), MpaConfig::default()],
             link: LinkConfig::perfect(),
             static_arp: false,
+            tx_burst_max: 0,
         }
     }
 }
@@ -94,6 +98,7 @@ impl World {
             let link = MemLinkConfig {
                 queues: spec.workers[side] as u16,
                 mtu: spec.mtu,
+                tx_burst_max: spec.tx_burst_max,
                 ..MemLinkConfig::default()
             };
             let (link, port) = MemLink::external(&link, mac);
