@@ -1,6 +1,6 @@
 //! perftest's `-R` control exchange against the real thing: the control
 //! connections of the siw↔siw perftest captures in
-//! `../shared/interop/captures/` are replayed into our exchange, each side
+//! `deploy/interop/captures/` are replayed into our exchange, each side
 //! in turn — fed the client's messages, our server must answer each with a
 //! message of the shape perftest's server sent (same length; the same
 //! bytes where perftest's content does not depend on the host: version,
@@ -12,8 +12,8 @@
 //! fails, and so does a data connection or a run that starts after a
 //! different number of exchanges than in the capture (read off the
 //! capture's frame order). The control streams are embedded
-//! (`perftest_replay/golden.rs`), so this runs from a clean clone; where
-//! the captures are present, the copies are checked against them.
+//! (`perftest_replay/golden.rs`), and the copies are checked against the
+//! captures, which are fixtures of the repository (a missing one fails).
 //!
 //! Then the whole session end to end: two dataplanes over an in-memory
 //! link, `Session::server` and `Session::client` on two threads, every
@@ -26,7 +26,6 @@ mod runtime_common;
 mod golden;
 
 use std::net::SocketAddrV4;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dataplane::api::{Access, Dataplane, DriveMode, Qp, QpOptions, QpStatus, Region};
@@ -40,11 +39,6 @@ use rdmap::mpa::frame::{FrameRepr, REQUEST_KEY};
 use rdmap::wire::{DdpRepr, RdmapOpcode};
 use runtime_common::{Pair, PairOptions, IP_B, PORT};
 use tcp_offload::pcap::{Reader, Reassembler};
-
-fn captures_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/captures");
-    dir.is_dir().then_some(dir)
-}
 
 /// The Send messages of one direction of an MPA connection, in order,
 /// and the stream offset just past each.
@@ -185,9 +179,9 @@ struct Control {
 }
 
 /// The control connection of capture `name`, read from the capture.
-fn captured(name: &str) -> Option<Control> {
-    let dir = captures_dir()?;
-    let bytes = std::fs::read(dir.join(name)).ok()?;
+fn captured(name: &str) -> Control {
+    let path = runtime_common::siw_capture(name);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let records = Reader::read_all(&bytes).expect("capture reads");
     let conns = Reassembler::from_records(records.clone());
     let mpa: Vec<_> = conns
@@ -248,10 +242,7 @@ fn control(name: &str) -> Control {
 #[test]
 fn golden_matches_the_captures() {
     for g in &golden::GOLDEN {
-        let Some(c) = captured(g.name) else {
-            println!("{}: capture not found, the embedded copy is used", g.name);
-            continue;
-        };
+        let c = captured(g.name);
         let e = control(g.name);
         assert_eq!(c.client, e.client, "{}: client", g.name);
         assert_eq!(c.server, e.server, "{}: server", g.name);

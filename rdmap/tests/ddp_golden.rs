@@ -1,13 +1,15 @@
 //! DDP/RDMAP headers from real siw traffic, embedded as bytes, and a scan
-//! of every capture when `../shared/interop/captures` is present.
+//! of every capture in the repository's `deploy/interop/captures/`.
 //!
 //! The constants were read from the captures named next to them (frame
 //! numbers as tshark counts them); the scan re-reads the captures, walks
 //! every FPDU of every MPA connection in both directions and requires each
 //! DDP header, Read Request and Terminate in them to parse.
 
+mod captures_common;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rdmap::error::TerminateCause;
 use rdmap::wire::{
@@ -169,11 +171,6 @@ fn tagged_headers() {
 // ---------------------------------------------------------------------------
 // Capture scan.
 
-fn captures_dir() -> Option<PathBuf> {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/captures");
-    d.is_dir().then_some(d)
-}
-
 #[derive(Default, Debug)]
 struct Tally {
     by_opcode: BTreeMap<String, usize>,
@@ -244,10 +241,7 @@ fn scan(path: &Path) -> Tally {
 
 #[test]
 fn every_capture_parses() {
-    let Some(dir) = captures_dir() else {
-        eprintln!("captures not present; scan skipped");
-        return;
-    };
+    let dir = captures_common::captures_dir();
     let mut paths: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
