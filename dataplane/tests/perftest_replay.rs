@@ -206,7 +206,7 @@ fn captured(name: &str) -> Control {
         data_connections: mpa.len() - 1,
     };
     c.timeline = Some(timeline(&records, &c));
-    Some(c)
+    c
 }
 
 fn unhex(s: &str) -> Vec<u8> {
@@ -238,7 +238,7 @@ fn control(name: &str) -> Control {
     }
 }
 
-/// The embedded copies are what the captures hold (when they are here).
+/// The embedded copies are what the captures hold.
 #[test]
 fn golden_matches_the_captures() {
     for g in &golden::GOLDEN {
@@ -474,18 +474,54 @@ fn replay_send_lat() {
 
 /// A script that is not perftest's fails the replay: every test's
 /// exchange fed another test's capture (with one QP the messages look
-/// alike; where the run starts and what follows it differ).
+/// alike; where the run starts, what follows it, or the outstanding reads
+/// a read test advertises differ). Each must fail on that difference: the
+/// replay's panic names it, and any other panic fails the test.
 #[test]
 fn a_foreign_script_fails_the_replay() {
-    for (name, wrong) in [
-        ("send_bw.pcap", TestKind::WriteBw),
-        ("write_bw.pcap", TestKind::SendBw),
-        ("write_lat.pcap", TestKind::ReadLat),
-        ("read_lat.pcap", TestKind::SendLat),
-        ("send_lat.pcap", TestKind::WriteLat),
+    for (name, wrong, mismatch) in [
+        // perftest's send test has one more exchange before the run
+        (
+            "send_bw.pcap",
+            TestKind::WriteBw,
+            "send_bw.pcap as Server: data connections and run",
+        ),
+        (
+            "write_bw.pcap",
+            TestKind::SendBw,
+            "write_bw.pcap as Server: data connections and run",
+        ),
+        // a read test's dest asks for 128 outstanding reads, the others' 1
+        (
+            "write_lat.pcap",
+            TestKind::ReadLat,
+            "write_lat.pcap as Server, message 6: lid, out_reads, srqn, gid_index",
+        ),
+        (
+            "read_lat.pcap",
+            TestKind::SendLat,
+            "read_lat.pcap as Server, message 6: lid, out_reads, srqn, gid_index",
+        ),
+        // the send latency test's exchange is longer than the write's
+        (
+            "send_lat.pcap",
+            TestKind::WriteLat,
+            "WriteLat Server: perftest sent messages past our script's end",
+        ),
     ] {
         let r = std::panic::catch_unwind(|| replay_capture(name, wrong));
-        assert!(r.is_err(), "{wrong:?}'s exchange passed for {name}");
+        let Err(payload) = r else {
+            panic!("{wrong:?}'s exchange passed for {name}");
+        };
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("<a panic without a message>");
+        assert!(
+            message.contains(mismatch),
+            "{wrong:?} fed {name}: expected the mismatch \"{mismatch}\", the replay failed on: {message}"
+        );
     }
 }
 
