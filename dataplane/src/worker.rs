@@ -102,7 +102,7 @@ use core::net::{Ipv4Addr, SocketAddrV4};
 use core::ops::Range;
 use core::time::Duration;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -323,6 +323,9 @@ pub struct WorkerCounters {
     /// ([`crate::capture`]); it rides here as the other state a worker
     /// shares with the control path.
     pub capture: crate::capture::CaptureTap,
+    /// The EAL lcore id of the worker's thread plus one, recorded when the
+    /// thread starts; 0 when it has none (see [`WorkerStats::lcore`]).
+    lcore: AtomicU32,
 }
 
 /// A copy of [`WorkerCounters`].
@@ -372,9 +375,20 @@ pub struct WorkerStats {
     pub dispatched_in: u64,
     /// See [`WorkerCounters::dispatch_drops`].
     pub dispatch_drops: u64,
+    /// The EAL lcore id its thread runs as (`rte_lcore_id()`), recorded
+    /// when a worker thread starts (`DriveMode::Threads`); `None` for a
+    /// thread EAL does not know and for workers the application drives.
+    pub lcore: Option<u32>,
 }
 
 impl WorkerCounters {
+    /// Records the EAL lcore id of the worker's thread (`None`: a thread
+    /// EAL does not know).
+    pub(crate) fn set_lcore(&self, lcore: Option<u32>) {
+        let v = lcore.map_or(0, |id| id.saturating_add(1));
+        self.lcore.store(v, Ordering::Relaxed);
+    }
+
     /// The current values.
     pub fn snapshot(&self) -> WorkerStats {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -401,6 +415,7 @@ impl WorkerCounters {
             dispatched_out: g(&self.dispatched_out),
             dispatched_in: g(&self.dispatched_in),
             dispatch_drops: g(&self.dispatch_drops),
+            lcore: self.lcore.load(Ordering::Relaxed).checked_sub(1),
         }
     }
 }
