@@ -278,6 +278,13 @@ pub struct WorkerCounters {
     pub terminates: AtomicU64,
     /// ARP frames forwarded to other workers.
     pub forwarded: AtomicU64,
+    /// ARP frames the worker's interface took in: requests it answered or
+    /// learnt from, replies that resolved a neighbour (published every
+    /// [`STATS_PERIOD`]).
+    pub arp_in: AtomicU64,
+    /// ARP frames it sent: requests and replies (published every
+    /// [`STATS_PERIOD`]).
+    pub arp_out: AtomicU64,
     /// Connections currently owned.
     pub connections: AtomicU64,
     /// Loop iterations.
@@ -353,6 +360,10 @@ pub struct WorkerStats {
     pub terminates: u64,
     /// See [`WorkerCounters::forwarded`].
     pub forwarded: u64,
+    /// See [`WorkerCounters::arp_in`].
+    pub arp_in: u64,
+    /// See [`WorkerCounters::arp_out`].
+    pub arp_out: u64,
     /// See [`WorkerCounters::connections`].
     pub connections: u64,
     /// See [`WorkerCounters::loops`].
@@ -404,6 +415,8 @@ impl WorkerCounters {
             drops: g(&self.drops),
             terminates: g(&self.terminates),
             forwarded: g(&self.forwarded),
+            arp_in: g(&self.arp_in),
+            arp_out: g(&self.arp_out),
             connections: g(&self.connections),
             loops: g(&self.loops),
             idle_sleeps: g(&self.idle_sleeps),
@@ -2774,6 +2787,8 @@ impl<Q: LinkQueue> Worker<Q> {
             + self.counters.dispatch_drops.load(Ordering::Relaxed)
             + self.mem.misses();
         self.counters.drops.store(drops, Ordering::Relaxed);
+        self.counters.arp_in.store(s.arp_in, Ordering::Relaxed);
+        self.counters.arp_out.store(s.arp_out, Ordering::Relaxed);
     }
 }
 
