@@ -733,7 +733,7 @@ fn two_processes_over_af_packet() {
 /// Without -C the client pings until stopped: SIGINT ends it between two
 /// pings, with its summary and status 0, and the server with it.
 #[test]
-fn two_processes_client_stopped_by_sigint() {
+fn two_processes_client_stopped_by_sigint_over_af_packet() {
     if !require_root() {
         return;
     }
