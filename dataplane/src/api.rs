@@ -1463,6 +1463,7 @@ impl Dataplane {
                                     return;
                                 }
                             };
+                            setup.counters.set_lcore(dpdk_bindings::lcore_id());
                             let mut w = Worker::new(setup);
                             w.set_clock(clock);
                             let _ = ready_tx.send(Ok(()));

@@ -102,7 +102,7 @@ use core::net::{Ipv4Addr, SocketAddrV4};
 use core::ops::Range;
 use core::time::Duration;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -327,6 +327,13 @@ pub struct WorkerCounters {
     pub terminates: AtomicU64,
     /// ARP frames forwarded to other workers.
     pub forwarded: AtomicU64,
+    /// ARP frames the worker's interface took in: requests it answered or
+    /// learnt from, replies that resolved a neighbour (published every
+    /// [`STATS_PERIOD`]).
+    pub arp_in: AtomicU64,
+    /// ARP frames it sent: requests and replies (published every
+    /// [`STATS_PERIOD`]).
+    pub arp_out: AtomicU64,
     /// Connections currently owned.
     pub connections: AtomicU64,
     /// Loop iterations.
@@ -372,6 +379,9 @@ pub struct WorkerCounters {
     /// ([`crate::capture`]); it rides here as the other state a worker
     /// shares with the control path.
     pub capture: crate::capture::CaptureTap,
+    /// The EAL lcore id of the worker's thread plus one, recorded when the
+    /// thread starts; 0 when it has none (see [`WorkerStats::lcore`]).
+    lcore: AtomicU32,
 }
 
 /// A copy of [`WorkerCounters`].
@@ -399,6 +409,10 @@ pub struct WorkerStats {
     pub terminates: u64,
     /// See [`WorkerCounters::forwarded`].
     pub forwarded: u64,
+    /// See [`WorkerCounters::arp_in`].
+    pub arp_in: u64,
+    /// See [`WorkerCounters::arp_out`].
+    pub arp_out: u64,
     /// See [`WorkerCounters::connections`].
     pub connections: u64,
     /// See [`WorkerCounters::loops`].
@@ -421,9 +435,20 @@ pub struct WorkerStats {
     pub dispatched_in: u64,
     /// See [`WorkerCounters::dispatch_drops`].
     pub dispatch_drops: u64,
+    /// The EAL lcore id its thread runs as (`rte_lcore_id()`), recorded
+    /// when a worker thread starts (`DriveMode::Threads`); `None` for a
+    /// thread EAL does not know and for workers the application drives.
+    pub lcore: Option<u32>,
 }
 
 impl WorkerCounters {
+    /// Records the EAL lcore id of the worker's thread (`None`: a thread
+    /// EAL does not know).
+    pub(crate) fn set_lcore(&self, lcore: Option<u32>) {
+        let v = lcore.map_or(0, |id| id.saturating_add(1));
+        self.lcore.store(v, Ordering::Relaxed);
+    }
+
     /// The current values.
     pub fn snapshot(&self) -> WorkerStats {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -439,6 +464,8 @@ impl WorkerCounters {
             drops: g(&self.drops),
             terminates: g(&self.terminates),
             forwarded: g(&self.forwarded),
+            arp_in: g(&self.arp_in),
+            arp_out: g(&self.arp_out),
             connections: g(&self.connections),
             loops: g(&self.loops),
             idle_sleeps: g(&self.idle_sleeps),
@@ -450,6 +477,7 @@ impl WorkerCounters {
             dispatched_out: g(&self.dispatched_out),
             dispatched_in: g(&self.dispatched_in),
             dispatch_drops: g(&self.dispatch_drops),
+            lcore: self.lcore.load(Ordering::Relaxed).checked_sub(1),
         }
     }
 }
@@ -2814,6 +2842,8 @@ impl<Q: LinkQueue> Worker<Q> {
             + self.counters.dispatch_drops.load(Ordering::Relaxed)
             + self.mem.misses();
         self.counters.drops.store(drops, Ordering::Relaxed);
+        self.counters.arp_in.store(s.arp_in, Ordering::Relaxed);
+        self.counters.arp_out.store(s.arp_out, Ordering::Relaxed);
     }
 }
 

@@ -100,6 +100,26 @@ fn two_workers_each_over_a_two_queue_ring_pair() {
             }
         }
         println!("a: {:?}", p.a.stats());
+        // Each worker thread is an EAL lcore of its own (the mempool
+        // caches and DPDK's per-lcore state depend on it), none the main
+        // thread's.
+        let lcores: Vec<u32> =
+            p.a.stats()
+                .into_iter()
+                .chain(p.b.stats())
+                .map(|w| w.lcore.expect("a worker thread that is not an EAL lcore"))
+                .collect();
+        println!("worker lcores (a, then b): {lcores:?}");
+        assert_eq!(lcores.len(), 4);
+        let mut distinct = lcores.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 4, "workers share an lcore: {lcores:?}");
+        assert!(
+            !lcores.contains(&eal.main_lcore()),
+            "a worker runs as the main lcore {}: {lcores:?}",
+            eal.main_lcore()
+        );
         // net_ring does not steer (no RSS): replies reach whichever queue
         // the peer's owning worker sent them on, and the software
         // dispatcher hands them to the worker that owns the connection.

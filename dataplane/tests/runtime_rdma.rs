@@ -4,8 +4,9 @@
 
 mod runtime_common;
 
-use dataplane::api::{CmEvent, DisconnectReason, DriveMode};
+use dataplane::api::{CmEvent, DisconnectReason, DriveMode, QpStatus};
 use dataplane::link::MemLinkConfig;
+use dataplane::steer::Rss;
 use runtime_common::*;
 
 const SIZES: [usize; 8] = [1, 3, 4096, 4097, 65_536, 100_003, 1 << 20, 4 << 20];
@@ -72,6 +73,11 @@ fn inline_one_worker_each() {
     }
 }
 
+/// Connections opened after `run_all`'s, to have one owned by each
+/// worker on each side: each lands on a worker of b by the hash of a's
+/// port, so missing one after this many is a chance of 2^-15.
+const SPREAD_CONNS: usize = 16;
+
 #[test]
 fn threads_two_workers_each_with_rss_and_arp() {
     let p = Pair::new(&PairOptions {
@@ -80,6 +86,97 @@ fn threads_two_workers_each_with_rss_and_arp() {
         ..PairOptions::default()
     });
     run_all(&p, "threads");
+
+    // More connections, each carrying a verified Write, so that both
+    // workers on each side own some.
+    let mut conns = Vec::new();
+    for i in 0..SPREAD_CONNS {
+        let (mut a, mut b) = open_conn(&p, true);
+        exchange(&p, &mut a, &mut b, Op::Write, 4096, 1000 + i as u64);
+        conns.push((a, b));
+    }
+    // (run_all's closed connection may still be counted while it waits
+    // out TIME-WAIT.)
+    p.until("every connection counted by its worker", |p| {
+        let counted = |dp: &dataplane::api::Dataplane| {
+            dp.stats().iter().map(|w| w.connections).sum::<u64>() >= SPREAD_CONNS as u64
+        };
+        (counted(&p.a) && counted(&p.b)).then_some(())
+    });
+
+    // RSS: the in-memory port steers like a NIC (`Rss::round_robin` over
+    // its two queues). b's owner of each connection is the queue the hash
+    // of a's segments picks; a picked its port so that the hash of b's
+    // segments picks the worker that opened it.
+    let rss = Rss::round_robin(2);
+    let connected = |dp: &dataplane::api::Dataplane| {
+        let mut v = dp.qp_snapshots();
+        v.retain(|q| q.status == QpStatus::Connected);
+        v
+    };
+    let mut a_owners_by_hash = Vec::new();
+    for q in connected(&p.b) {
+        let remote = q.connection.as_ref().unwrap().remote;
+        assert_eq!(*remote.ip(), IP_A);
+        let to_b = rss.queue_for(IP_A, IP_B, remote.port(), PORT);
+        assert_eq!(
+            q.worker,
+            Some(usize::from(to_b)),
+            "b's connection from port {}: owner against the RSS hash",
+            remote.port()
+        );
+        a_owners_by_hash.push(usize::from(rss.queue_for(IP_B, IP_A, PORT, remote.port())));
+    }
+    let mut a_owners: Vec<usize> = connected(&p.a)
+        .iter()
+        .map(|q| q.worker.expect("a connected queue pair has a worker"))
+        .collect();
+    assert_eq!(a_owners_by_hash.len(), SPREAD_CONNS);
+    a_owners.sort_unstable();
+    a_owners_by_hash.sort_unstable();
+    assert_eq!(
+        a_owners, a_owners_by_hash,
+        "a's owners against the RSS hash"
+    );
+    for (side, dp) in [("a", &p.a), ("b", &p.b)] {
+        let stats = dp.stats();
+        println!(
+            "threads: {side}'s workers own {:?} connections, received {:?} frames",
+            stats.iter().map(|w| w.connections).collect::<Vec<_>>(),
+            stats.iter().map(|w| w.rx_packets).collect::<Vec<_>>()
+        );
+        for (i, w) in stats.iter().enumerate() {
+            assert!(w.connections > 0, "{side}'s worker {i} owns no connection");
+            assert!(w.rx_packets > 0, "{side}'s worker {i} received nothing");
+            // The port steered every segment to its owner's queue.
+            assert_eq!(w.dispatched_out, 0, "{side}'s worker {i} dispatched frames");
+        }
+        let owned = |i: usize| connected(dp).iter().filter(|q| q.worker == Some(i)).count() as u64;
+        for (i, w) in stats.iter().enumerate() {
+            assert!(
+                owned(i) > 0,
+                "{side}'s worker {i} owns no connected queue pair"
+            );
+            assert!(
+                w.connections >= owned(i),
+                "{side}'s worker {i}: counts {} connections, owns {}",
+                w.connections,
+                owned(i)
+            );
+        }
+    }
+
+    // ARP: no static entries, so a asked for b's address and b answered
+    // (and learnt a's from the request).
+    let arp = |dp: &dataplane::api::Dataplane| {
+        dp.stats()
+            .iter()
+            .fold((0, 0), |(i, o), w| (i + w.arp_in, o + w.arp_out))
+    };
+    let ((a_in, a_out), (b_in, b_out)) = (arp(&p.a), arp(&p.b));
+    println!("threads: ARP frames in/out: a {a_in}/{a_out}, b {b_in}/{b_out}");
+    assert!(a_out >= 1 && b_in >= 1, "a's ARP request reached b");
+    assert!(b_out >= 1 && a_in >= 1, "b's ARP reply reached a");
 }
 
 #[test]

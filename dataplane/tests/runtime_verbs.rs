@@ -126,6 +126,8 @@ const SLOT: usize = 8192;
 /// Sends through the SRQ: the first 24 of up to 8 KiB, then 40 of a few
 /// bytes that arrive many to a segment.
 const MSGS: usize = 64;
+/// The SRQ limit armed: the event fires when fewer receives are left.
+const LIMIT: usize = 4;
 
 fn srq_shared_by_two_qps(mode: DriveMode, label: &str) {
     let p = pair(mode);
@@ -175,7 +177,7 @@ fn srq_shared_by_two_qps(mode: DriveMode, label: &str) {
         srq.post_recv(&none),
         Err(dataplane::api::PostError::QueueFull)
     );
-    srq.arm_limit(4);
+    srq.arm_limit(LIMIT as u32);
 
     // a: MSGS Sends, alternating between the two connections; message k
     // is `len(k)` bytes of pattern k.
@@ -196,30 +198,49 @@ fn srq_shared_by_two_qps(mode: DriveMode, label: &str) {
     for k in 0..MSGS {
         src.write(k * SLOT, &pattern(k as u64, len(k))).unwrap();
     }
+    // Sent in three rounds, each until b has completed its receives: down
+    // to LIMIT receives left the event has not fired; the one receive
+    // that leaves fewer than LIMIT fires it; the rest find it disarmed.
     let mut sent = 0;
-    for k in 0..MSGS {
-        let wr = SendWr::send(
-            1000 + k as u64,
-            SgeList::single(src_mr.sge((k * SLOT) as u64, len(k) as u32)),
-        );
-        a.qps[k % 2].post_send(&wr).unwrap();
-        sent += len(k);
-    }
     let mut seen = Vec::new();
-    for k in 0..MSGS {
-        let wc = a.wait(&p, &mut seen, 1000 + k as u64);
-        assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::Send));
-    }
+    let mut recvs = Vec::new();
+    let mut send_round = |ks: std::ops::Range<usize>| {
+        for k in ks.clone() {
+            let wr = SendWr::send(
+                1000 + k as u64,
+                SgeList::single(src_mr.sge((k * SLOT) as u64, len(k) as u32)),
+            );
+            a.qps[k % 2].post_send(&wr).unwrap();
+            sent += len(k);
+        }
+        for k in ks.clone() {
+            let wc = a.wait(&p, &mut seen, 1000 + k as u64);
+            assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::Send));
+        }
+        p.until("the round's SRQ receives", |_| {
+            while let Some(wc) = b.cq.poll_one() {
+                recvs.push(wc);
+            }
+            (recvs.len() >= ks.end).then_some(())
+        });
+    };
+    send_round(0..MSGS - LIMIT);
+    assert_eq!(srq.len(), LIMIT);
+    assert!(
+        !srq.limit_reached(),
+        "{LIMIT} receives left, limit {LIMIT}: not reached yet"
+    );
+    send_round(MSGS - LIMIT..MSGS - LIMIT + 1);
+    assert_eq!(srq.len(), LIMIT - 1);
+    assert!(
+        srq.limit_reached(),
+        "{} receives left, limit {LIMIT}: reached",
+        LIMIT - 1
+    );
+    send_round(MSGS - LIMIT + 1..MSGS);
 
     // b: every receive completes once, on the queue pair the message came
     // through, with its bytes in the slot of the receive that took it.
-    let mut recvs = Vec::new();
-    p.until("every SRQ receive", |_| {
-        while let Some(wc) = b.cq.poll_one() {
-            recvs.push(wc);
-        }
-        (recvs.len() >= MSGS).then_some(())
-    });
     let mut slots_used = [false; MSGS];
     let mut msgs_seen = [false; MSGS];
     let mut per_qp = [0usize; 2];
@@ -255,7 +276,10 @@ fn srq_shared_by_two_qps(mode: DriveMode, label: &str) {
     assert_eq!(per_qp, [MSGS / 2, MSGS / 2]);
     assert_eq!(verified, sent);
     assert!(srq.is_empty());
-    assert!(srq.limit_reached(), "the armed limit was crossed");
+    assert!(
+        !srq.limit_reached(),
+        "the limit fired once, then disarmed itself"
+    );
     println!(
         "{label}: SRQ shared by two queue pairs on workers {} and {}: {MSGS} Sends \
          ({} per queue pair) landed in {MSGS} distinct SRQ buffers, {verified} bytes verified, \

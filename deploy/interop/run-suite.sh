@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # deploy/interop/run-suite.sh - interop suite against Linux soft-iWARP (siw).
 #
-# Boots a siw guest of the rig in ../shared/interop/siw-vm (run-peer.sh)
+# Boots a siw guest of the rig in deploy/interop/siw-vm (run-peer.sh)
 # and runs, in that one boot (another if its kernel dies), rping and
 # perftest (-R) cases in both roles
 # against the `iwarp` tool, which joins the rig's segment as DPDK
@@ -19,8 +19,8 @@
 # or 'write_bw-to-siw-crc'. See deploy/interop/README.md.
 #
 # Environment:
-#   SIWVM_RIG      the rig's scripts (default: ../shared/interop/siw-vm
-#                  relative to the repository root)
+#   SIWVM_RIG      the rig's scripts (default: siw-vm/ next to this script,
+#                  deploy/interop/siw-vm in the repository)
 #   SIWVM_STATE    the rig's state (image, VM run dirs; default /var/tmp/siwvm)
 #   IWARP_BIN      the iwarp binary (default: cargo build --release, then
 #                  ${CARGO_TARGET_DIR:-<repo>/target}/release/iwarp)
@@ -44,7 +44,7 @@ set -uo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-RIG=${SIWVM_RIG:-$HERE/../../../shared/interop/siw-vm}
+RIG=${SIWVM_RIG:-$HERE/siw-vm}
 export SIWVM_STATE=${SIWVM_STATE:-/var/tmp/siwvm}
 VM=a
 GUEST_IP=10.77.0.11

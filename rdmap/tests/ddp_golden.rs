@@ -1,5 +1,5 @@
 //! DDP/RDMAP headers from real siw traffic, embedded as bytes, and a scan
-//! of every capture when `../shared/interop/captures` is present.
+//! of every capture in the repository's `deploy/interop/captures/`.
 //!
 //! The constants were read from the captures named next to them (frame
 //! numbers as tshark counts them); the scan re-reads the captures, walks
@@ -10,8 +10,10 @@
     reason = "reads the capture fixtures from disk"
 )]
 
+mod captures_common;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use pcap_kit::{Reader, Reassembler};
 use rdmap::error::TerminateCause;
@@ -173,11 +175,6 @@ fn tagged_headers() {
 // ---------------------------------------------------------------------------
 // Capture scan.
 
-fn captures_dir() -> Option<PathBuf> {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/captures");
-    d.is_dir().then_some(d)
-}
-
 #[derive(Default, Debug)]
 struct Tally {
     by_opcode: BTreeMap<String, usize>,
@@ -248,10 +245,7 @@ fn scan(path: &Path) -> Tally {
 
 #[test]
 fn every_capture_parses() {
-    let Some(dir) = captures_dir() else {
-        eprintln!("captures not present; scan skipped");
-        return;
-    };
+    let dir = captures_common::captures_dir();
     let mut paths: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -1,4 +1,4 @@
-//! Replays the siw captures in `../shared/interop/captures/` through MPA:
+//! Replays the siw captures in `deploy/interop/captures/` through MPA:
 //! both directions of every TCP connection are reassembled, the MPA
 //! request and reply go through the negotiator (which must consume exactly
 //! them and rebuild the initiator's request byte for byte), and the rest
@@ -6,15 +6,16 @@
 //! other than the ones host-probe.pcap's client made on purpose, and
 //! prints how many FPDUs of each RDMAP opcode each direction carried.
 //!
-//! Skipped (with a message) when the captures are not there: the golden
-//! bytes the repository needs are embedded in the other tests.
+//! The captures are fixtures of the repository: a missing one fails.
+
 #![allow(
     clippy::disallowed_methods,
     reason = "reads the capture fixtures from disk"
 )]
 
+mod captures_common;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pcap_kit::{Connection, LinkType, Reader, Reassembler, Stream};
@@ -22,11 +23,6 @@ use rdmap::mpa::deframe::{DeframeEvent, Deframer};
 use rdmap::mpa::frame::{FrameKind, FrameRepr, RtrSet, RtrType, REQUEST_KEY};
 use rdmap::mpa::negotiate::{Config, CrcPolicy, Event, Negotiator};
 use rdmap::mpa::rtr;
-
-fn captures_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/captures");
-    dir.is_dir().then_some(dir)
-}
 
 // ------------------------------------------------------------ pcap ----
 
@@ -262,10 +258,7 @@ fn replay_connection(
 }
 #[test]
 fn replay_every_capture() {
-    let Some(dir) = captures_dir() else {
-        eprintln!("captures not found; skipped");
-        return;
-    };
+    let dir = captures_common::captures_dir();
     let mut total = 0;
     let mut names: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()

@@ -5,6 +5,8 @@
     reason = "reads a capture fixture from disk"
 )]
 
+mod captures_common;
+
 use proptest::prelude::*;
 use rdmap::mpa::frame::{
     self, frame_len, Frame, FrameError, FrameKind, FrameRepr, IrdOrd, RtrSet, RtrType,
@@ -172,14 +174,10 @@ fn golden_frames_parse_and_reemit() {
 
 #[test]
 fn captures_hold_the_golden_frames() {
-    // When the captures are present, check that the embedded constants are
-    // what they say: every MPA frame in host-probe.pcap is among them.
-    let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/captures");
-    let Ok(pcap) = std::fs::read(dir.join("host-probe.pcap")) else {
-        eprintln!("captures not found; skipped");
-        return;
-    };
+    // The embedded constants are what they say: every MPA frame in
+    // host-probe.pcap is among them.
+    let path = captures_common::capture("host-probe.pcap");
+    let pcap = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let all: Vec<Vec<u8>> = goldens().iter().map(|g| hex(&g.bytes)).collect();
     let key = b"MPA ID R";
     let mut found = 0;

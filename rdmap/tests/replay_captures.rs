@@ -1,5 +1,5 @@
 //! Replays real siw traffic through the whole receive path: both
-//! directions of every MPA connection in `../shared/interop/captures/`
+//! directions of every MPA connection in `deploy/interop/captures/`
 //! (TCP reassembled, cut where the TCP segments were cut, up to the first
 //! gap the snap length or the capture's end left) each go into an
 //! [`Endpoint`] in the role that received them — the server's responder
@@ -20,18 +20,18 @@
 //! the capture's own peer sent one (host-probe.pcap's deliberate faults),
 //! and there our cause must be siw's.
 //!
-//! rping's connection is also embedded (`replay_golden`), so the replay
-//! runs, and rping's announcements are checked against where its data
-//! landed, without the captures.
+//! rping's connection is also embedded (`replay_golden`), and replayed
+//! from there too: rping's announcements are checked against where its
+//! data landed.
 #![allow(
     clippy::disallowed_methods,
     reason = "reads the capture fixtures from disk"
 )]
 
+mod captures_common;
 mod replay_golden;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pcap_kit::{Reader, Reassembler, Stream};
@@ -47,11 +47,6 @@ use rdmap::verbs::{
     SendWr, Sge, SgeList, Stag, WcOpcode, WcStatus, WorkCompletion,
 };
 use rdmap::wire::{DdpRepr, RdmapOpcode, ReadRequest, TerminateMessage};
-
-fn captures_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/captures");
-    dir.is_dir().then_some(dir)
-}
 
 const OPCODES: [&str; 8] = [
     "Write",
@@ -1271,10 +1266,7 @@ fn known_sink(capture: &str, server_port: u16) -> Option<u32> {
 
 #[test]
 fn replay_every_capture() {
-    let Some(dir) = captures_dir() else {
-        println!("../shared/interop/captures not found: only the embedded rping streams replayed");
-        return;
-    };
+    let dir = captures_common::captures_dir();
     let mut names: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

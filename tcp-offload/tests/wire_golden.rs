@@ -1,13 +1,13 @@
 //! Golden-byte tests of the wire layer against real frames.
 //!
 //! The constants below are frames captured from Linux soft-iWARP and a
-//! raw-frame client (`shared/interop/captures/`, frame numbers 1-based as
-//! Wireshark counts them), embedded so that the repository stands alone.
-//! Each must parse to the exact field values a decoder reads from it, and
-//! the parsed representations must emit the very same bytes.
+//! raw-frame client (`deploy/interop/captures/`, frame numbers 1-based as
+//! Wireshark counts them), embedded here so that each test names its
+//! bytes. Each must parse to the exact field values a decoder reads from
+//! it, and the parsed representations must emit the very same bytes.
 //!
-//! When the capture directory is present next to the workspace, a further
-//! test runs every frame of every capture through the parsers.
+//! A further test runs every frame of every capture through the parsers;
+//! the captures are fixtures of the repository, and a missing one fails.
 #![allow(
     clippy::disallowed_methods,
     reason = "reads the capture fixtures from disk"
@@ -780,23 +780,36 @@ fn check_frame(rec: &Record<'_>, offload: bool, t: &mut Tally) -> Result<(), Str
     Ok(())
 }
 
-fn capture_dir() -> Option<PathBuf> {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    [
-        manifest.join("../../shared/interop/captures"),
-        manifest.join("../shared/interop/captures"),
-        PathBuf::from("/work/shared/interop/captures"),
-    ]
-    .into_iter()
-    .find(|d| d.is_dir())
+/// The siw captures: the repository's test fixtures in
+/// `deploy/interop/captures/`. Panics, naming the path, unless the folder
+/// holds each of them.
+fn capture_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/interop/captures");
+    for name in [
+        "host-probe.pcap",
+        "read_bw.pcap",
+        "read_bw_n5000.pcap",
+        "read_lat.pcap",
+        "rping.pcap",
+        "send_bw.pcap",
+        "send_lat.pcap",
+        "write_bw.pcap",
+        "write_bw_offload.pcap",
+        "write_lat.pcap",
+    ] {
+        let path = dir.join(name);
+        assert!(
+            path.is_file(),
+            "siw capture fixture missing: {} (the repository's deploy/interop/captures)",
+            path.display()
+        );
+    }
+    dir
 }
 
 #[test]
 fn every_captured_frame_parses() {
-    let Some(dir) = capture_dir() else {
-        println!("capture directory not found; skipping the whole-capture pass");
-        return;
-    };
+    let dir = capture_dir();
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("read capture dir")
         .filter_map(|d| d.ok().map(|d| d.path()))

@@ -1,6 +1,6 @@
 //! perftest's `-R` control exchange against the real thing: the control
 //! connections of the siw↔siw perftest captures in
-//! `../shared/interop/captures/` are replayed into our exchange, each side
+//! `deploy/interop/captures/` are replayed into our exchange, each side
 //! in turn — fed the client's messages, our server must answer each with a
 //! message of the shape perftest's server sent (same length; the same
 //! bytes where perftest's content does not depend on the host: version,
@@ -12,8 +12,8 @@
 //! fails, and so does a data connection or a run that starts after a
 //! different number of exchanges than in the capture (read off the
 //! capture's frame order). The control streams are embedded
-//! (`perftest_replay/golden.rs`), so this runs from a clean clone; where
-//! the captures are present, the copies are checked against them.
+//! (`perftest_replay/golden.rs`), and the copies are checked against the
+//! captures, which are fixtures of the repository (a missing one fails).
 //!
 //! Then the whole session end to end: two dataplanes over an in-memory
 //! link, `Session::server` and `Session::client` on two threads, every
@@ -27,7 +27,6 @@ mod runtime_common;
 mod golden;
 
 use std::net::SocketAddrV4;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dataplane::api::{Access, Dataplane, DriveMode, Qp, QpOptions, QpStatus, Region};
@@ -41,11 +40,6 @@ use rdmap::mpa::deframe::{DeframeEvent, Deframer};
 use rdmap::mpa::frame::{FrameRepr, REQUEST_KEY};
 use rdmap::wire::{DdpRepr, RdmapOpcode};
 use runtime_common::{Pair, PairOptions, IP_B, PORT};
-
-fn captures_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/interop/captures");
-    dir.is_dir().then_some(dir)
-}
 
 /// The Send messages of one direction of an MPA connection, in order,
 /// and the stream offset just past each.
@@ -186,9 +180,9 @@ struct Control {
 }
 
 /// The control connection of capture `name`, read from the capture.
-fn captured(name: &str) -> Option<Control> {
-    let dir = captures_dir()?;
-    let bytes = std::fs::read(dir.join(name)).ok()?;
+fn captured(name: &str) -> Control {
+    let path = runtime_common::siw_capture(name);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let records = Reader::read_all(&bytes).expect("capture reads");
     let conns = Reassembler::from_records(records.clone());
     let mpa: Vec<_> = conns
@@ -213,7 +207,7 @@ fn captured(name: &str) -> Option<Control> {
         data_connections: mpa.len() - 1,
     };
     c.timeline = Some(timeline(&records, &c));
-    Some(c)
+    c
 }
 
 fn unhex(s: &str) -> Vec<u8> {
@@ -245,14 +239,11 @@ fn control(name: &str) -> Control {
     }
 }
 
-/// The embedded copies are what the captures hold (when they are here).
+/// The embedded copies are what the captures hold.
 #[test]
 fn golden_matches_the_captures() {
     for g in &golden::GOLDEN {
-        let Some(c) = captured(g.name) else {
-            println!("{}: capture not found, the embedded copy is used", g.name);
-            continue;
-        };
+        let c = captured(g.name);
         let e = control(g.name);
         assert_eq!(c.client, e.client, "{}: client", g.name);
         assert_eq!(c.server, e.server, "{}: server", g.name);
@@ -484,18 +475,54 @@ fn replay_send_lat() {
 
 /// A script that is not perftest's fails the replay: every test's
 /// exchange fed another test's capture (with one QP the messages look
-/// alike; where the run starts and what follows it differ).
+/// alike; where the run starts, what follows it, or the outstanding reads
+/// a read test advertises differ). Each must fail on that difference: the
+/// replay's panic names it, and any other panic fails the test.
 #[test]
 fn a_foreign_script_fails_the_replay() {
-    for (name, wrong) in [
-        ("send_bw.pcap", TestKind::WriteBw),
-        ("write_bw.pcap", TestKind::SendBw),
-        ("write_lat.pcap", TestKind::ReadLat),
-        ("read_lat.pcap", TestKind::SendLat),
-        ("send_lat.pcap", TestKind::WriteLat),
+    for (name, wrong, mismatch) in [
+        // perftest's send test has one more exchange before the run
+        (
+            "send_bw.pcap",
+            TestKind::WriteBw,
+            "send_bw.pcap as Server: data connections and run",
+        ),
+        (
+            "write_bw.pcap",
+            TestKind::SendBw,
+            "write_bw.pcap as Server: data connections and run",
+        ),
+        // a read test's dest asks for 128 outstanding reads, the others' 1
+        (
+            "write_lat.pcap",
+            TestKind::ReadLat,
+            "write_lat.pcap as Server, message 6: lid, out_reads, srqn, gid_index",
+        ),
+        (
+            "read_lat.pcap",
+            TestKind::SendLat,
+            "read_lat.pcap as Server, message 6: lid, out_reads, srqn, gid_index",
+        ),
+        // the send latency test's exchange is longer than the write's
+        (
+            "send_lat.pcap",
+            TestKind::WriteLat,
+            "WriteLat Server: perftest sent messages past our script's end",
+        ),
     ] {
         let r = std::panic::catch_unwind(|| replay_capture(name, wrong));
-        assert!(r.is_err(), "{wrong:?}'s exchange passed for {name}");
+        let Err(payload) = r else {
+            panic!("{wrong:?}'s exchange passed for {name}");
+        };
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("<a panic without a message>");
+        assert!(
+            message.contains(mismatch),
+            "{wrong:?} fed {name}: expected the mismatch \"{mismatch}\", the replay failed on: {message}"
+        );
     }
 }
 

@@ -7,7 +7,7 @@
 //!   refused by a port nobody listens on; a server nobody connects to.
 //! - On the wire: rping's connection from `rping.pcap` (`rping -C 10 -S
 //!   100`, siw on both sides; embedded in rdmap's replay tests, and read
-//!   from the capture too when `../shared/interop/captures` is there) is
+//!   from the fixture `deploy/interop/captures/rping.pcap` too) is
 //!   taken apart, and every message in it is checked against this
 //!   module's encoding: the MPA IRD/ORD words, each 16-byte advertisement
 //!   (decoded and re-encoded byte for byte), the server's zero go-aheads,
@@ -550,12 +550,8 @@ fn rping_messages_match_the_capture() {
     let n = check_rping_connection(&c, &s, "embedded rping streams");
     println!("embedded rping.pcap streams: {n} messages match the encoding and the pattern");
 
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/interop/captures/rping.pcap");
-    let Ok(bytes) = std::fs::read(&path) else {
-        println!("{} not found: embedded streams only", path.display());
-        return;
-    };
+    let path = runtime_common::siw_capture("rping.pcap");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let records = pcap_kit::Reader::read_all(&bytes).expect("the capture reads");
     let conns = pcap_kit::Reassembler::from_records(records);
     let conn = conns
@@ -739,7 +735,7 @@ fn two_processes_over_af_packet() {
 /// Without -C the client pings until stopped: SIGINT ends it between two
 /// pings, with its summary and status 0, and the server with it.
 #[test]
-fn two_processes_client_stopped_by_sigint() {
+fn two_processes_client_stopped_by_sigint_over_af_packet() {
     if !require_root() {
         return;
     }

@@ -444,3 +444,23 @@ pub fn exchange(p: &Pair, a: &mut End, b: &mut End, op: Op, len: usize, id: u64)
     dst_dp.dereg_mr(&dst.mr).unwrap();
     len
 }
+
+/// The path of siw capture `name`, one of the repository's test fixtures
+/// in `deploy/interop/captures/`; panics, naming the path, if it is not
+/// there.
+pub fn siw_capture(name: &str) -> std::path::PathBuf {
+    // The harness serves the dataplane's tests and the tool's (one folder
+    // deeper): the fixtures are found from the workspace root.
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = manifest
+        .ancestors()
+        .find(|d| d.join("Cargo.lock").is_file())
+        .unwrap_or(manifest);
+    let path = root.join("deploy/interop/captures").join(name);
+    assert!(
+        path.is_file(),
+        "siw capture fixture missing: {} (the repository's deploy/interop/captures)",
+        path.display()
+    );
+    path
+}

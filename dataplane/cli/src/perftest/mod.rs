@@ -10,7 +10,7 @@
 //! Facts from perftest's public source (tag v4.5-0.18, version string
 //! "6.06", as packaged in Debian 12: `perftest_communication.c`,
 //! `perftest_resources.h`, the `main` of each test) and the siw↔siw
-//! captures in `shared/interop/captures/`; no code of perftest is used.
+//! captures in `deploy/interop/captures/`; no code of perftest is used.
 //!
 //! # Connections
 //!
@@ -189,7 +189,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// Whether perftest's server closes the control connection first (its
 /// client closes the data connections first in every test; siw↔siw
-/// captures in `../shared/interop/captures/`: the server's FIN comes first
+/// captures in `deploy/interop/captures/`: the server's FIN comes first
 /// on the control connection of write_bw, read_bw, read_lat and send_lat,
 /// the client's in send_bw and write_lat).
 pub fn server_closes_control(test: TestKind) -> bool {

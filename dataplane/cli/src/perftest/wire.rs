@@ -6,7 +6,7 @@
 //! Layouts follow perftest's `perftest_communication.c` (`exchange_versions`,
 //! `check_sys_data`, `check_mtu`, `rdma_write_keys`, `xchg_bw_reports`) and
 //! `perftest_resources.h` (`struct pingpong_dest`), tag v4.5-0.18, checked
-//! against the captures in `shared/interop/captures/`. Parsing is strict
+//! against the captures in `deploy/interop/captures/`. Parsing is strict
 //! about lengths and lenient about fields perftest itself ignores (the
 //! padding word of `pingpong_dest` carries stack garbage in the captures).
 

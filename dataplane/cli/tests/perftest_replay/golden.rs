@@ -1,9 +1,9 @@
 //! The control connections of the perftest captures in
-//! `shared/interop/captures/` (siw↔siw, perftest 4.5 "6.06", `-R -F`,
-//! one QP), so that the replay runs from a clean clone too: each side's
+//! `deploy/interop/captures/` (siw↔siw, perftest 4.5 "6.06", `-R -F`,
+//! one QP), embedded so that each replay states its bytes: each side's
 //! Send payloads in order, as hex, and where the data connections and the
 //! data traffic began, counted in exchanges. `golden_matches_the_captures`
-//! checks them against the captures when those are at hand.
+//! checks them against the captures.
 
 /// One capture's control connection.
 pub struct Golden {
