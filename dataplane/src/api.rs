@@ -172,10 +172,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use crossbeam_queue::ArrayQueue;
 use rdmap::placement::MemSpan;
-use rdmap::verbs::{
-    CqId, Device, DeviceLimits, QpInitAttr, RecvSupply, SrqId, SrqInitAttr, VerbsError, MAX_SGE,
-};
-use tcp_offload::tcp::{ConnId, StackError};
+use rdmap::verbs::{CqId, Device, DeviceLimits, QpInitAttr, SrqInitAttr, VerbsError, MAX_SGE};
 use tcp_offload::wire::EthernetAddress;
 
 pub use rdmap::engine::{SetupFailure, TerminateOrigin};
@@ -188,13 +185,18 @@ pub use rdmap::verbs::{
 
 pub use crate::memory::Region;
 
-use crate::config::{Config, ConfigError};
+use crate::config::Config;
+pub use crate::ctl::{
+    printable, CmEvent, ConnectFailure, ConnectRequest, ConnectionInfo, DisconnectReason, Error,
+    QpStatus,
+};
+use crate::ctl::{
+    ConnParams, CqShared, Ctl, CtlReply, DispatchRings, IdleWake, QpCounters, QpShared, SmallFrame,
+    SrqShared, WorkerMsg, FORWARD_RING, UNBOUND,
+};
 use crate::link::{Link, LinkQueue, MemLink, MemLinkConfig};
 use crate::memory::MemoryError;
-use crate::worker::{
-    Clock, ConnParams, Ctl, CtlReply, IdleWake, MrSyncLinks, SmallFrame, Worker, WorkerCounters,
-    WorkerMsg, WorkerSetup, WorkerStats, FORWARD_RING,
-};
+use crate::worker::{Clock, MrSyncLinks, Worker, WorkerCounters, WorkerSetup, WorkerStats};
 
 /// How long the control path waits for a worker's answer.
 pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -203,93 +205,9 @@ pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 /// reject (revision 2: 256 bytes in all, less the IRD/ORD words).
 pub const MAX_PRIVATE_DATA: usize = 252;
 
-/// Why an API call failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Error {
-    /// The configuration was refused.
-    Config(ConfigError),
-    /// Something this build of the runtime cannot do yet.
-    Unsupported(&'static str),
-    /// A verbs object rule (limits, STags, protection domains).
-    Verbs(VerbsError),
-    /// A region or an access outside it.
-    Memory(MemoryError),
-    /// The TCP stack refused (port in use, no free port, table full).
-    Stack(StackError),
-    /// An argument out of range.
-    InvalidArgument(&'static str),
-    /// The connection request is no longer pending.
-    NoSuchRequest,
-    /// The queue pair is already bound to a connection.
-    QpInUse,
-    /// A worker thread has stopped.
-    WorkerGone,
-    /// A worker did not answer within [`CONTROL_TIMEOUT`].
-    Timeout,
-    /// A worker thread could not be started or pinned.
-    Thread(String),
-    /// The DPDK device (or EAL) could not be set up.
-    Device(String),
-    /// A packet capture could not start or finish.
-    Capture(crate::capture::CaptureError),
-}
-
-impl core::fmt::Display for Error {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            Error::Config(e) => write!(f, "{e}"),
-            Error::Unsupported(what) => write!(f, "not supported yet: {what}"),
-            Error::Verbs(e) => write!(f, "the verbs call was refused: {e}"),
-            Error::Memory(e) => write!(f, "memory: {e}"),
-            Error::Stack(e) => write!(f, "the TCP stack refused: {e}"),
-            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
-            Error::NoSuchRequest => f.write_str("no such pending connection request"),
-            Error::QpInUse => f.write_str("queue pair already in use"),
-            Error::WorkerGone => f.write_str("a worker has stopped"),
-            Error::Timeout => f.write_str("a worker did not answer in time"),
-            Error::Thread(m) => write!(f, "worker thread: {m}"),
-            Error::Device(m) => write!(f, "device: {m}"),
-            Error::Capture(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl From<ConfigError> for Error {
-    fn from(e: ConfigError) -> Error {
-        Error::Config(e)
-    }
-}
-
-impl From<VerbsError> for Error {
-    fn from(e: VerbsError) -> Error {
-        Error::Verbs(e)
-    }
-}
-
-impl From<MemoryError> for Error {
-    fn from(e: MemoryError) -> Error {
-        Error::Memory(e)
-    }
-}
-
-impl From<StackError> for Error {
-    fn from(e: StackError) -> Error {
-        Error::Stack(e)
-    }
-}
-
 // ---------------------------------------------------------------------
 // Completion queues.
 // ---------------------------------------------------------------------
-
-#[derive(Debug)]
-struct CqShared {
-    ring: ArrayQueue<WorkCompletion>,
-    id: u32,
-}
 
 /// A completion queue: a bounded ring that workers push completions into
 /// (release) and the application polls (acquire). Clone it freely; every
@@ -340,29 +258,11 @@ impl Cq {
     pub fn id(&self) -> u32 {
         self.inner.id
     }
-
-    pub(crate) fn push(&self, wc: WorkCompletion) -> Result<(), WorkCompletion> {
-        self.inner.ring.push(wc)
-    }
 }
 
 // ---------------------------------------------------------------------
 // Shared receive queues.
 // ---------------------------------------------------------------------
-
-#[derive(Debug)]
-pub(crate) struct SrqShared {
-    id: SrqId,
-    pd: PdId,
-    max_sge: u32,
-    ring: ArrayQueue<RecvWr>,
-    /// Armed limit (0: disarmed).
-    limit: AtomicU32,
-    limit_reached: AtomicBool,
-    /// Set by [`Dataplane::destroy_srq`]: no more receives, no new queue
-    /// pairs.
-    destroyed: AtomicBool,
-}
 
 /// A shared receive queue (`ibv_srq`): receive buffers for every queue
 /// pair created on it, whichever worker runs them. Clone it freely; every
@@ -430,69 +330,9 @@ impl Srq {
     }
 }
 
-/// A worker's way into an SRQ's ring, for the queue pair engine (see
-/// `rdmap::verbs::RecvSupply`): one buffer per Send that begins.
-#[derive(Debug)]
-pub(crate) struct SrqSupply(Arc<SrqShared>);
-
-impl SrqSupply {
-    pub(crate) fn new(srq: Arc<SrqShared>) -> SrqSupply {
-        SrqSupply(srq)
-    }
-}
-
-impl SrqShared {
-    /// Receives it holds at most.
-    pub(crate) fn capacity(&self) -> usize {
-        self.ring.capacity()
-    }
-}
-
-impl RecvSupply for SrqSupply {
-    fn take(&mut self) -> Option<RecvWr> {
-        let s = &*self.0;
-        let wr = s.ring.pop()?;
-        let limit = s.limit.load(Ordering::Relaxed);
-        if limit > 0
-            && s.ring.len() < limit as usize
-            && s.limit
-                .compare_exchange(limit, 0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            s.limit_reached.store(true, Ordering::Release);
-        }
-        Some(wr)
-    }
-}
-
 // ---------------------------------------------------------------------
 // Queue pairs.
 // ---------------------------------------------------------------------
-
-/// Where a queue pair stands, as the application sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum QpStatus {
-    /// Created; work may be posted.
-    Idle,
-    /// Bound to a connection being set up.
-    Connecting,
-    /// The stream is up.
-    Connected,
-    /// The connection is gone (or never came up); outstanding work was
-    /// flushed.
-    Disconnected,
-}
-
-impl QpStatus {
-    fn from_u8(v: u8) -> QpStatus {
-        match v {
-            0 => QpStatus::Idle,
-            1 => QpStatus::Connecting,
-            2 => QpStatus::Connected,
-            _ => QpStatus::Disconnected,
-        }
-    }
-}
 
 /// Sizes of a queue pair (`ibv_qp_cap` and the IRD/ORD limits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -527,53 +367,6 @@ impl Default for QpOptions {
     }
 }
 
-/// What a queue pair shares between the application and its worker.
-#[derive(Debug)]
-pub(crate) struct QpShared {
-    pub qpn: QpNum,
-    pub attr: QpInitAttr,
-    pub sq: ArrayQueue<SendWr>,
-    pub rq: ArrayQueue<RecvWr>,
-    pub send_cq: Cq,
-    pub recv_cq: Cq,
-    /// Its shared receive queue, if created with one.
-    pub srq: Option<Arc<SrqShared>>,
-    status: AtomicU8,
-    worker: AtomicUsize,
-    /// Every worker's idle state: a post wakes the owner if it sleeps.
-    wake: Arc<[IdleWake]>,
-    /// Published by the owning worker (see [`QpCounters`]).
-    pub counters: QpCounters,
-    /// What the connection negotiated, recorded by the control path when
-    /// its `Established` event passes (never touched by a worker).
-    connection: Mutex<Option<ConnectionInfo>>,
-}
-
-/// Per-queue-pair figures the owning worker publishes every
-/// [`crate::worker::STATS_PERIOD`] (plain stores of relaxed atomics: the
-/// data path takes no lock and no locked instruction for them).
-#[derive(Debug, Default)]
-pub(crate) struct QpCounters {
-    /// TCP payload bytes sent on the connection (MPA framing included).
-    pub bytes_sent: AtomicU64,
-    /// TCP payload bytes received.
-    pub bytes_received: AtomicU64,
-    /// TCP segments retransmitted.
-    pub retransmits: AtomicU64,
-    /// RDMA Reads sent whose Response has not completed.
-    pub outstanding_reads: AtomicU64,
-}
-
-impl QpCounters {
-    /// The owning worker's publication.
-    pub(crate) fn publish(&self, sent: u64, received: u64, retransmits: u64, reads: u64) {
-        self.bytes_sent.store(sent, Ordering::Relaxed);
-        self.bytes_received.store(received, Ordering::Relaxed);
-        self.retransmits.store(retransmits, Ordering::Relaxed);
-        self.outstanding_reads.store(reads, Ordering::Relaxed);
-    }
-}
-
 /// A queue pair as the control path sees it, from
 /// [`Dataplane::qp_snapshots`]: the figures are the owning worker's last
 /// publication.
@@ -595,26 +388,6 @@ pub struct QpSnapshot {
     pub retransmits: u64,
     /// RDMA Reads sent whose Response has not completed.
     pub outstanding_reads: u64,
-}
-
-const UNBOUND: usize = usize::MAX;
-
-impl QpShared {
-    pub(crate) fn set_status(&self, s: QpStatus) {
-        self.status.store(s as u8, Ordering::Release);
-    }
-
-    pub(crate) fn bind_worker(&self, w: usize) {
-        self.worker.store(w, Ordering::Release);
-    }
-
-    /// After a post: the owning worker, if bound and asleep, wakes up
-    /// for it (an unbound queue pair's posts wait for the binding).
-    fn wake_worker(&self) {
-        if let Some(w) = self.wake.get(self.worker.load(Ordering::Relaxed)) {
-            w.wake();
-        }
-    }
 }
 
 /// A queue pair: the application's end of a connection. Clone it freely;
@@ -879,327 +652,6 @@ impl Default for ConnectParams {
     }
 }
 
-/// A peer's connection request, to answer with [`Dataplane::accept`] or
-/// [`Dataplane::reject`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnectRequest {
-    pub(crate) worker: usize,
-    pub(crate) conn: ConnId,
-    /// The peer's address and port.
-    pub remote: SocketAddrV4,
-    /// Our listening port it came to.
-    pub local_port: u16,
-    /// The peer's private data.
-    pub private_data: Vec<u8>,
-    /// The IRD the peer announced (MPA revision 2).
-    pub ird: Option<u16>,
-    /// The ORD the peer announced.
-    pub ord: Option<u16>,
-}
-
-impl ConnectRequest {
-    /// The worker that received it (and will own the connection).
-    pub fn worker(&self) -> usize {
-        self.worker
-    }
-}
-
-/// What connection setup agreed on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnectionInfo {
-    /// The peer.
-    pub remote: SocketAddrV4,
-    /// Our inbound Read depth.
-    pub ird: u16,
-    /// Our outbound Read depth.
-    pub ord: u16,
-    /// The MPA revision in use: the reply's (1 is RFC 5044, 2 adds
-    /// RFC 6581's peer-to-peer and IRD/ORD words).
-    pub revision: u8,
-    /// CRC32c in use.
-    pub crc: bool,
-    /// The peer inserts markers.
-    pub markers_rx: bool,
-    /// We insert markers.
-    pub markers_tx: bool,
-    /// The peer-to-peer RTR, if any.
-    pub rtr: Option<RtrType>,
-    /// The peer's private data.
-    pub private_data: Vec<u8>,
-}
-
-/// Why an active open, or a passive one the application accepted, did
-/// not produce a connection. Its [`fmt::Display`](core::fmt::Display) is
-/// one sentence naming what the peer did and what to change, with the
-/// configuration key to change where there is one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnectFailure {
-    /// TCP was refused (RST).
-    Refused,
-    /// TCP's handshake timed out.
-    TimedOut,
-    /// MPA setup failed.
-    Setup(SetupFailure),
-    /// Passive side: the application accepted the request, and MPA setup
-    /// refused it with a reject all the same (the peer asked for markers,
-    /// offered no RTR we take, or did not ask for CRC with `mpa.crc =
-    /// "required"`).
-    RequestRefused(RejectReason),
-}
-
-impl ConnectFailure {
-    /// One value of every variant (every setup failure and reject reason
-    /// among them), for the tests that walk each message.
-    pub fn all() -> Vec<ConnectFailure> {
-        let mut all = vec![ConnectFailure::Refused, ConnectFailure::TimedOut];
-        all.extend(SetupFailure::all().into_iter().map(ConnectFailure::Setup));
-        all.extend(
-            RejectReason::ALL
-                .iter()
-                .filter(|r| **r != RejectReason::ByPeer && **r != RejectReason::ByApplication)
-                .map(|r| ConnectFailure::RequestRefused(*r)),
-        );
-        all
-    }
-
-    /// Whether the peer (or the path to it) is at fault, so that the
-    /// message must say what to change.
-    pub fn peer_at_fault(&self) -> bool {
-        match self {
-            ConnectFailure::Refused | ConnectFailure::TimedOut => true,
-            ConnectFailure::Setup(f) => f.peer_at_fault(),
-            ConnectFailure::RequestRefused(r) => r.peer_at_fault(),
-        }
-    }
-
-    /// The configuration key that changes the outcome, if one does.
-    pub fn setting(&self) -> Option<&'static str> {
-        match self {
-            ConnectFailure::Setup(SetupFailure::Negotiation(e)) => match e {
-                NegotiationError::Timeout => Some("mpa.timeout_s"),
-                NegotiationError::NoMatchingRtr { .. } => Some("mpa.rtr"),
-                NegotiationError::CrcNotHonoured(_) => Some("mpa.crc"),
-                _ => None,
-            },
-            ConnectFailure::RequestRefused(RejectReason::CrcRequired) => Some("mpa.crc"),
-            _ => None,
-        }
-    }
-}
-
-impl core::fmt::Display for ConnectFailure {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            ConnectFailure::Refused => f.write_str(
-                "the peer refused the TCP connection; \
-                 check that a server listens on that address and port",
-            )?,
-            ConnectFailure::TimedOut => f.write_str(
-                "the peer is unreachable: it did not answer the TCP connection attempt in time; \
-                 check its address and that it is up",
-            )?,
-            ConnectFailure::Setup(s) => write!(f, "{s}")?,
-            ConnectFailure::RequestRefused(r) => write!(f, "we refused the MPA request: {r}")?,
-        }
-        if let Some(key) = self.setting() {
-            write!(f, " (see {key})")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ConnectFailure {}
-
-/// Why a connection ended. Its [`fmt::Display`](core::fmt::Display) is
-/// one sentence, with what to change when the peer ended it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DisconnectReason {
-    /// TCP closed with FINs (an orderly close).
-    Closed,
-    /// TCP was reset by the peer.
-    Reset,
-    /// TCP gave up retransmitting.
-    TimedOut,
-    /// We aborted it ([`Dataplane::disconnect`] with `abort`).
-    LocalAbort,
-    /// A Terminate ended the stream.
-    Terminated {
-        /// Its cause, if it could be read.
-        cause: Option<TerminateCause>,
-        /// Who sent it.
-        origin: TerminateOrigin,
-    },
-}
-
-impl DisconnectReason {
-    /// One value of every variant, for the tests that walk each message.
-    pub fn all() -> Vec<DisconnectReason> {
-        let mut all = vec![
-            DisconnectReason::Closed,
-            DisconnectReason::Reset,
-            DisconnectReason::TimedOut,
-            DisconnectReason::LocalAbort,
-        ];
-        for origin in [
-            TerminateOrigin::Local,
-            TerminateOrigin::Peer,
-            TerminateOrigin::Stream,
-        ] {
-            all.push(DisconnectReason::Terminated {
-                cause: None,
-                origin,
-            });
-            all.extend(
-                rdmap::error::ALL
-                    .iter()
-                    .map(|(c, _)| DisconnectReason::Terminated {
-                        cause: Some(*c),
-                        origin,
-                    }),
-            );
-        }
-        all
-    }
-
-    /// Whether the peer (or the path to it) ended the connection, so that
-    /// the message must say what to change.
-    pub fn peer_at_fault(&self) -> bool {
-        !matches!(
-            self,
-            DisconnectReason::Closed | DisconnectReason::LocalAbort
-        )
-    }
-}
-
-impl core::fmt::Display for DisconnectReason {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            DisconnectReason::Closed => f.write_str("the connection was closed in order"),
-            DisconnectReason::Reset => {
-                f.write_str("the peer reset the TCP connection; check the peer's logs for why")
-            }
-            DisconnectReason::TimedOut => f.write_str(
-                "TCP gave up retransmitting to the peer; check the link and that the peer is up",
-            ),
-            DisconnectReason::LocalAbort => f.write_str("we aborted the connection"),
-            DisconnectReason::Terminated { cause, origin } => {
-                match origin {
-                    TerminateOrigin::Peer => {
-                        f.write_str("the peer ended the stream with a Terminate")?
-                    }
-                    TerminateOrigin::Local => {
-                        f.write_str("we ended the stream with a Terminate for what the peer sent")?
-                    }
-                    TerminateOrigin::Stream => f.write_str("TCP went away under the stream")?,
-                }
-                match cause {
-                    Some(c) => write!(f, ", {c}")?,
-                    None => f.write_str(", its cause unreadable")?,
-                }
-                f.write_str(match origin {
-                    TerminateOrigin::Peer => "; check the peer's logs for what it found wrong",
-                    TerminateOrigin::Local => {
-                        "; check the peer's application, which that cause describes"
-                    }
-                    TerminateOrigin::Stream => "; check the peer's logs for why it closed",
-                })
-            }
-        }
-    }
-}
-
-/// A connection-management event (`rdma_cm_event`). Its
-/// [`fmt::Display`](core::fmt::Display) is one line for logs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CmEvent {
-    /// A peer asks to connect.
-    ConnectRequest(ConnectRequest),
-    /// The connection of `qp` is up (both sides get it).
-    Established {
-        /// The queue pair.
-        qp: QpNum,
-        /// What was agreed.
-        info: ConnectionInfo,
-    },
-    /// The peer rejected our request.
-    Rejected {
-        /// The queue pair.
-        qp: QpNum,
-        /// The peer's private data.
-        private_data: Vec<u8>,
-    },
-    /// Our active open failed, or a passive one the application accepted.
-    ConnectFailed {
-        /// The queue pair.
-        qp: QpNum,
-        /// Why.
-        reason: ConnectFailure,
-    },
-    /// An established connection ended; outstanding work was flushed.
-    Disconnected {
-        /// The queue pair.
-        qp: QpNum,
-        /// Why.
-        reason: DisconnectReason,
-    },
-    /// A deregistration that had to wait for in-flight data finished: the
-    /// memory is no longer referenced by the dataplane.
-    MrDeregistered(Stag),
-}
-
-impl core::fmt::Display for CmEvent {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            CmEvent::ConnectRequest(r) => write!(
-                f,
-                "connection request from {} to port {}",
-                r.remote, r.local_port
-            ),
-            CmEvent::Established { qp, info } => {
-                write!(
-                    f,
-                    "queue pair {} is connected to {}, MPA revision {}, CRC {}",
-                    qp.0,
-                    info.remote,
-                    info.revision,
-                    if info.crc { "on" } else { "off" }
-                )?;
-                match info.rtr {
-                    Some(RtrType::Send) => f.write_str(", Send RTR"),
-                    Some(RtrType::Write) => f.write_str(", Write RTR"),
-                    Some(RtrType::Read) => f.write_str(", Read RTR"),
-                    None => f.write_str(", no RTR"),
-                }
-            }
-            CmEvent::Rejected { qp, private_data } => {
-                write!(f, "the peer rejected the connection of queue pair {}", qp.0)?;
-                match printable(private_data) {
-                    Some(text) => write!(f, ", saying {text}"),
-                    None if private_data.is_empty() => Ok(()),
-                    None => write!(f, " with {} bytes of private data", private_data.len()),
-                }
-            }
-            CmEvent::ConnectFailed { qp, reason } => {
-                write!(f, "queue pair {} did not connect: {reason}", qp.0)
-            }
-            CmEvent::Disconnected { qp, reason } => {
-                write!(f, "queue pair {} disconnected: {reason}", qp.0)
-            }
-            CmEvent::MrDeregistered(stag) => {
-                write!(f, "the memory region of STag {stag} is free")
-            }
-        }
-    }
-}
-
-/// A reject's private data as words, when it is printable text (with at
-/// most a C string's terminating zero), as ours is when we require CRC.
-pub fn printable(private_data: &[u8]) -> Option<&str> {
-    let text = private_data.strip_suffix(&[0]).unwrap_or(private_data);
-    let text = core::str::from_utf8(text).ok()?;
-    (!text.is_empty() && text.chars().all(|c| c == ' ' || c.is_ascii_graphic())).then_some(text)
-}
-
 /// Who runs the workers' loops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DriveMode {
@@ -1377,7 +829,7 @@ impl Dataplane {
         let forward: Vec<Arc<ArrayQueue<SmallFrame>>> = (0..count)
             .map(|_| Arc::new(ArrayQueue::new(FORWARD_RING)))
             .collect();
-        let dispatch = Arc::new(crate::worker::DispatchRings::new(count));
+        let dispatch = Arc::new(DispatchRings::new(count));
         let wake = IdleWake::set(count);
         let mut mr_sync = MrSyncLinks::mesh(count).into_iter();
         let clock = Clock::new();
@@ -1769,8 +1221,8 @@ impl Dataplane {
                 attr,
                 sq: ArrayQueue::new(opts.max_send_wr as usize),
                 rq: ArrayQueue::new(opts.max_recv_wr.max(1) as usize),
-                send_cq: send_cq.clone(),
-                recv_cq: recv_cq.clone(),
+                send_cq: send_cq.inner.clone(),
+                recv_cq: recv_cq.inner.clone(),
                 srq: srq.map(|s| s.inner.clone()),
                 status: AtomicU8::new(QpStatus::Idle as u8),
                 worker: AtomicUsize::new(UNBOUND),

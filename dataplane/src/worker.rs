@@ -57,7 +57,7 @@
 //!
 //! Every worker checks peers' STags against its own copy of the STag table
 //! (no lock on the data path); the control path's table in
-//! [`crate::api`] allocates the STags and the workers mirror its
+//! `crate::api` allocates the STags and the workers mirror its
 //! registrations before `reg_mr` returns. Fast registration and local
 //! invalidation are work requests, and a Send with Invalidate arrives on a
 //! connection: all three change an STag's state on the one worker that
@@ -102,8 +102,8 @@ use core::net::{Ipv4Addr, SocketAddrV4};
 use core::ops::Range;
 use core::time::Duration;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 use crossbeam_queue::ArrayQueue;
@@ -111,23 +111,25 @@ use rdmap::engine::{Endpoint, EngineEvent, Env, OutRecord, Piece, SetupFailure};
 use rdmap::mpa::{FrameKind, FrameRepr, RtrSet, RtrType};
 use rdmap::placement::{MemSpan, RegionHandle};
 use rdmap::verbs::{
-    Access, CompletionQueue, CqId, DeregStatus, Device, DeviceLimits, MrEvent, PdId, QpInitAttr,
-    QpNum, QueuePair, RecvWr, SendWr, Stag, WorkCompletion,
+    AccessError, MrTable, SendFlags, SendOp, SharedReceiveQueue, SrqInitAttr, VerbsError, WcOpcode,
+    WcStatus,
 };
 use rdmap::verbs::{
-    AccessError, FastReg, MrTable, SendFlags, SendOp, SharedReceiveQueue, SrqInitAttr, VerbsError,
-    WcOpcode, WcStatus,
+    CompletionQueue, CqId, DeregStatus, Device, DeviceLimits, MrEvent, PdId, QpInitAttr, QpNum,
+    QueuePair, RecvWr, SendWr, Stag, WorkCompletion,
 };
-use tcp_offload::iface::{FrameParts, Interface, InterfaceConfig, RxChecksum};
+use tcp_offload::iface::{FrameParts, Interface, InterfaceConfig};
 use tcp_offload::tcp::{self, ConnId, Event, Record, Stack, StackError};
 use tcp_offload::wire::checksum;
 use tcp_offload::Instant;
 
-use crate::api::{
-    CmEvent, ConnectFailure, ConnectRequest, ConnectionInfo, DisconnectReason, Error, QpShared,
-    QpStatus,
-};
 use crate::config::{Config, IdleConfig};
+pub use crate::ctl::SmallFrame;
+use crate::ctl::{
+    CmEvent, ConnParams, ConnectFailure, ConnectRequest, ConnectionInfo, Ctl, CtlReply,
+    DisconnectReason, DispatchRings, Error, IdleWake, MrOp, MrSync, QpShared, QpStatus, SrqSupply,
+    WorkerMsg, MR_SYNC_RING,
+};
 use crate::link::{FrameFull, LinkCaps, LinkQueue, TxFrame};
 use crate::memory::{MemoryTable, Region, RegionSlice};
 use crate::steer::Rss;
@@ -178,28 +180,17 @@ const HDR_BUF: usize = 160;
 /// largest private data a peer may send (RFC 5044 §7.1, 512 bytes).
 const MAX_REQUEST: usize = rdmap::mpa::frame::HEADER_LEN + rdmap::mpa::frame::MAX_PRIVATE_DATA_RECV;
 
-/// STag changes waiting in one worker's replica ring at most: far more
-/// than the fast registrations and invalidations of one iteration.
-pub(crate) const MR_SYNC_RING: usize = 256;
-
 /// STag changes from other workers applied per iteration (the ring is
 /// drained in a few iterations even when full).
 pub const MR_SYNC_PER_POLL: usize = 64;
-
-/// Frames forwarded between workers at most (ARP), per worker.
-pub(crate) const FORWARD_RING: usize = 64;
-
-/// Received frames waiting in one worker's dispatch ring at most: what
-/// other workers handed it on a port that cannot steer. Thirty-two bursts:
-/// a worker drains [`DISPATCH_PER_POLL`] per iteration, so the ring
-/// absorbs the other workers' bursts while it is busy with a long
-/// iteration; a full ring drops (counted) and TCP recovers.
-pub(crate) const DISPATCH_RING: usize = 32 * RX_BURST;
 
 /// Handed-over frames a worker takes from its dispatch ring per
 /// iteration: two bursts, so that one other worker receiving everything
 /// (a port delivering on queue 0 only) cannot outrun it.
 pub const DISPATCH_PER_POLL: usize = 2 * RX_BURST;
+
+// The dispatch ring holds thirty-two receive bursts.
+const _: () = assert!(crate::ctl::DISPATCH_RING == 32 * RX_BURST);
 
 // ---------------------------------------------------------------------
 // Time.
@@ -431,121 +422,10 @@ fn bump(c: &AtomicU64, n: u64) {
 // Control path messages.
 // ---------------------------------------------------------------------
 
-/// The answer to a control message.
-#[derive(Debug)]
-pub(crate) enum CtlReply {
-    Done,
-    Dereg(DeregStatus),
-    Failed(Error),
-}
-
-impl From<Result<(), Error>> for CtlReply {
-    fn from(r: Result<(), Error>) -> CtlReply {
-        r.map_or_else(CtlReply::Failed, |()| CtlReply::Done)
-    }
-}
-
-/// Per-connection MPA parameters chosen by the application.
-#[derive(Debug, Clone)]
-pub(crate) struct ConnParams {
-    pub ird: u16,
-    pub ord: u16,
-    pub private_data: Vec<u8>,
-}
-
-/// A message from the control path to one worker.
-#[derive(Debug)]
-pub(crate) enum Ctl {
-    Listen {
-        port: u16,
-        backlog: usize,
-        reply: Sender<CtlReply>,
-    },
-    Connect {
-        qp: Arc<QpShared>,
-        remote: SocketAddrV4,
-        params: ConnParams,
-        reply: Sender<CtlReply>,
-    },
-    Accept {
-        conn: ConnId,
-        qp: Arc<QpShared>,
-        params: ConnParams,
-        reply: Sender<CtlReply>,
-    },
-    Reject {
-        conn: ConnId,
-        private_data: Vec<u8>,
-        reply: Sender<CtlReply>,
-    },
-    RegMr {
-        stag: Stag,
-        pd: PdId,
-        region: Region,
-        offset: u64,
-        len: u64,
-        iova: u64,
-        access: Access,
-        reply: Sender<CtlReply>,
-    },
-    DeregMr {
-        stag: Stag,
-        reply: Sender<CtlReply>,
-    },
-    /// A fast-register region: `stag` allocated (invalid) by the control
-    /// path, over memory of `region`.
-    AllocMr {
-        stag: Stag,
-        pd: PdId,
-        max_len: u64,
-        region: Region,
-        reply: Sender<CtlReply>,
-    },
-    /// Frees a fast-register region whatever its current key.
-    DeallocMr {
-        stag: Stag,
-        region: RegionHandle,
-        reply: Sender<CtlReply>,
-    },
-    Disconnect {
-        qpn: QpNum,
-        abort: bool,
-    },
-    Shutdown,
-}
-
-/// A message from a worker to the control path.
-#[derive(Debug)]
-pub(crate) enum WorkerMsg {
-    /// For the application.
-    Event(CmEvent),
-    /// A deregistration that waited for pins finished on this worker.
-    MrReleased { stag: Stag },
-}
-
 // ---------------------------------------------------------------------
 // STag replicas (see the module documentation).
 // ---------------------------------------------------------------------
 
-/// A change of an STag's state that one worker made and the others apply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MrOp {
-    /// A fast registration of a queue pair in `pd`.
-    FastRegister { fr: FastReg, pd: PdId },
-    /// A local or remote invalidation on a queue pair in `pd`.
-    Invalidate { stag: Stag, pd: PdId },
-}
-
-/// One change on its way to a replica: who made it and its sequence
-/// number among that worker's changes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct MrSync {
-    from: usize,
-    seq: u64,
-    op: MrOp,
-}
-
-/// How far each worker has applied each other worker's changes:
 /// `applied[receiver * n + sender]`, the last sequence number applied.
 #[derive(Debug)]
 struct MrAcks {
@@ -697,7 +577,7 @@ struct Hold {
 /// completes: a fast registration or local invalidation is always
 /// signalled to the engine (its completion is where the worker learns the
 /// outcome), and a fast registration naming memory this worker does not
-/// know (not registered with [`crate::api::Dataplane::alloc_mr`] or
+/// know (not registered with `Dataplane::alloc_mr` or
 /// `reg_mr`) is made to fail with a local protection error.
 fn prepare_local(wr: &SendWr, attr: &QpInitAttr, mem: &MemoryTable) -> (SendWr, Option<LocalOp>) {
     let pd = attr.pd;
@@ -996,42 +876,6 @@ impl Drop for FpduRecord {
     }
 }
 
-/// A frame another worker forwarded (ARP): small, copied by value.
-#[derive(Debug, Clone, Copy)]
-pub struct SmallFrame {
-    len: u8,
-    bytes: [u8; 64],
-}
-
-impl SmallFrame {
-    fn of(frame: &[u8]) -> Option<SmallFrame> {
-        let len = u8::try_from(frame.len()).ok().filter(|&l| l <= 64)?;
-        let mut bytes = [0u8; 64];
-        bytes[..frame.len()].copy_from_slice(frame);
-        Some(SmallFrame { len, bytes })
-    }
-}
-
-/// The software dispatcher's rings, one per worker: received frames (the
-/// buffers themselves, with the device's checksum verdicts) that another
-/// worker took from its queue for a connection this worker owns.
-/// Allocated once, when the dataplane opens.
-#[derive(Debug)]
-pub(crate) struct DispatchRings<B> {
-    rings: Vec<ArrayQueue<(B, RxChecksum)>>,
-}
-
-impl<B> DispatchRings<B> {
-    /// Rings for `workers` workers, [`DISPATCH_RING`] frames each.
-    pub(crate) fn new(workers: usize) -> DispatchRings<B> {
-        DispatchRings {
-            rings: (0..workers)
-                .map(|_| ArrayQueue::new(DISPATCH_RING))
-                .collect(),
-        }
-    }
-}
-
 /// What the worker's interface receives: a frame of its own queue, or one
 /// forwarded by another worker.
 #[derive(Debug)]
@@ -1213,7 +1057,7 @@ impl Conn {
                     max_sge: a.max_recv_sge,
                     srq_limit: 0,
                 },
-                Box::new(crate::api::SrqSupply::new(srq.clone())),
+                Box::new(SrqSupply::new(srq.clone())),
             )),
             _ => None,
         };
@@ -1770,44 +1614,6 @@ fn return_dropped<B: AsRef<[u8]>>(cx: &mut Cx<'_, B>, owner: Owner, ep: Option<&
 // ---------------------------------------------------------------------
 // The worker.
 // ---------------------------------------------------------------------
-
-/// Whether a worker sleeps, as the threads that hand it work see it: they
-/// call [`IdleWake::wake`] after each post, which costs a load while the
-/// worker is awake and unparks it while it sleeps, so that a request
-/// posted to an idle worker does not wait for the end of its sleep. A
-/// post that races with the worker going to sleep may miss it and waits
-/// at most one sleep, as it would without this.
-#[derive(Debug, Default)]
-pub(crate) struct IdleWake {
-    sleeping: AtomicBool,
-    /// The worker's thread, once it runs (none in inline mode).
-    thread: OnceLock<std::thread::Thread>,
-}
-
-impl IdleWake {
-    /// One per worker.
-    pub(crate) fn set(workers: usize) -> Arc<[IdleWake]> {
-        (0..workers).map(|_| IdleWake::default()).collect()
-    }
-
-    /// Wakes the worker if it sleeps.
-    pub(crate) fn wake(&self) {
-        if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
-            if let Some(t) = self.thread.get() {
-                t.unpark();
-            }
-        }
-    }
-
-    /// Sleeps at most `d` unless woken; whether [`IdleWake::wake`] cut
-    /// it short.
-    fn sleep(&self, d: Duration) -> bool {
-        self.sleeping.store(true, Ordering::SeqCst);
-        std::thread::park_timeout(d);
-        // Still set: nobody woke it (a timeout, or a spurious return).
-        !self.sleeping.swap(false, Ordering::SeqCst)
-    }
-}
 
 /// Asks the kernel to wake this thread within a microsecond of a timed
 /// sleep's end instead of the default 50 µs, which would more than
