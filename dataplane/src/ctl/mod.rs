@@ -157,8 +157,6 @@ pub(crate) struct MrSync {
     pub(crate) op: MrOp,
 }
 
-/// How far each worker has applied each other worker's changes:
-
 /// A frame another worker forwarded (ARP): small, copied by value.
 #[derive(Debug, Clone, Copy)]
 pub struct SmallFrame {
