@@ -19,7 +19,6 @@ use crate::link::{Link, LinkQueue, MemLink, MemLinkConfig};
 use crate::worker::{Clock, MrSyncLinks, Worker, WorkerCounters, WorkerSetup, WorkerStats};
 
 use super::control::{lock, Control};
-use super::observe::LinkCounters;
 use super::{Dataplane, DriveMode, CONTROL_TIMEOUT};
 
 pub(super) trait Pollable: Send {
@@ -84,9 +83,9 @@ impl Dataplane {
             };
             let link = crate::dpdk_link::DpdkLink::open(&eal, &port.device, &opts)
                 .map_err(|e| Error::Device(e.to_string()))?;
-            let counters = LinkCounters::Dpdk(link.stats());
+            let counters = link.counters();
             let mut dp = Dataplane::open_with_link(config, link, DriveMode::Threads)?;
-            dp.link_counters = Some(counters);
+            dp.link_counters = counters;
             return Ok(dp);
         };
         let mac = port
@@ -98,9 +97,9 @@ impl Dataplane {
             ..MemLinkConfig::default()
         };
         let link = MemLink::named(name, &link_cfg, mac);
-        let counters = LinkCounters::Mem(link.stats_handle());
+        let counters = link.counters();
         let mut dp = Dataplane::open_with_link(config, link, DriveMode::Threads)?;
-        dp.link_counters = Some(counters);
+        dp.link_counters = counters;
         Ok(dp)
     }
 

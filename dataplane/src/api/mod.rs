@@ -207,7 +207,6 @@ use control::{lock, Control};
 pub use handles::{
     local_invalidate_wr, Cq, FastRegMr, MemoryRegistration, ProtectionDomain, Qp, QpOptions, Srq,
 };
-use observe::LinkCounters;
 pub use observe::QpSnapshot;
 
 /// How long the control path waits for a worker's answer.
@@ -245,9 +244,9 @@ pub struct Dataplane {
     /// on creation and when read, never by a worker).
     qps: Mutex<Vec<Weak<QpShared>>>,
     /// The port's own counters, when [`Dataplane::open`] made the link.
-    link_counters: Option<LinkCounters>,
-    /// The DPDK device under the link, if any ([`Dataplane::port_stats`]).
-    dev_port: Option<crate::dpdk_link::DevicePort>,
+    link_counters: Option<Box<dyn crate::link::LinkStats>>,
+    /// The device under the link, if any ([`Dataplane::port_stats`]).
+    dev_port: Option<Box<dyn crate::link::DeviceStats>>,
     /// The packet capture, when one runs ([`Dataplane::capture_start`]).
     capture: crate::capture::Capture,
 }

@@ -55,32 +55,10 @@ impl Dataplane {
     /// frames and drops. Empty for a link given to
     /// [`Dataplane::open_with_link`].
     pub fn link_stats(&self) -> Vec<(&'static str, u64)> {
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        match &self.link_counters {
-            None => Vec::new(),
-            Some(LinkCounters::Dpdk(s)) => vec![
-                ("rx_linearized", g(&s.rx_linearized)),
-                ("rx_dropped", g(&s.rx_dropped)),
-                ("tx_attached", g(&s.tx_attached)),
-                ("tx_copied", g(&s.tx_copied)),
-                ("tx_cksum_offloaded", g(&s.tx_cksum_offloaded)),
-                ("tx_split", g(&s.tx_split)),
-                ("mem_registered", g(&s.mem_registered)),
-                ("mem_dma_mapped", g(&s.mem_dma_mapped)),
-                ("mem_register_failed", g(&s.mem_register_failed)),
-                ("mem_not_registered", g(&s.mem_not_registered)),
-            ],
-            Some(LinkCounters::Mem(h)) => {
-                let s = h.get();
-                vec![
-                    ("tx_frames", g(&s.tx_frames)),
-                    ("tx_bytes", g(&s.tx_bytes)),
-                    ("lost", g(&s.lost)),
-                    ("rx_no_buffer", g(&s.rx_no_buffer)),
-                    ("rx_ring_full", g(&s.rx_ring_full)),
-                ]
-            }
-        }
+        let _g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        self.link_counters
+            .as_ref()
+            .map_or_else(Vec::new, |c| c.read())
     }
 
     /// The device counters of each DPDK port under the dataplane (its
@@ -90,7 +68,7 @@ impl Dataplane {
     /// which has no device; its software counters are in
     /// [`Dataplane::link_stats`]. Called from the control path (a control
     /// socket, a metrics scrape): it takes nothing a worker waits on.
-    pub fn port_stats(&self) -> Vec<crate::dpdk_link::DevicePortStats> {
+    pub fn port_stats(&self) -> Vec<crate::link::DevicePortStats> {
         self.dev_port.iter().map(|d| d.read()).collect()
     }
 
@@ -151,11 +129,4 @@ impl Dataplane {
     pub fn capturing(&self) -> bool {
         self.capture.running()
     }
-}
-
-/// Where [`Dataplane::link_stats`] reads.
-#[derive(Debug)]
-pub(super) enum LinkCounters {
-    Dpdk(Arc<crate::dpdk_link::DpdkLinkStats>),
-    Mem(crate::link::MemLinkStatsHandle),
 }

@@ -37,7 +37,7 @@ use super::runner::{LatencyHistogram, LATENCY_BOUNDS_NS};
 use super::serve::Service;
 use super::ToolError;
 use crate::api::{Dataplane, QpStatus};
-use crate::dpdk_link::{DeviceCounters, DevicePortStats};
+use crate::link::{DeviceCounters, DevicePortStats};
 use crate::worker::WorkerStats;
 
 /// The content type of the text exposition format.
