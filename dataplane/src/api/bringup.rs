@@ -126,7 +126,7 @@ impl Dataplane {
             .map(|_| Arc::new(ArrayQueue::new(FORWARD_RING)))
             .collect();
         let dispatch = Arc::new(DispatchRings::new(count));
-        let wake = IdleWake::set(count);
+        let wake = IdleWake::set(count, config.tcp.max_connections);
         let mut mr_sync = MrSyncLinks::mesh(count).into_iter();
         let clock = Clock::new();
         let mut workers = Vec::with_capacity(count);

@@ -297,6 +297,8 @@ impl Dataplane {
                 srq: srq.map(|s| s.inner.clone()),
                 status: AtomicU8::new(QpStatus::Idle as u8),
                 worker: AtomicUsize::new(UNBOUND),
+                doorbell: AtomicBool::new(false),
+                slot: AtomicU32::new(u32::MAX),
                 wake: self.wake.clone(),
                 counters: QpCounters::default(),
                 connection: Mutex::new(None),

@@ -123,6 +123,12 @@ pub(crate) struct QpShared {
     /// What the connection negotiated, recorded by the control path when
     /// its `Established` event passes (never touched by a worker).
     pub(crate) connection: Mutex<Option<ConnectionInfo>>,
+    /// Set by the first post since the owning worker last drained the
+    /// submission rings, which then put [`QpShared::slot`] in the
+    /// worker's posted ring (`IdleWake::ring`).
+    pub(crate) doorbell: AtomicBool,
+    /// The connection's slot on the owning worker.
+    pub(crate) slot: AtomicU32,
 }
 
 /// Per-queue-pair figures the owning worker publishes every
@@ -164,8 +170,29 @@ impl QpShared {
     /// After a post: the owning worker, if bound and asleep, wakes up
     /// for it (an unbound queue pair's posts wait for the binding).
     pub(crate) fn wake_worker(&self) {
-        if let Some(w) = self.wake.get(self.worker.load(Ordering::Relaxed)) {
+        // Acquire: the slot was stored before the worker index.
+        if let Some(w) = self.wake.get(self.worker.load(Ordering::Acquire)) {
+            // SeqCst: the post above is visible to the worker before it
+            // can see the doorbell set, and it clears the doorbell before
+            // it drains the rings (`QpShared::take_doorbell`).
+            if !self.doorbell.swap(true, Ordering::SeqCst) {
+                w.ring(self.slot.load(Ordering::Relaxed));
+            }
             w.wake();
         }
+    }
+
+    /// The owning worker's side, before it drains the submission rings:
+    /// the next post rings the doorbell again.
+    pub(crate) fn take_doorbell(&self) {
+        if self.doorbell.load(Ordering::Relaxed) {
+            self.doorbell.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// The owning worker's connection slot, stored before
+    /// [`QpShared::bind_worker`].
+    pub(crate) fn set_slot(&self, slot: u32) {
+        self.slot.store(slot, Ordering::Relaxed);
     }
 }

@@ -122,6 +122,10 @@ pub(super) struct Conn {
     /// Completions taken out of the engine's bounded CQs while one is
     /// held (so that those cannot overflow meanwhile), not examined yet.
     pub(super) unexamined: VecDeque<(WorkCompletion, bool)>,
+    /// Service again next iteration (an abort this one).
+    pub(super) kick: bool,
+    /// In the worker's list of connections with a setup timer.
+    pub(super) timed: bool,
 }
 
 impl Conn {
@@ -155,6 +159,8 @@ impl Conn {
             local_ops: VecDeque::new(),
             hold: None,
             unexamined: VecDeque::new(),
+            kick: false,
+            timed: false,
         }
     }
 
@@ -200,6 +206,39 @@ impl Conn {
     pub(super) fn set_status(&self, s: QpStatus) {
         if let Some(q) = &self.shared {
             q.set_status(s);
+        }
+    }
+
+    /// Whether the connection needs another service though nothing new
+    /// reached it (see [`super::ready`]): a completion held for the STag
+    /// replicas or refused by a full CQ ring, a work request the QP could
+    /// not take yet, an abort whose events are pending,
+    /// TCP's end not yet acted on.
+    pub(super) fn wants_service(&self) -> bool {
+        self.kick
+            || self.hold.is_some()
+            || !self.backlog.is_empty()
+            || !self.unexamined.is_empty()
+            || self.stash_send.is_some()
+            || self.stash_recv.is_some()
+            || self.tcp_end.is_some()
+    }
+
+    /// When a setup timer of the connection comes due, if it has one: the
+    /// MPA request's deadline, the engine's setup and nudge timers.
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        let engine = self
+            .ep
+            .as_ref()
+            .and_then(Endpoint::poll_timeout)
+            .map(|d| Instant::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX)));
+        let request = match self.phase {
+            Phase::AwaitRequest { deadline } => Some(deadline),
+            _ => None,
+        };
+        match (engine, request) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -266,6 +305,10 @@ impl Conn {
         cx: &mut Cx<'_, B>,
         finished: &mut bool,
     ) -> bool {
+        self.kick = false;
+        if let Some(q) = &self.shared {
+            q.take_doorbell();
+        }
         let mut work = false;
         let owner = Owner {
             worker: cx.worker,
@@ -429,6 +472,8 @@ impl Conn {
     }
 
     pub(super) fn abort_tcp<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>) {
+        // The reset's events come next iteration, untouched by the stack.
+        self.kick = true;
         if let Some(c) = cx.stack.conn_mut(self.tcp) {
             c.abort(cx.now);
         }
@@ -634,6 +679,8 @@ impl<Q: LinkQueue> Worker<Q> {
         if self.conns.len() <= i {
             self.conns.resize_with(i + 1, || None);
         }
+        self.ready.ensure(i + 1);
+        self.ready.mark(id.index);
         Ok(&mut self.conns[i])
     }
 
@@ -695,6 +742,7 @@ impl<Q: LinkQueue> Worker<Q> {
             },
         );
         conn.active = true;
+        shared.set_slot(id.index);
         shared.bind_worker(self.index);
         shared.set_status(QpStatus::Connecting);
         conn.bind(shared);
@@ -723,6 +771,7 @@ impl<Q: LinkQueue> Worker<Q> {
         let qp = QueuePair::new(shared.qpn, shared.attr);
         let ep = Endpoint::responder(config, qp, engine_time(now))
             .map_err(|_| Error::InvalidArgument("MPA configuration"))?;
+        shared.set_slot(id.index);
         shared.bind_worker(index);
         shared.set_status(QpStatus::Connecting);
         conn.bind(shared);
@@ -732,6 +781,7 @@ impl<Q: LinkQueue> Worker<Q> {
         // Receives posted before accept go in before the request is fed,
         // so the initiator's first Send finds them.
         self.feed_request(now, id);
+        self.ready.mark(id.index);
         Ok(())
     }
 
@@ -750,6 +800,7 @@ impl<Q: LinkQueue> Worker<Q> {
         conn.ep = Some(ep);
         conn.phase = Phase::Running;
         self.feed_request(now, id);
+        self.ready.mark(id.index);
         Ok(())
     }
 
@@ -812,7 +863,9 @@ impl<Q: LinkQueue> Worker<Q> {
         n > 0
     }
 
+    /// Services the connections on the ready list (see [`super::ready`]).
     pub(super) fn service_conns(&mut self, now: Instant) -> bool {
+        self.collect_ready(now);
         let mut work = false;
         let mut cx = Cx {
             now,
@@ -825,13 +878,27 @@ impl<Q: LinkQueue> Worker<Q> {
             index: self.index,
             sync: &mut self.mr_sync,
         };
-        for slot in self.conns.iter_mut() {
+        let ready = self.ready.begin();
+        for &i in &ready {
+            let Some(slot) = self.conns.get_mut(i as usize) else {
+                continue;
+            };
             let Some(conn) = slot.as_mut() else {
                 continue;
             };
+            self.visits += 1;
             let mut finished = false;
-            work |= conn.service(&mut cx, &mut finished);
-            if finished {
+            let did = conn.service(&mut cx, &mut finished);
+            work |= did;
+            if !finished {
+                if did || conn.wants_service() {
+                    self.ready.mark(i);
+                }
+                if !conn.timed && conn.next_due().is_some() {
+                    conn.timed = true;
+                    self.timed.push(i);
+                }
+            } else {
                 let mut conn = slot.take().expect("checked above");
                 let _ = cx.stack.remove(now, conn.tcp);
                 let owner = Owner {
@@ -854,6 +921,45 @@ impl<Q: LinkQueue> Worker<Q> {
                 );
             }
         }
+        self.ready.end(ready);
+        bump(&cx.counters.conn_visits, core::mem::take(&mut self.visits));
         work
+    }
+
+    /// Marks the connections that received something or whose TCP timers
+    /// ran (the stack's touched slots), those with newly posted work (the
+    /// worker's posted ring; all of them if it overflowed), and those
+    /// whose setup timer is due (the list of connections with one, which
+    /// an established connection leaves).
+    fn collect_ready(&mut self, now: Instant) {
+        let ready = &mut self.ready;
+        let mut k = 0;
+        while k < self.timed.len() {
+            let i = self.timed[k];
+            let conn = self.conns.get_mut(i as usize).and_then(Option::as_mut);
+            match conn.as_ref().and_then(|c| c.next_due()) {
+                Some(t) => {
+                    if t <= now {
+                        ready.mark(i);
+                    }
+                    k += 1;
+                }
+                None => {
+                    if let Some(c) = conn {
+                        c.timed = false;
+                    }
+                    self.timed.swap_remove(k);
+                }
+            }
+        }
+        self.iface.stack_mut().take_touched(|i| ready.mark(i));
+        if let Some(w) = self.wake.get(self.index) {
+            while let Some(slot) = w.take_posted() {
+                ready.mark(slot);
+            }
+            if w.take_overflow() {
+                ready.mark_all(self.conns.len());
+            }
+        }
     }
 }

@@ -176,6 +176,7 @@ impl<Q: LinkQueue> Worker<Q> {
                         ))
                         .is_ok()
                     });
+                self.ready.mark(c.tcp.index);
                 if !orderly {
                     if let Some(t) = self.iface.stack_mut().conn_mut(c.tcp) {
                         c.local_abort = true;

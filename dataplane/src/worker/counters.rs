@@ -81,6 +81,11 @@ pub struct WorkerCounters {
     pub dispatched_in: AtomicU64,
     /// Frames dropped because the owner's dispatch ring was full.
     pub dispatch_drops: AtomicU64,
+    /// Connection services run: each iteration services only the
+    /// connections on its ready list (those that received something, had
+    /// work posted, a control message or a timer, or still have work
+    /// left), so idle connections do not add to it.
+    pub conn_visits: AtomicU64,
     /// The worker's packet-capture point, armed by the control path
     /// ([`crate::capture`]); it rides here as the other state a worker
     /// shares with the control path.
@@ -134,6 +139,8 @@ pub struct WorkerStats {
     pub dispatched_in: u64,
     /// See [`WorkerCounters::dispatch_drops`].
     pub dispatch_drops: u64,
+    /// See [`WorkerCounters::conn_visits`].
+    pub conn_visits: u64,
 }
 
 impl WorkerCounters {
@@ -163,6 +170,7 @@ impl WorkerCounters {
             dispatched_out: g(&self.dispatched_out),
             dispatched_in: g(&self.dispatched_in),
             dispatch_drops: g(&self.dispatch_drops),
+            conn_visits: g(&self.conn_visits),
         }
     }
 }

@@ -29,9 +29,11 @@
 //! 3. TCP and ARP timers.
 //! 4. New passive connections ([`ACCEPT_PER_POLL`]): their MPA request is
 //!    gathered and reported to the application, which accepts or rejects.
-//! 5. Each connection: TCP events (an acknowledged record goes back to
-//!    the engine with `record_acked`, returning its pin and completing
-//!    Sends and Writes); in-order payload to `Endpoint::handle_stream` (at
+//! 5. Each connection on the ready list (`ready`: those a segment, a
+//!    TCP timer, a post, a control message or a due setup timer reached,
+//!    and those with work left; idle connections are not looked at): TCP
+//!    events (an acknowledged record goes back to the engine with
+//!    `record_acked`, returning its pin and completing Sends and Writes); in-order payload to `Endpoint::handle_stream` (at
 //!    most [`MAX_CHUNKS_PER_POLL`] chunks); work requests from the QP's
 //!    submission rings ([`MAX_POSTS_PER_POLL`]); records from
 //!    `Endpoint::poll_record(send_capacity)` into TCP
@@ -132,6 +134,7 @@ mod conn;
 mod control;
 mod counters;
 mod idle;
+mod ready;
 mod rx;
 mod stag_mesh;
 mod tx;
@@ -239,6 +242,13 @@ pub struct Worker<Q: LinkQueue> {
     device: Device,
     mem: MemoryTable,
     conns: Vec<Option<Conn>>,
+    /// The connections to service next (see [`ready`]).
+    ready: ready::ReadyList,
+    /// Slots of connections with a setup timer (see [`Conn::next_due`]).
+    timed: Vec<u32>,
+    /// Connections serviced in this iteration, for
+    /// [`WorkerCounters::conn_visits`].
+    visits: u64,
     listening: Vec<u16>,
     ctl: Receiver<Ctl>,
     out: Sender<WorkerMsg>,
@@ -327,6 +337,9 @@ impl<Q: LinkQueue> Worker<Q> {
             device,
             mem: MemoryTable::with_sum_with_crc(sum_with_crc),
             conns: Vec::new(),
+            ready: ready::ReadyList::new(s.config.tcp.max_connections),
+            timed: Vec::with_capacity(s.config.tcp.max_connections),
+            visits: 0,
             listening: Vec::new(),
             ctl: s.ctl,
             out: s.out,
@@ -435,6 +448,7 @@ impl<Q: LinkQueue> Worker<Q> {
                 t.close(start);
             }
         }
+        self.ready.mark_all(self.conns.len());
         let deadline = start + self.close_linger;
         loop {
             let work = self.poll();
