@@ -8,6 +8,7 @@ use tcp_offload::Instant;
 
 use crate::ctl::SmallFrame;
 use crate::link::LinkQueue;
+use crate::steer::RxSummary;
 
 use super::counters::bump;
 use super::{Worker, DISPATCH_PER_POLL, RX_BURST};
@@ -31,27 +32,6 @@ impl<B: AsRef<[u8]>> AsRef<[u8]> for RxFrame<B> {
     }
 }
 
-/// Whether a received frame takes the slow path (for the punt counter),
-/// and whether it is ARP (to forward it).
-pub(super) fn classify(frame: &[u8]) -> (bool, bool) {
-    match frame.get(12..14) {
-        Some([0x08, 0x06]) => (true, true),
-        Some([0x08, 0x00]) => {
-            let Some(&vihl) = frame.get(14) else {
-                return (true, false);
-            };
-            let ihl = usize::from(vihl & 0x0f) * 4;
-            if frame.get(23) != Some(&6) {
-                return (true, false);
-            }
-            // SYN, RST or FIN.
-            let flags = frame.get(14 + ihl + 13).copied().unwrap_or(0);
-            (flags & 0x07 != 0, false)
-        }
-        _ => (true, false),
-    }
-}
-
 impl<Q: LinkQueue> Worker<Q> {
     pub(super) fn receive(&mut self, now: Instant) -> bool {
         // Before the burst: a capture starts or stops on a burst's edge.
@@ -69,11 +49,13 @@ impl<Q: LinkQueue> Worker<Q> {
         for buf in self.rx_batch.drain(..) {
             let f = buf.as_ref();
             bytes += f.len() as u64;
-            let (punt, arp) = classify(f);
-            if punt {
+            // Read once: the punt counter, ARP forwarding and the
+            // dispatcher's owner all come from this.
+            let view = RxSummary::of(f);
+            if view.punt() {
                 punts += 1;
             }
-            if arp {
+            if view.arp {
                 if let Some(sf) = SmallFrame::of(f) {
                     for q in &self.forward_out {
                         if q.push(sf).is_ok() {
@@ -86,7 +68,8 @@ impl<Q: LinkQueue> Worker<Q> {
             let owner = self
                 .dispatch_rss
                 .as_ref()
-                .and_then(|rss| rss.queue_of_frame(f))
+                .zip(view.flow)
+                .map(|(rss, (src, dst, sport, dport))| rss.queue_for(src, dst, sport, dport))
                 .map(usize::from)
                 .filter(|&o| o != self.index);
             if let Some(ring) = owner.and_then(|o| self.dispatch.rings.get(o)) {
