@@ -67,9 +67,9 @@
 //! # STag replicas
 //!
 //! Every worker checks peers' STags against its own copy of the STag table
-//! (no lock on the data path); the control path's table in
-//! `crate::api` allocates the STags and the workers mirror its
-//! registrations before `reg_mr` returns. Fast registration and local
+//! (no lock on the data path); the control path's table (the API's
+//! control plane) allocates the STags and the workers mirror its
+//! registrations (`RegMr` control messages) before `reg_mr` returns. Fast registration and local
 //! invalidation are work requests, and a Send with Invalidate arrives on a
 //! connection: all three change an STag's state on the one worker that
 //! runs them. That worker then sends the change to every other worker's
