@@ -94,7 +94,10 @@ use dpdk_bindings::{
 use tcp_offload::iface::{DeviceCksum, RxChecksum};
 use tcp_offload::wire::{checksum, EthernetAddress};
 
-use crate::link::{FrameFull, Link, LinkCaps, LinkQueue, TxFrame, FRAME_OVERHEAD};
+pub use crate::link::{DeviceCounters, DevicePortStats};
+use crate::link::{
+    DeviceStats, FrameFull, Link, LinkCaps, LinkQueue, LinkStats, TxFrame, FRAME_OVERHEAD,
+};
 use crate::memory::{attach_ext, ExtPin, Region, RegionSlice};
 use crate::steer::Rss;
 
@@ -310,33 +313,6 @@ pub struct DpdkLinkStats {
     pub mem_not_registered: AtomicU64,
 }
 
-/// A DPDK port's own counters, as the device (or its driver) keeps them,
-/// below the workers: what `rte_eth_stats_get` reports. The device counts
-/// frames before a worker sees them, so these show drops the workers'
-/// counters cannot: `rx_missed` (no free RX descriptor: the workers fell
-/// behind), `rx_nombuf` (no mbuf to refill a descriptor with), and frames
-/// the device found in error.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DeviceCounters {
-    /// Frames received (`ipackets`).
-    pub rx_packets: u64,
-    /// Frames sent (`opackets`).
-    pub tx_packets: u64,
-    /// Bytes received (`ibytes`; 0 where the driver does not count them,
-    /// as `net_ring` does not).
-    pub rx_bytes: u64,
-    /// Bytes sent (`obytes`).
-    pub tx_bytes: u64,
-    /// Frames the device dropped for want of an RX descriptor (`imissed`).
-    pub rx_missed: u64,
-    /// Erroneous frames received (`ierrors`).
-    pub rx_errors: u64,
-    /// Frames the device failed to send (`oerrors`).
-    pub tx_errors: u64,
-    /// RX mbuf allocation failures (`rx_nombuf`).
-    pub rx_nombuf: u64,
-}
-
 impl From<PortStats> for DeviceCounters {
     fn from(s: PortStats) -> Self {
         DeviceCounters {
@@ -350,39 +326,6 @@ impl From<PortStats> for DeviceCounters {
             rx_nombuf: s.rx_nombuf,
         }
     }
-}
-
-impl DeviceCounters {
-    /// Each counter with the name the control socket and the metrics give
-    /// it.
-    pub fn named(&self) -> [(&'static str, u64); 8] {
-        [
-            ("rx_packets", self.rx_packets),
-            ("tx_packets", self.tx_packets),
-            ("rx_bytes", self.rx_bytes),
-            ("tx_bytes", self.tx_bytes),
-            ("rx_missed", self.rx_missed),
-            ("rx_errors", self.rx_errors),
-            ("tx_errors", self.tx_errors),
-            ("rx_nombuf", self.rx_nombuf),
-        ]
-    }
-}
-
-/// One read of a DPDK port's device counters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DevicePortStats {
-    /// The DPDK port id.
-    pub port_id: u16,
-    /// The name DPDK gave the port (`net_af_packet0`, a PCI address).
-    pub name: String,
-    /// The driver (`net_af_packet`, `net_ixgbe`, …).
-    pub driver: String,
-    /// The basic counters, or why they could not be read.
-    pub counters: Result<DeviceCounters, String>,
-    /// The driver's extended counters by name, in the driver's order
-    /// (empty where it keeps none or they could not be read).
-    pub xstats: Vec<(String, u64)>,
 }
 
 /// The device behind a [`DpdkLink`], whose counters the control path reads
@@ -430,6 +373,30 @@ impl DevicePort {
                 .map(|x| x.into_iter().map(|s| (s.name, s.value)).collect())
                 .unwrap_or_default(),
         }
+    }
+}
+
+impl DeviceStats for DevicePort {
+    fn read(&self) -> DevicePortStats {
+        DevicePort::read(self)
+    }
+}
+
+impl LinkStats for Arc<DpdkLinkStats> {
+    fn read(&self) -> Vec<(&'static str, u64)> {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            ("rx_linearized", g(&self.rx_linearized)),
+            ("rx_dropped", g(&self.rx_dropped)),
+            ("tx_attached", g(&self.tx_attached)),
+            ("tx_copied", g(&self.tx_copied)),
+            ("tx_cksum_offloaded", g(&self.tx_cksum_offloaded)),
+            ("tx_split", g(&self.tx_split)),
+            ("mem_registered", g(&self.mem_registered)),
+            ("mem_dma_mapped", g(&self.mem_dma_mapped)),
+            ("mem_register_failed", g(&self.mem_register_failed)),
+            ("mem_not_registered", g(&self.mem_not_registered)),
+        ]
     }
 }
 
@@ -629,8 +596,12 @@ impl Link for DpdkLink {
         self.queues.get_mut(usize::from(index))?.take()
     }
 
-    fn device(&self) -> Option<DevicePort> {
-        Some(DevicePort::new(&self.port))
+    fn device(&self) -> Option<Box<dyn DeviceStats>> {
+        Some(Box::new(DevicePort::new(&self.port)))
+    }
+
+    fn counters(&self) -> Option<Box<dyn LinkStats>> {
+        Some(Box::new(self.stats()))
     }
 }
 

@@ -14,6 +14,8 @@
 //!   the placement implementation the QP engine writes through.
 //! - [`steer`]: the Toeplitz RSS hash, to keep each connection on the queue
 //!   of the worker that owns it.
+//! - `ctl`: the rings and messages the API and the workers share (control
+//!   messages, CM events, queue pairs' shared state, the error type).
 //! - [`worker`]: the per-core run-to-completion loop and its budgets.
 //! - [`api`]: the application API (protection domains, memory
 //!   registration, CQs, QPs, connection management, posting and polling).
@@ -23,6 +25,7 @@
 pub mod api;
 pub mod capture;
 pub mod config;
+mod ctl;
 pub mod dpdk_link;
 pub mod link;
 pub mod memory;

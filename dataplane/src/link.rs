@@ -70,13 +70,95 @@ pub trait Link {
     /// Queue pair `index`, once (`None` if out of range or taken).
     fn take_queue(&mut self, index: u16) -> Option<Self::Queue>;
 
-    /// The DPDK device under the link, whose own counters the control
-    /// path reads ([`crate::api::Dataplane::port_stats`]); `None` for a
-    /// link with no device (the in-memory link, whose software counters
-    /// are the link's own).
-    fn device(&self) -> Option<crate::dpdk_link::DevicePort> {
+    /// The device under the link, whose own counters the control path
+    /// reads on demand ([`crate::api::Dataplane::port_stats`]); `None` for
+    /// a link with no device (the in-memory link, whose software counters
+    /// are the link's own, [`Link::counters`]).
+    fn device(&self) -> Option<Box<dyn DeviceStats>> {
         None
     }
+
+    /// The link's own software counters, below the workers, that the
+    /// control path reads on demand ([`crate::api::Dataplane::link_stats`]);
+    /// `None` where the link keeps none.
+    fn counters(&self) -> Option<Box<dyn LinkStats>> {
+        None
+    }
+}
+
+/// A device's counters, read on demand by the control path from a thread
+/// of its own, never by a worker.
+pub trait DeviceStats: Send + Sync + core::fmt::Debug {
+    /// Reads the counters now (may allocate and read device registers:
+    /// the control path's work, a few times a second at most).
+    fn read(&self) -> DevicePortStats;
+}
+
+/// A link's own software counters, read on demand by the control path.
+pub trait LinkStats: Send + Sync + core::fmt::Debug {
+    /// Each counter by name, in a fixed order.
+    fn read(&self) -> Vec<(&'static str, u64)>;
+}
+
+/// A port's device counters, as the device (or its driver) keeps them,
+/// below the workers (on a DPDK port, what `rte_eth_stats_get` reports). The device counts
+/// frames before a worker sees them, so these show drops the workers'
+/// counters cannot: `rx_missed` (no free RX descriptor: the workers fell
+/// behind), `rx_nombuf` (no mbuf to refill a descriptor with), and frames
+/// the device found in error.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Frames received (`ipackets`).
+    pub rx_packets: u64,
+    /// Frames sent (`opackets`).
+    pub tx_packets: u64,
+    /// Bytes received (`ibytes`; 0 where the driver does not count them,
+    /// as `net_ring` does not).
+    pub rx_bytes: u64,
+    /// Bytes sent (`obytes`).
+    pub tx_bytes: u64,
+    /// Frames the device dropped for want of an RX descriptor (`imissed`).
+    pub rx_missed: u64,
+    /// Erroneous frames received (`ierrors`).
+    pub rx_errors: u64,
+    /// Frames the device failed to send (`oerrors`).
+    pub tx_errors: u64,
+    /// RX mbuf allocation failures (`rx_nombuf`).
+    pub rx_nombuf: u64,
+}
+
+impl DeviceCounters {
+    /// Each counter with the name the control socket and the metrics give
+    /// it.
+    pub fn named(&self) -> [(&'static str, u64); 8] {
+        [
+            ("rx_packets", self.rx_packets),
+            ("tx_packets", self.tx_packets),
+            ("rx_bytes", self.rx_bytes),
+            ("tx_bytes", self.tx_bytes),
+            ("rx_missed", self.rx_missed),
+            ("rx_errors", self.rx_errors),
+            ("tx_errors", self.tx_errors),
+            ("rx_nombuf", self.rx_nombuf),
+        ]
+    }
+}
+
+/// One read of a port's device counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevicePortStats {
+    /// The port's id on its device framework (the DPDK port id).
+    pub port_id: u16,
+    /// The name the device framework gave the port (`net_af_packet0`, a
+    /// PCI address).
+    pub name: String,
+    /// The driver (`net_af_packet`, `net_ixgbe`, …).
+    pub driver: String,
+    /// The basic counters, or why they could not be read.
+    pub counters: Result<DeviceCounters, String>,
+    /// The driver's extended counters by name, in the driver's order
+    /// (empty where it keeps none or they could not be read).
+    pub xstats: Vec<(String, u64)>,
 }
 
 /// A frame could not take more: out of room or out of segments.
@@ -534,6 +616,10 @@ impl Link for MemLink {
             tx_burst_max: self.tx_burst_max,
         })
     }
+
+    fn counters(&self) -> Option<Box<dyn LinkStats>> {
+        Some(Box::new(self.stats_handle()))
+    }
 }
 
 /// One queue pair of a [`MemLink`] end.
@@ -776,6 +862,20 @@ impl TxFrame for MemFrame {
         self.len += slice.len;
         self.pieces.push(Piece::Region(slice));
         Ok(())
+    }
+}
+
+impl LinkStats for MemLinkStatsHandle {
+    fn read(&self) -> Vec<(&'static str, u64)> {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let s = self.get();
+        vec![
+            ("tx_frames", g(&s.tx_frames)),
+            ("tx_bytes", g(&s.tx_bytes)),
+            ("lost", g(&s.lost)),
+            ("rx_no_buffer", g(&s.rx_no_buffer)),
+            ("rx_ring_full", g(&s.rx_ring_full)),
+        ]
     }
 }
 

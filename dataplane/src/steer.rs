@@ -21,6 +21,8 @@
 
 use core::net::Ipv4Addr;
 
+use tcp_offload::wire::{EtherType, EthernetFrame, IpProtocol, Ipv4Packet, TcpFlags, TcpPacket};
+
 /// The 40-byte key of Microsoft's RSS verification suite, which is also
 /// the default of many drivers: used where a port does not say its own.
 pub const DEFAULT_RSS_KEY: [u8; 40] = dpdk_bindings::toeplitz::MICROSOFT_KEY;
@@ -38,30 +40,73 @@ pub fn ipv4_tcp_input(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) -> [
     dpdk_bindings::toeplitz::ipv4_tcp_input(src.octets(), dst.octets(), sport, dport)
 }
 
+/// What the receive path needs of a received frame, read once through
+/// the wire views (untagged, or with one 802.1Q tag, the same rule the
+/// interface applies): whether it is ARP, and the TCP flow and control
+/// flags of an IPv4/TCP frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxSummary {
+    /// An ARP frame (every worker keeps its own neighbour table).
+    pub arp: bool,
+    /// An IPv4/TCP frame's flow, as [`Rss::queue_for`] takes it.
+    pub flow: Option<(Ipv4Addr, Ipv4Addr, u16, u16)>,
+    /// The TCP segment carries SYN, FIN or RST.
+    pub tcp_control: bool,
+}
+
+impl RxSummary {
+    /// Reads `frame`.
+    pub fn of(frame: &[u8]) -> RxSummary {
+        let mut s = RxSummary {
+            arp: false,
+            flow: None,
+            tcp_control: false,
+        };
+        let Ok(eth) = EthernetFrame::new_checked(frame) else {
+            return s;
+        };
+        match eth.payload_ethertype() {
+            EtherType::Arp => s.arp = true,
+            EtherType::Ipv4 => {
+                // Lengths are the interface's to check (it counts what it
+                // drops); this reads no further than the ports and flags.
+                let l3 = eth.payload();
+                if l3.len() < 20 {
+                    return s;
+                }
+                let ip = Ipv4Packet::new_unchecked(l3);
+                let ihl = ip.header_len();
+                if ip.next_header() != IpProtocol::Tcp || ihl < 20 || l3.len() < ihl + 4 {
+                    return s;
+                }
+                let l4 = &l3[ihl..];
+                let tcp = TcpPacket::new_unchecked(l4);
+                s.flow = Some((ip.src_addr(), ip.dst_addr(), tcp.src_port(), tcp.dst_port()));
+                if l4.len() >= 14 {
+                    let f = tcp.flags();
+                    s.tcp_control = [TcpFlags::SYN, TcpFlags::FIN, TcpFlags::RST]
+                        .iter()
+                        .any(|&c| f.contains(c));
+                }
+            }
+            _ => {}
+        }
+        s
+    }
+
+    /// Whether the frame takes the slow path: ARP, ICMP, TCP with SYN,
+    /// FIN or RST, anything not TCP.
+    pub fn punt(&self) -> bool {
+        self.flow.is_none() || self.tcp_control
+    }
+}
+
 /// Source and destination address and port of an IPv4/TCP frame,
 /// untagged or with one 802.1Q tag, as [`Rss::queue_for`] takes them;
 /// `None` for anything else (ARP, other protocols, truncated frames),
-/// which the receiving worker keeps.
+/// which the receiving worker keeps. See [`RxSummary`].
 pub fn ipv4_tcp_flow(frame: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, u16, u16)> {
-    let l3 = match frame.get(12..14)? {
-        [0x08, 0x00] => 14,
-        [0x81, 0x00] if frame.get(16..18)? == [0x08, 0x00] => 18,
-        _ => return None,
-    };
-    let ip = frame.get(l3..)?;
-    let ihl = usize::from(*ip.first()? & 0x0f) * 4;
-    if *ip.get(9)? != 6 || ihl < 20 {
-        return None;
-    }
-    let src = <[u8; 4]>::try_from(ip.get(12..16)?).ok()?;
-    let dst = <[u8; 4]>::try_from(ip.get(16..20)?).ok()?;
-    let ports = ip.get(ihl..ihl + 4)?;
-    Some((
-        Ipv4Addr::from(src),
-        Ipv4Addr::from(dst),
-        u16::from_be_bytes([ports[0], ports[1]]),
-        u16::from_be_bytes([ports[2], ports[3]]),
-    ))
+    RxSummary::of(frame).flow
 }
 
 /// A port's RSS configuration: key and redirection table.
@@ -244,5 +289,46 @@ mod tests {
         assert_eq!(ipv4_tcp_flow(&tagged), Some((them, us, 4791, 50_000)));
         tagged[16] = 0x86;
         assert_eq!(ipv4_tcp_flow(&tagged), None);
+    }
+
+    /// The receive path's reading of a frame: the slow path for ARP,
+    /// control segments and anything not TCP, with or without a VLAN tag.
+    #[test]
+    fn summary_reads_tagged_and_untagged_frames_alike() {
+        let (us, them) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let tag = |f: &[u8]| {
+            let mut t = f[..12].to_vec();
+            t.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+            t.extend_from_slice(&f[12..]);
+            t
+        };
+        let mut ack = tcp_frame(them, us, 4791, 50_000);
+        ack[46] = 0x50;
+        ack[47] = 0x10;
+        let mut syn = ack.clone();
+        syn[47] = 0x02;
+        let mut fin = ack.clone();
+        fin[47] = 0x11;
+        let mut arp = ack.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let mut udp = ack.clone();
+        udp[23] = 17;
+        for f in [ack.clone(), tag(&ack)] {
+            let v = RxSummary::of(&f);
+            assert_eq!(v.flow, Some((them, us, 4791, 50_000)));
+            assert!(!v.punt() && !v.arp, "{v:?}");
+        }
+        for f in [syn.clone(), tag(&syn), fin.clone(), tag(&fin)] {
+            let v = RxSummary::of(&f);
+            assert!(v.punt() && v.flow.is_some(), "{v:?}");
+        }
+        for f in [arp.clone(), tag(&arp)] {
+            let v = RxSummary::of(&f);
+            assert!(v.punt() && v.arp && v.flow.is_none(), "{v:?}");
+        }
+        for f in [udp.clone(), tag(&udp), ack[..13].to_vec()] {
+            let v = RxSummary::of(&f);
+            assert!(v.punt() && !v.arp && v.flow.is_none(), "{v:?}");
+        }
     }
 }

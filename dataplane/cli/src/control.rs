@@ -40,7 +40,7 @@ use serde_json::{json, Value};
 use super::serve::Service;
 use super::ToolError;
 use dataplane::api::{Dataplane, QpStatus};
-use dataplane::dpdk_link::DevicePortStats;
+use dataplane::link::DevicePortStats;
 use dataplane::worker::WorkerStats;
 
 /// Where `iwarp stats` and `iwarp qp list` look without `--socket`.
@@ -712,7 +712,7 @@ mod tests {
         assert_eq!(group_id("no-such-group-here"), None);
     }
 
-    fn device(counters: Result<dataplane::dpdk_link::DeviceCounters, String>) -> DevicePortStats {
+    fn device(counters: Result<dataplane::link::DeviceCounters, String>) -> DevicePortStats {
         DevicePortStats {
             port_id: 0,
             name: "net_ring0".into(),
@@ -724,7 +724,7 @@ mod tests {
 
     #[test]
     fn device_counters_in_json_and_text() {
-        let c = dataplane::dpdk_link::DeviceCounters {
+        let c = dataplane::link::DeviceCounters {
             rx_packets: 5,
             tx_packets: 6,
             rx_missed: 1,

@@ -37,7 +37,7 @@ use super::runner::{LatencyHistogram, LATENCY_BOUNDS_NS};
 use super::serve::Service;
 use super::ToolError;
 use dataplane::api::{Dataplane, QpStatus};
-use dataplane::dpdk_link::{DeviceCounters, DevicePortStats};
+use dataplane::link::{DeviceCounters, DevicePortStats};
 use dataplane::worker::WorkerStats;
 
 /// The content type of the text exposition format.

@@ -246,6 +246,8 @@ struct Entry<B, R> {
 struct Slot<B, R> {
     generation: u32,
     entry: Option<Entry<B, R>>,
+    /// In [`Stack::take_touched`]'s list.
+    touched: bool,
 }
 
 /// The connection map. Its hasher is [`FlowHasherBuilder`], seeded from
@@ -287,6 +289,9 @@ pub struct Stack<B, R> {
     stateless: VecDeque<(FourTuple, TcpRepr)>,
     /// Next slot `poll_transmit` looks at first (round robin).
     cursor: usize,
+    /// Slots whose connection a segment or a timer changed since the last
+    /// [`Stack::take_touched`], each once.
+    touched: Vec<u32>,
     /// Advances the ephemeral port search (RFC 6056 §3.3.3).
     port_counter: u16,
     /// When a cookie was last sent: cookie ACKs are only checked while a
@@ -337,6 +342,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             listeners: Vec::new(),
             stateless: VecDeque::with_capacity(STATELESS_QUEUE),
             cursor: 0,
+            touched: Vec::with_capacity(max_connections),
             port_counter: 0,
             last_cookie: None,
             stats: StackStats::default(),
@@ -755,6 +761,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
                 self.slots.push(Slot {
                     generation: 0,
                     entry: Some(entry),
+                    touched: false,
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -771,6 +778,12 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
     /// when CLOSED, move a passive one from half-open to the accept queue
     /// when it completes, remove a stack-owned one that closed.
     fn after_update(&mut self, now: Instant, i: usize) {
+        if let Some(s) = self.slots.get_mut(i) {
+            if !s.touched {
+                s.touched = true;
+                self.touched.push(i as u32);
+            }
+        }
         let Some(e) = self.slots.get_mut(i).and_then(|s| s.entry.as_mut()) else {
             return;
         };
@@ -897,6 +910,20 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
         None
     }
 
+    /// Hands `f` the slot index ([`ConnId::index`]) of each connection a
+    /// received segment or a timer changed since the last call, each
+    /// once, and forgets them: how the user finds the connections with
+    /// new events, data or send room without looking at every one. What
+    /// the user does itself through [`Stack::conn_mut`] is not recorded.
+    pub fn take_touched(&mut self, mut f: impl FnMut(u32)) {
+        for i in self.touched.drain(..) {
+            if let Some(s) = self.slots.get_mut(i as usize) {
+                s.touched = false;
+            }
+            f(i);
+        }
+    }
+
     /// When `handle_timeout` must next be called, if ever.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.slots
@@ -959,6 +986,20 @@ mod tests {
         let mut r = repr(src_port, dst_port, seq, None, TcpFlags::SYN);
         r.options.mss = Some(1460);
         r
+    }
+
+    #[test]
+    fn segments_touch_their_connection_once() {
+        let mut s = TestStack::new(Config::default(), KEY, 8);
+        s.listen(SocketAddrV4::new(SERVER, 80), 4).unwrap();
+        s.handle_segment(secs(1), CLIENT, SERVER, &syn(1000, 80, 7), None);
+        s.handle_segment(secs(1), CLIENT, SERVER, &syn(1000, 80, 7), None);
+        let mut seen = Vec::new();
+        s.take_touched(|i| seen.push(i));
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        seen.clear();
+        s.take_touched(|i| seen.push(i));
+        assert!(seen.is_empty(), "{seen:?}");
     }
 
     /// Drains the stateless queue (safe while no connection exists).

@@ -1,0 +1,965 @@
+//! Per-connection lifecycle: connections come into being here (an active
+//! open from a control message, a passive one from a listener's accept
+//! queue), are serviced once per iteration (TCP events, in-order payload
+//! to the QP engine, posted work requests, engine events, CM events for
+//! the application) and are removed once TCP has ended.
+
+use core::net::{Ipv4Addr, SocketAddrV4};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+use rdmap::engine::{Endpoint, EngineEvent, Env, SetupFailure};
+use rdmap::mpa::{FrameKind, FrameRepr, RtrSet};
+use rdmap::verbs::{
+    CompletionQueue, CqId, Device, PdId, QpInitAttr, QpNum, QueuePair, RecvWr, SendWr,
+    WorkCompletion,
+};
+use rdmap::verbs::{SharedReceiveQueue, SrqInitAttr};
+use tcp_offload::tcp::{self, ConnId, Event, Stack, StackError};
+use tcp_offload::Instant;
+
+use crate::ctl::{
+    CmEvent, ConnParams, ConnectFailure, ConnectRequest, ConnectionInfo, DisconnectReason, Error,
+    QpShared, QpStatus, SrqSupply, WorkerMsg,
+};
+use crate::link::LinkQueue;
+use crate::memory::MemoryTable;
+
+use super::clock::engine_time;
+use super::counters::{bump, WorkerCounters};
+use super::rx::RxFrame;
+use super::stag_mesh::{prepare_local, Hold, LocalOp, MrSyncLinks};
+use super::tx::{return_dropped, FpduRecord, Owner};
+use super::{Worker, ACCEPT_PER_POLL, MAX_CHUNKS_PER_POLL, MAX_POSTS_PER_POLL};
+
+/// Longest MPA request kept while it is gathered: the header and the
+/// largest private data a peer may send (RFC 5044 §7.1, 512 bytes).
+pub(super) const MAX_REQUEST: usize =
+    rdmap::mpa::frame::HEADER_LEN + rdmap::mpa::frame::MAX_PRIVATE_DATA_RECV;
+
+/// Whether a connection in `state` still has a close to finish: TIME-WAIT
+/// has exchanged and acknowledged both FINs.
+pub(super) fn is_open(state: tcp::State) -> bool {
+    !matches!(state, tcp::State::Closed | tcp::State::TimeWait)
+}
+
+/// Where a connection stands on the worker.
+#[derive(Debug)]
+pub(super) enum Phase {
+    /// Passive: gathering the MPA request, until `deadline`.
+    AwaitRequest { deadline: Instant },
+    /// Passive: reported to the application, waiting for accept or
+    /// reject.
+    AwaitDecision,
+    /// Active: TCP's handshake runs; the endpoint starts when it is done.
+    TcpConnecting {
+        qp: Box<QueuePair>,
+        config: rdmap::mpa::Config,
+        private_data: Vec<u8>,
+    },
+    /// The endpoint runs (setup, data, teardown).
+    Running,
+}
+
+/// How TCP ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TcpEnd {
+    Closed,
+    Reset,
+    TimedOut,
+}
+
+#[derive(Debug)]
+pub(super) struct Conn {
+    pub(super) tcp: ConnId,
+    pub(super) remote: SocketAddrV4,
+    pub(super) local_port: u16,
+    pub(super) phase: Phase,
+    pub(super) ep: Option<Endpoint>,
+    /// The application's QP (none for a connection being rejected or not
+    /// accepted yet).
+    pub(super) shared: Option<Arc<QpShared>>,
+    /// Send-queue completions staged between the engine and the CQ ring
+    /// (its id is the QP's send CQ's, as the queue pair checks).
+    pub(super) cq: CompletionQueue,
+    /// Receive completions, likewise.
+    pub(super) rcq: CompletionQueue,
+    /// Completions a full CQ ring refused; delivered first next time
+    /// (with whether they are receive completions).
+    pub(super) backlog: VecDeque<(WorkCompletion, bool)>,
+    /// Passive: the MPA request's bytes.
+    pub(super) request: Vec<u8>,
+    /// Passive: the application's answer, applied when the engine asks.
+    pub(super) decision: Option<(bool, Vec<u8>)>,
+    pub(super) active: bool,
+    pub(super) established: bool,
+    pub(super) peer_closed: bool,
+    pub(super) peer_close_seen: bool,
+    pub(super) tcp_end: Option<TcpEnd>,
+    pub(super) stream_closed: bool,
+    /// The engine reported an orderly close.
+    pub(super) closed_in_order: bool,
+    /// The engine asked for TCP to be closed (after an orderly close or a
+    /// Terminate).
+    pub(super) close_requested: bool,
+    /// The application was told the connection is gone.
+    pub(super) reported_down: bool,
+    pub(super) terminated: Option<DisconnectReason>,
+    pub(super) local_abort: bool,
+    /// A send work request the QP could not take yet.
+    pub(super) stash_send: Option<SendWr>,
+    pub(super) stash_recv: Option<RecvWr>,
+    /// This worker's end of the QP's shared receive queue: takes each
+    /// buffer from the application's ring when a Send begins.
+    pub(super) srq: Option<SharedReceiveQueue>,
+    /// Fast registrations and local invalidations in the engine, oldest
+    /// first.
+    pub(super) local_ops: VecDeque<LocalOp>,
+    /// A completion waiting for the other workers' STag replicas.
+    pub(super) hold: Option<Hold>,
+    /// Completions taken out of the engine's bounded CQs while one is
+    /// held (so that those cannot overflow meanwhile), not examined yet.
+    pub(super) unexamined: VecDeque<(WorkCompletion, bool)>,
+    /// Service again next iteration (an abort this one).
+    pub(super) kick: bool,
+    /// In the worker's list of connections with a setup timer.
+    pub(super) timed: bool,
+}
+
+impl Conn {
+    pub(super) fn new(tcp: ConnId, remote: SocketAddrV4, local_port: u16, phase: Phase) -> Conn {
+        Conn {
+            tcp,
+            remote,
+            local_port,
+            phase,
+            ep: None,
+            shared: None,
+            cq: CompletionQueue::new(CqId(0), 1),
+            rcq: CompletionQueue::new(CqId(0), 1),
+            backlog: VecDeque::new(),
+            request: Vec::new(),
+            decision: None,
+            active: false,
+            established: false,
+            peer_closed: false,
+            peer_close_seen: false,
+            tcp_end: None,
+            stream_closed: false,
+            closed_in_order: false,
+            close_requested: false,
+            reported_down: false,
+            terminated: None,
+            local_abort: false,
+            stash_send: None,
+            stash_recv: None,
+            srq: None,
+            local_ops: VecDeque::new(),
+            hold: None,
+            unexamined: VecDeque::new(),
+            kick: false,
+            timed: false,
+        }
+    }
+
+    pub(super) fn bind(&mut self, shared: Arc<QpShared>) {
+        let a = shared.attr;
+        // Receives that can complete between two deliveries: those posted
+        // to the queue pair, or to its shared receive queue.
+        let recvs = shared
+            .srq
+            .as_ref()
+            .map_or(a.max_recv_wr, |s| s.capacity() as u32);
+        self.cq = CompletionQueue::new(a.send_cq, a.max_send_wr + 8);
+        self.rcq = CompletionQueue::new(a.recv_cq, recvs + 8);
+        self.backlog = VecDeque::with_capacity((a.max_send_wr + a.max_recv_wr) as usize + 16);
+        // Sends stop draining while a completion is held, so at most two
+        // send queues' worth of local operations are ever tracked.
+        self.local_ops = VecDeque::with_capacity(2 * a.max_send_wr as usize + 8);
+        self.unexamined = VecDeque::with_capacity((a.max_send_wr + recvs) as usize + 16);
+        self.srq = match (&shared.srq, a.srq) {
+            (Some(srq), Some(id)) => Some(SharedReceiveQueue::with_supply(
+                id,
+                a.pd,
+                SrqInitAttr {
+                    max_wr: 1,
+                    max_sge: a.max_recv_sge,
+                    srq_limit: 0,
+                },
+                Box::new(SrqSupply::new(srq.clone())),
+            )),
+            _ => None,
+        };
+        self.shared = Some(shared);
+    }
+
+    pub(super) fn qp_mut(&mut self) -> Option<&mut QueuePair> {
+        match (&mut self.ep, &mut self.phase) {
+            (Some(ep), _) => Some(ep.qp_mut()),
+            (None, Phase::TcpConnecting { qp, .. }) => Some(&mut **qp),
+            _ => None,
+        }
+    }
+
+    pub(super) fn set_status(&self, s: QpStatus) {
+        if let Some(q) = &self.shared {
+            q.set_status(s);
+        }
+    }
+
+    /// Whether the connection needs another service though nothing new
+    /// reached it (see [`super::ready`]): a completion held for the STag
+    /// replicas or refused by a full CQ ring, a work request the QP could
+    /// not take yet, an abort whose events are pending,
+    /// TCP's end not yet acted on.
+    pub(super) fn wants_service(&self) -> bool {
+        self.kick
+            || self.hold.is_some()
+            || !self.backlog.is_empty()
+            || !self.unexamined.is_empty()
+            || self.stash_send.is_some()
+            || self.stash_recv.is_some()
+            || self.tcp_end.is_some()
+    }
+
+    /// When a setup timer of the connection comes due, if it has one: the
+    /// MPA request's deadline, the engine's setup and nudge timers.
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        let engine = self
+            .ep
+            .as_ref()
+            .and_then(Endpoint::poll_timeout)
+            .map(|d| Instant::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX)));
+        let request = match self.phase {
+            Phase::AwaitRequest { deadline } => Some(deadline),
+            _ => None,
+        };
+        match (engine, request) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub(super) fn qpn(&self) -> QpNum {
+        self.shared.as_ref().map_or(QpNum(0), |q| q.qpn)
+    }
+}
+
+/// What a connection's service needs from its worker.
+pub(super) struct Cx<'a, B> {
+    pub(super) now: Instant,
+    pub(super) stack: &'a mut Stack<RxFrame<B>, FpduRecord>,
+    pub(super) device: &'a mut Device,
+    pub(super) mem: &'a mut MemoryTable,
+    pub(super) counters: &'a WorkerCounters,
+    pub(super) out: &'a Sender<WorkerMsg>,
+    pub(super) worker: u64,
+    pub(super) index: usize,
+    pub(super) sync: &'a mut MrSyncLinks,
+}
+
+impl<B: AsRef<[u8]>> Cx<'_, B> {
+    pub(super) fn event(&self, ev: CmEvent) {
+        // The control side has gone only when the dataplane is dropped.
+        let _ = self.out.send(WorkerMsg::Event(ev));
+    }
+}
+
+/// [`env`] for the receive path of a queue pair with a shared receive
+/// queue (`srq`): only an incoming Send takes a receive buffer.
+pub(super) fn env_srq<'e>(
+    device: &'e mut Device,
+    mem: &'e mut MemoryTable,
+    cq: &'e mut CompletionQueue,
+    rcq: &'e mut CompletionQueue,
+    srq: Option<&'e mut SharedReceiveQueue>,
+) -> Env<'e, MemoryTable> {
+    Env {
+        srq,
+        ..env(device, mem, cq, rcq)
+    }
+}
+
+pub(super) fn env<'e>(
+    device: &'e mut Device,
+    mem: &'e mut MemoryTable,
+    cq: &'e mut CompletionQueue,
+    rcq: &'e mut CompletionQueue,
+) -> Env<'e, MemoryTable> {
+    Env {
+        device,
+        mem,
+        send_cq: cq,
+        recv_cq: Some(rcq),
+        srq: None,
+    }
+}
+
+impl Conn {
+    /// One pass over the connection; whether it did anything. Sets
+    /// `finished` when it can be removed.
+    pub(super) fn service<B: AsRef<[u8]>>(
+        &mut self,
+        cx: &mut Cx<'_, B>,
+        finished: &mut bool,
+    ) -> bool {
+        self.kick = false;
+        if let Some(q) = &self.shared {
+            q.take_doorbell();
+        }
+        let mut work = false;
+        let owner = Owner {
+            worker: cx.worker,
+            conn: self.tcp,
+        };
+        // TCP events.
+        while let Some(ev) = cx.stack.poll_event(self.tcp) {
+            work = true;
+            match ev {
+                Event::Connected => self.tcp_connected(cx),
+                Event::RecordAcked(r) => {
+                    if let (Some(rec), Some(ep)) = (r.take(), self.ep.as_mut()) {
+                        ep.record_acked(
+                            rec,
+                            &mut env(cx.device, cx.mem, &mut self.cq, &mut self.rcq),
+                        );
+                    }
+                }
+                Event::PeerClosed => self.peer_closed = true,
+                Event::Closed => self.tcp_end = Some(TcpEnd::Closed),
+                Event::Reset => self.tcp_end = Some(TcpEnd::Reset),
+                Event::TimedOut => self.tcp_end = Some(TcpEnd::TimedOut),
+            }
+        }
+        // Receives posted before the data arrived must be in the QP before
+        // the data is placed: the submission rings are drained first.
+        work |= self.drain_posts(cx);
+        // In-order payload.
+        let now_e = engine_time(cx.now);
+        for _ in 0..MAX_CHUNKS_PER_POLL {
+            let Some(p) = cx.stack.conn_mut(self.tcp).and_then(|c| c.recv()) else {
+                break;
+            };
+            work = true;
+            match (&self.phase, self.ep.as_mut()) {
+                (Phase::Running, Some(ep)) => ep.handle_stream(
+                    now_e,
+                    p.bytes(),
+                    &mut env_srq(
+                        cx.device,
+                        cx.mem,
+                        &mut self.cq,
+                        &mut self.rcq,
+                        self.srq.as_mut(),
+                    ),
+                ),
+                (Phase::AwaitRequest { .. } | Phase::AwaitDecision, _) => {
+                    if self.request.len() + p.len() > MAX_REQUEST + 64 {
+                        // More than a request: a peer speaking out of turn.
+                        self.abort_tcp(cx);
+                        break;
+                    }
+                    self.request.extend_from_slice(p.bytes());
+                }
+                _ => {}
+            }
+        }
+        if let Phase::AwaitRequest { deadline } = self.phase {
+            self.check_request(cx, deadline);
+        }
+        return_dropped(cx, owner, self.ep.as_mut());
+        if let Some(ep) = self.ep.as_mut() {
+            if self.peer_closed && !self.peer_close_seen {
+                self.peer_close_seen = true;
+                ep.handle_peer_closed(&mut env(cx.device, cx.mem, &mut self.cq, &mut self.rcq));
+            }
+            if self.tcp_end.is_some() && !self.stream_closed {
+                self.stream_closed = true;
+                ep.handle_stream_closed(&mut env(cx.device, cx.mem, &mut self.cq, &mut self.rcq));
+            }
+        }
+        if let Some(ep) = self.ep.as_mut() {
+            if ep.poll_timeout().is_some_and(|t| t <= now_e) {
+                ep.handle_timeout(now_e);
+            }
+        }
+        work |= self.drain_posts(cx);
+        work |= self.send_records(cx, owner);
+        work |= self.engine_events(cx);
+        // Events may have queued more (an accept's reply, a Terminate).
+        work |= self.send_records(cx, owner);
+        work |= self.deliver(cx.sync);
+        if self.closed_in_order && !self.reported_down {
+            // An orderly close is complete for the application now; TCP
+            // may still linger in TIME-WAIT, and the connection stays here
+            // until it ends.
+            self.reported_down = true;
+            self.set_status(QpStatus::Disconnected);
+            cx.event(CmEvent::Disconnected {
+                qp: self.qpn(),
+                reason: DisconnectReason::Closed,
+            });
+        }
+        if let Some(reason) = self.terminated {
+            if self.close_requested && self.established && !self.reported_down {
+                // A Terminate ended the stream and went out (or came in):
+                // the queue pair is in Error, and the application learns it
+                // now rather than after TCP's close (TIME-WAIT may last).
+                self.reported_down = true;
+                self.set_status(QpStatus::Disconnected);
+                cx.event(CmEvent::Disconnected {
+                    qp: self.qpn(),
+                    reason,
+                });
+            }
+        }
+        if let Some(end) = self.tcp_end {
+            if matches!(self.phase, Phase::TcpConnecting { .. }) {
+                cx.event(CmEvent::ConnectFailed {
+                    qp: self.qpn(),
+                    reason: match end {
+                        TcpEnd::TimedOut => ConnectFailure::TimedOut,
+                        _ => ConnectFailure::Refused,
+                    },
+                });
+                self.set_status(QpStatus::Disconnected);
+            } else if self.established && !self.reported_down {
+                let reason = match (self.terminated, end) {
+                    (Some(t), _) => t,
+                    (None, _) if self.closed_in_order => DisconnectReason::Closed,
+                    (None, _) if self.local_abort => DisconnectReason::LocalAbort,
+                    (None, TcpEnd::Closed) => DisconnectReason::Closed,
+                    (None, TcpEnd::Reset) => DisconnectReason::Reset,
+                    (None, TcpEnd::TimedOut) => DisconnectReason::TimedOut,
+                };
+                self.reported_down = true;
+                self.set_status(QpStatus::Disconnected);
+                cx.event(CmEvent::Disconnected {
+                    qp: self.qpn(),
+                    reason,
+                });
+            }
+            // A completion still waiting for the other workers' STag
+            // replicas keeps the connection until it is delivered.
+            *finished = self.hold.is_none();
+        }
+        work
+    }
+
+    pub(super) fn tcp_connected<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>) {
+        let phase = core::mem::replace(&mut self.phase, Phase::Running);
+        let Phase::TcpConnecting {
+            qp,
+            config,
+            private_data,
+        } = phase
+        else {
+            self.phase = phase;
+            return;
+        };
+        match Endpoint::initiator(config, &private_data, *qp, engine_time(cx.now)) {
+            Ok(ep) => self.ep = Some(ep),
+            Err(_) => {
+                cx.event(CmEvent::ConnectFailed {
+                    qp: self.qpn(),
+                    reason: ConnectFailure::Setup(SetupFailure::StreamClosed),
+                });
+                self.abort_tcp(cx);
+            }
+        }
+    }
+
+    pub(super) fn abort_tcp<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>) {
+        // The reset's events come next iteration, untouched by the stack.
+        self.kick = true;
+        if let Some(c) = cx.stack.conn_mut(self.tcp) {
+            c.abort(cx.now);
+        }
+    }
+
+    /// Passive: once the request is complete, tell the application; past
+    /// the deadline, give up on the peer.
+    pub(super) fn check_request<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>, deadline: Instant) {
+        match rdmap::mpa::frame::frame_len(&self.request) {
+            Ok(Some(n)) if self.request.len() >= n => {
+                match FrameRepr::parse_prefix(&self.request) {
+                    Ok((repr, _)) if repr.kind == FrameKind::Request => {
+                        cx.event(CmEvent::ConnectRequest(ConnectRequest {
+                            worker: cx.index,
+                            conn: self.tcp,
+                            remote: self.remote,
+                            local_port: self.local_port,
+                            private_data: repr.private_data.to_vec(),
+                            ird: repr.ird_ord.map(|x| x.ird),
+                            ord: repr.ird_ord.map(|x| x.ord),
+                        }));
+                        self.phase = Phase::AwaitDecision;
+                    }
+                    _ => self.abort_tcp(cx),
+                }
+            }
+            Err(_) => self.abort_tcp(cx),
+            _ if cx.now >= deadline => self.abort_tcp(cx),
+            _ => {}
+        }
+    }
+
+    /// Moves work requests from the submission rings into the QP.
+    pub(super) fn drain_posts<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>) -> bool {
+        let Some(shared) = self.shared.clone() else {
+            return false;
+        };
+        let attr = shared.attr;
+        let mrs = cx.device.mrs();
+        let mem = &*cx.mem;
+        let mut stash_recv = self.stash_recv.take();
+        let mut stash_send = self.stash_send.take();
+        // While a completion waits for the other workers' replicas, no
+        // new send work starts (it bounds what completes behind it).
+        let held = self.hold.is_some();
+        let mut local_ops = core::mem::take(&mut self.local_ops);
+        let Some(qp) = self.qp_mut() else {
+            self.stash_recv = stash_recv;
+            self.stash_send = stash_send;
+            self.local_ops = local_ops;
+            return false;
+        };
+        let mut n = 0;
+        while n < MAX_POSTS_PER_POLL && qp.rq_len() < attr.max_recv_wr as usize {
+            let Some(wr) = stash_recv.take().or_else(|| shared.rq.pop()) else {
+                break;
+            };
+            n += 1;
+            if qp.post_recv(&wr).is_err() {
+                stash_recv = Some(wr);
+                break;
+            }
+        }
+        while !held && n < MAX_POSTS_PER_POLL && qp.sq_len() < attr.max_send_wr as usize {
+            let Some(wr) = stash_send.take().or_else(|| shared.sq.pop()) else {
+                break;
+            };
+            n += 1;
+            let (run, local) = prepare_local(&wr, &attr, mem);
+            match qp.post_send(&run, mrs) {
+                Ok(_) => local_ops.extend(local),
+                Err(rdmap::verbs::PostError::InvalidState | rdmap::verbs::PostError::QueueFull) => {
+                    stash_send = Some(wr);
+                    break;
+                }
+                // Checked when posted to the ring; cannot happen.
+                Err(_) => {}
+            }
+        }
+        self.stash_recv = stash_recv;
+        self.stash_send = stash_send;
+        self.local_ops = local_ops;
+        n > 0
+    }
+
+    pub(super) fn engine_events<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>) -> bool {
+        let mut work = false;
+        while let Some(ev) = self.ep.as_mut().and_then(Endpoint::poll_event) {
+            work = true;
+            match ev {
+                EngineEvent::ConnectRequest => {
+                    if let (Some((accept, pd)), Some(ep)) = (self.decision.take(), self.ep.as_mut())
+                    {
+                        let r = if accept {
+                            ep.accept(&pd)
+                        } else {
+                            ep.reject(&pd)
+                        };
+                        if r.is_err() {
+                            self.abort_tcp(cx);
+                        }
+                    }
+                }
+                EngineEvent::Connected(n) => {
+                    self.established = true;
+                    self.set_status(QpStatus::Connected);
+                    cx.event(CmEvent::Established {
+                        qp: self.qpn(),
+                        info: ConnectionInfo {
+                            remote: self.remote,
+                            ird: n.ird,
+                            ord: n.ord,
+                            revision: n.revision,
+                            crc: n.framing.crc,
+                            markers_rx: n.framing.markers_rx,
+                            markers_tx: n.framing.markers_tx,
+                            rtr: n.rtr,
+                            private_data: n.private_data,
+                        },
+                    });
+                }
+                EngineEvent::Rejected(r) => {
+                    if self.active {
+                        self.set_status(QpStatus::Disconnected);
+                        cx.event(CmEvent::Rejected {
+                            qp: self.qpn(),
+                            private_data: r.private_data,
+                        });
+                    } else if self.shared.is_some() {
+                        // The application accepted, and the negotiator
+                        // refused the request all the same (markers, no
+                        // RTR in common, CRC required): it learns why.
+                        self.set_status(QpStatus::Disconnected);
+                        cx.event(CmEvent::ConnectFailed {
+                            qp: self.qpn(),
+                            reason: ConnectFailure::RequestRefused(r.reason),
+                        });
+                    }
+                }
+                EngineEvent::SetupFailed(f) => {
+                    if self.shared.is_some() && !self.established {
+                        self.set_status(QpStatus::Disconnected);
+                        cx.event(CmEvent::ConnectFailed {
+                            qp: self.qpn(),
+                            reason: ConnectFailure::Setup(f),
+                        });
+                    }
+                }
+                EngineEvent::Terminated { cause, origin } => {
+                    bump(&cx.counters.terminates, 1);
+                    if !matches!(origin, rdmap::engine::TerminateOrigin::Stream) {
+                        self.terminated = Some(DisconnectReason::Terminated { cause, origin });
+                    }
+                }
+                EngineEvent::Closed => self.closed_in_order = true,
+                EngineEvent::ReadyToClose => {
+                    self.close_requested = true;
+                    if let Some(c) = cx.stack.conn_mut(self.tcp) {
+                        c.close(cx.now);
+                    }
+                }
+            }
+        }
+        work
+    }
+}
+
+/// The queue pair of a connection being rejected: it never carries work.
+pub(super) fn placeholder_attr() -> QpInitAttr {
+    QpInitAttr {
+        pd: PdId(0),
+        send_cq: CqId(0),
+        recv_cq: CqId(0),
+        srq: None,
+        max_send_wr: 1,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_ord: 0,
+        max_ird: 0,
+        sq_sig_all: false,
+    }
+}
+
+impl<Q: LinkQueue> Worker<Q> {
+    pub(super) fn mpa_config(&self, ird: u16, ord: u16) -> rdmap::mpa::Config {
+        rdmap::mpa::Config {
+            crc: self.mpa.crc,
+            markers_wanted: self.mpa.markers,
+            ird,
+            ord,
+            rtr_offer: self.mpa.rtr.map_or(RtrSet::NONE, RtrSet::only),
+            rtr_accept: RtrSet::ALL,
+            timeout: self.mpa.timeout,
+            nudge_after: self.mpa.nudge_after,
+            responder_waits_for_first_fpdu: self.mpa.responder_waits,
+            ..rdmap::mpa::Config::default()
+        }
+    }
+
+    pub(super) fn slot(&mut self, id: ConnId) -> Result<&mut Option<Conn>, Error> {
+        let i = id.index as usize;
+        if self.conns.len() <= i {
+            self.conns.resize_with(i + 1, || None);
+        }
+        self.ready.ensure(i + 1);
+        self.ready.mark(id.index);
+        Ok(&mut self.conns[i])
+    }
+
+    pub(super) fn connect(
+        &mut self,
+        now: Instant,
+        shared: Arc<QpShared>,
+        remote: SocketAddrV4,
+        params: ConnParams,
+    ) -> Result<(), Error> {
+        let local_ip = self.iface.ip();
+        // The port's RSS where it steers; where it cannot, the software
+        // dispatcher's function, which names this worker by its index.
+        let steer = match &self.dispatch_rss {
+            Some(rss) => Some((rss.clone(), self.index as u16)),
+            None => self
+                .caps
+                .rss
+                .clone()
+                .filter(|_| self.caps.queues > 1 && self.queue.index() < self.caps.queues)
+                .map(|rss| (rss, self.queue.index())),
+        };
+        let id = match steer {
+            None => self.iface.stack_mut().connect(now, local_ip, remote)?,
+            Some((rss, queue)) => {
+                let mut tries = 0;
+                loop {
+                    let port = rss
+                        .pick_port(
+                            local_ip,
+                            *remote.ip(),
+                            remote.port(),
+                            queue,
+                            self.port_cursor,
+                            |p| self.listening.contains(&p),
+                        )
+                        .ok_or(Error::Stack(StackError::NoFreePort))?;
+                    self.port_cursor = port.wrapping_add(1);
+                    let local = SocketAddrV4::new(local_ip, port);
+                    match self.iface.stack_mut().connect_from(now, local, remote) {
+                        Ok(id) => break id,
+                        Err(StackError::PortInUse) if tries < 64 => tries += 1,
+                        Err(e) => return Err(Error::Stack(e)),
+                    }
+                }
+            }
+        };
+        let qp = QueuePair::new(shared.qpn, shared.attr);
+        let config = self.mpa_config(params.ird, params.ord);
+        let local_port = self.iface.stack().tuple(id).map_or(0, |t| t.local.port());
+        let mut conn = Conn::new(
+            id,
+            remote,
+            local_port,
+            Phase::TcpConnecting {
+                qp: Box::new(qp),
+                config,
+                private_data: params.private_data,
+            },
+        );
+        conn.active = true;
+        shared.set_slot(id.index);
+        shared.bind_worker(self.index);
+        shared.set_status(QpStatus::Connecting);
+        conn.bind(shared);
+        *self.slot(id)? = Some(conn);
+        bump(&self.counters.connections, 1);
+        Ok(())
+    }
+
+    pub(super) fn pending(&mut self, id: ConnId) -> Result<&mut Conn, Error> {
+        match self.conns.get_mut(id.index as usize) {
+            Some(Some(c)) if c.tcp == id && matches!(c.phase, Phase::AwaitDecision) => Ok(c),
+            _ => Err(Error::NoSuchRequest),
+        }
+    }
+
+    pub(super) fn accept(
+        &mut self,
+        now: Instant,
+        id: ConnId,
+        shared: Arc<QpShared>,
+        params: ConnParams,
+    ) -> Result<(), Error> {
+        let config = self.mpa_config(params.ird, params.ord);
+        let index = self.index;
+        let conn = self.pending(id)?;
+        let qp = QueuePair::new(shared.qpn, shared.attr);
+        let ep = Endpoint::responder(config, qp, engine_time(now))
+            .map_err(|_| Error::InvalidArgument("MPA configuration"))?;
+        shared.set_slot(id.index);
+        shared.bind_worker(index);
+        shared.set_status(QpStatus::Connecting);
+        conn.bind(shared);
+        conn.decision = Some((true, params.private_data));
+        conn.ep = Some(ep);
+        conn.phase = Phase::Running;
+        // Receives posted before accept go in before the request is fed,
+        // so the initiator's first Send finds them.
+        self.feed_request(now, id);
+        self.ready.mark(id.index);
+        Ok(())
+    }
+
+    pub(super) fn reject(
+        &mut self,
+        now: Instant,
+        id: ConnId,
+        private_data: Vec<u8>,
+    ) -> Result<(), Error> {
+        let config = self.mpa_config(0, 0);
+        let conn = self.pending(id)?;
+        let qp = QueuePair::new(QpNum(0), placeholder_attr());
+        let ep = Endpoint::responder(config, qp, engine_time(now))
+            .map_err(|_| Error::InvalidArgument("MPA configuration"))?;
+        conn.decision = Some((false, private_data));
+        conn.ep = Some(ep);
+        conn.phase = Phase::Running;
+        self.feed_request(now, id);
+        self.ready.mark(id.index);
+        Ok(())
+    }
+
+    /// Hands the gathered request to the new endpoint (after the posted
+    /// receives).
+    pub(super) fn feed_request(&mut self, now: Instant, id: ConnId) {
+        let Some(Some(conn)) = self.conns.get_mut(id.index as usize) else {
+            return;
+        };
+        let mut cx = Cx {
+            now,
+            stack: self.iface.stack_mut(),
+            device: &mut self.device,
+            mem: &mut self.mem,
+            counters: &self.counters,
+            out: &self.out,
+            worker: self.tag,
+            index: self.index,
+            sync: &mut self.mr_sync,
+        };
+        conn.drain_posts(&mut cx);
+        let request = core::mem::take(&mut conn.request);
+        if let Some(ep) = conn.ep.as_mut() {
+            ep.handle_stream(
+                engine_time(now),
+                &request,
+                &mut env_srq(
+                    cx.device,
+                    cx.mem,
+                    &mut conn.cq,
+                    &mut conn.rcq,
+                    conn.srq.as_mut(),
+                ),
+            );
+        }
+    }
+
+    pub(super) fn accept_new(&mut self, now: Instant) -> bool {
+        let mut n = 0;
+        let deadline = now + self.mpa.timeout;
+        for i in 0..self.listening.len() {
+            let port = self.listening[i];
+            for _ in 0..ACCEPT_PER_POLL {
+                let Some(id) = self.iface.stack_mut().accept(port) else {
+                    break;
+                };
+                n += 1;
+                let remote = self
+                    .iface
+                    .stack()
+                    .tuple(id)
+                    .map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), |t| t.remote);
+                let conn = Conn::new(id, remote, port, Phase::AwaitRequest { deadline });
+                if let Ok(slot) = self.slot(id) {
+                    *slot = Some(conn);
+                    bump(&self.counters.connections, 1);
+                }
+            }
+        }
+        n > 0
+    }
+
+    /// Services the connections on the ready list (see [`super::ready`]).
+    pub(super) fn service_conns(&mut self, now: Instant) -> bool {
+        self.collect_ready(now);
+        let mut work = false;
+        let mut cx = Cx {
+            now,
+            stack: self.iface.stack_mut(),
+            device: &mut self.device,
+            mem: &mut self.mem,
+            counters: &self.counters,
+            out: &self.out,
+            worker: self.tag,
+            index: self.index,
+            sync: &mut self.mr_sync,
+        };
+        let ready = self.ready.begin();
+        for &i in &ready {
+            let Some(slot) = self.conns.get_mut(i as usize) else {
+                continue;
+            };
+            let Some(conn) = slot.as_mut() else {
+                continue;
+            };
+            self.visits += 1;
+            let mut finished = false;
+            let did = conn.service(&mut cx, &mut finished);
+            work |= did;
+            if !finished {
+                if did || conn.wants_service() {
+                    self.ready.mark(i);
+                }
+                if !conn.timed && conn.next_due().is_some() {
+                    conn.timed = true;
+                    self.timed.push(i);
+                }
+            } else {
+                let mut conn = slot.take().expect("checked above");
+                let _ = cx.stack.remove(now, conn.tcp);
+                let owner = Owner {
+                    worker: cx.worker,
+                    conn: conn.tcp,
+                };
+                return_dropped(&mut cx, owner, conn.ep.as_mut());
+                if let Some(c) = cx.stack.conn(conn.tcp) {
+                    self.retransmits_closed += c.stats().retransmits;
+                    self.paws_drops_closed += c.stats().paws_dropped;
+                }
+                if let Some(ep) = conn.ep.take() {
+                    let mut qp = ep.into_qp();
+                    qp.drain_inbound_reads(cx.device.mrs_mut());
+                }
+                let c = &cx.counters.connections;
+                c.store(
+                    c.load(Ordering::Relaxed).saturating_sub(1),
+                    Ordering::Relaxed,
+                );
+            }
+        }
+        self.ready.end(ready);
+        bump(&cx.counters.conn_visits, core::mem::take(&mut self.visits));
+        work
+    }
+
+    /// Marks the connections that received something or whose TCP timers
+    /// ran (the stack's touched slots), those with newly posted work (the
+    /// worker's posted ring; all of them if it overflowed), and those
+    /// whose setup timer is due (the list of connections with one, which
+    /// an established connection leaves).
+    fn collect_ready(&mut self, now: Instant) {
+        let ready = &mut self.ready;
+        let mut k = 0;
+        while k < self.timed.len() {
+            let i = self.timed[k];
+            let conn = self.conns.get_mut(i as usize).and_then(Option::as_mut);
+            match conn.as_ref().and_then(|c| c.next_due()) {
+                Some(t) => {
+                    if t <= now {
+                        ready.mark(i);
+                    }
+                    k += 1;
+                }
+                None => {
+                    if let Some(c) = conn {
+                        c.timed = false;
+                    }
+                    self.timed.swap_remove(k);
+                }
+            }
+        }
+        self.iface.stack_mut().take_touched(|i| ready.mark(i));
+        if let Some(w) = self.wake.get(self.index) {
+            while let Some(slot) = w.take_posted() {
+                ready.mark(slot);
+            }
+            if w.take_overflow() {
+                ready.mark_all(self.conns.len());
+            }
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! The worker's counters: written by the worker alone at each stage of
+//! the pipeline (receive, transmit, connections, idle), read by the
+//! control path while it runs (`Dataplane::stats`).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Counters of one worker, written by it alone and readable by anyone
+/// while it runs (relaxed atomics: each value is exact, values are not
+/// mutually consistent snapshots).
+#[derive(Debug, Default)]
+pub struct WorkerCounters {
+    /// Frames received.
+    pub rx_packets: AtomicU64,
+    /// Bytes of those frames.
+    pub rx_bytes: AtomicU64,
+    /// Frames transmitted.
+    pub tx_packets: AtomicU64,
+    /// Bytes of those frames.
+    pub tx_bytes: AtomicU64,
+    /// Frames that took the slow path: ARP, ICMP, TCP with SYN, FIN or
+    /// RST, anything not TCP.
+    pub punts: AtomicU64,
+    /// TCP segments retransmitted (summed over connections every
+    /// [`STATS_PERIOD`](super::STATS_PERIOD)).
+    pub retransmits: AtomicU64,
+    /// TCP segments dropped by PAWS (RFC 7323 §5.3; TSval more than one
+    /// tick behind TS.Recent, see [`tcp_offload::tcp::PAWS_WINDOW`]),
+    /// summed over connections every [`STATS_PERIOD`](super::STATS_PERIOD). A steady rise on a
+    /// path that reorders means the peer's timestamps run backwards.
+    pub paws_drops: AtomicU64,
+    /// Connections reset when the dataplane stopped because their FIN
+    /// exchange had not finished within `tcp.close_linger_ms` (the peer
+    /// did not acknowledge our FIN, or did not close its side).
+    pub shutdown_resets: AtomicU64,
+    /// Frames dropped: malformed or not for us on receive, no buffer or no
+    /// room on transmit, unresolved neighbours (published every
+    /// [`STATS_PERIOD`](super::STATS_PERIOD)).
+    pub drops: AtomicU64,
+    /// Streams ended by a Terminate, sent or received.
+    pub terminates: AtomicU64,
+    /// ARP frames forwarded to other workers.
+    pub forwarded: AtomicU64,
+    /// Connections currently owned.
+    pub connections: AtomicU64,
+    /// Loop iterations.
+    pub loops: AtomicU64,
+    /// Times the idle back-off slept.
+    pub idle_sleeps: AtomicU64,
+    /// Sleeps an application thread cut short by posting work or a
+    /// control message (see "Idle back-off" in the module documentation).
+    pub idle_wakeups: AtomicU64,
+    /// Payload bytes the TX path read from registered memory to sum a TCP
+    /// checksum (ports without checksum offload) because no sum from the
+    /// record's CRC pass covered them: with the MPA CRC on this stays at
+    /// zero unless the CRC is off, markers cut the payload, or a record
+    /// no longer fits one segment (after an MSS shrink).
+    pub tx_summed_bytes: AtomicU64,
+    /// Payload bytes summed again from registered memory for a segment
+    /// that the record's stored sum would have covered, because that sum
+    /// was already used once: a retransmission, which carries whatever the
+    /// application's buffer holds by then and must be summed from it (see
+    /// the module documentation). Zero on ports that offload the checksum.
+    pub tx_resummed_bytes: AtomicU64,
+    /// Retransmissions whose payload, summed again, no longer matched the
+    /// sum taken when the record was built: the application changed the
+    /// buffer of a posted Send or Write before its completion, or the
+    /// source of a Read being answered. A lower bound (a change that keeps the 16-bit sum goes
+    /// unseen); the peer's MPA CRC check is what ends such a stream.
+    pub tx_payload_changed: AtomicU64,
+    /// Frames queued for transmit whose payload was copied into the frame
+    /// because the link lacks multi-segment transmit ([`LinkCaps::multi_seg_tx`]:
+    /// af_xdp in DPDK 22.11): zero on links that take payload by reference.
+    ///
+    /// [`LinkCaps::multi_seg_tx`]: crate::link::LinkCaps::multi_seg_tx
+    pub tx_copied_frames: AtomicU64,
+    /// Received TCP frames handed to the worker that owns their connection
+    /// (on a port that cannot steer flows to queues, the software
+    /// dispatcher).
+    pub dispatched_out: AtomicU64,
+    /// Frames other workers handed to this one.
+    pub dispatched_in: AtomicU64,
+    /// Frames dropped because the owner's dispatch ring was full.
+    pub dispatch_drops: AtomicU64,
+    /// Connection services run: each iteration services only the
+    /// connections on its ready list (those that received something, had
+    /// work posted, a control message or a timer, or still have work
+    /// left), so idle connections do not add to it.
+    pub conn_visits: AtomicU64,
+    /// ARP frames the worker's interface took in: requests it answered or
+    /// learnt from, replies that resolved a neighbour (published every
+    /// stats period).
+    pub arp_in: AtomicU64,
+    /// ARP frames it sent: requests and replies (published every stats
+    /// period).
+    pub arp_out: AtomicU64,
+    /// The EAL lcore id of the worker's thread plus one, recorded when the
+    /// thread starts; 0 when it has none (see [`WorkerStats::lcore`]).
+    lcore: AtomicU32,
+    /// The worker's packet-capture point, armed by the control path
+    /// ([`crate::capture`]); it rides here as the other state a worker
+    /// shares with the control path.
+    pub capture: crate::capture::CaptureTap,
+}
+
+/// A copy of [`WorkerCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// See [`WorkerCounters::rx_packets`].
+    pub rx_packets: u64,
+    /// See [`WorkerCounters::rx_bytes`].
+    pub rx_bytes: u64,
+    /// See [`WorkerCounters::tx_packets`].
+    pub tx_packets: u64,
+    /// See [`WorkerCounters::tx_bytes`].
+    pub tx_bytes: u64,
+    /// See [`WorkerCounters::punts`].
+    pub punts: u64,
+    /// See [`WorkerCounters::retransmits`].
+    pub retransmits: u64,
+    /// See [`WorkerCounters::paws_drops`].
+    pub paws_drops: u64,
+    /// See [`WorkerCounters::shutdown_resets`].
+    pub shutdown_resets: u64,
+    /// See [`WorkerCounters::drops`].
+    pub drops: u64,
+    /// See [`WorkerCounters::terminates`].
+    pub terminates: u64,
+    /// See [`WorkerCounters::forwarded`].
+    pub forwarded: u64,
+    /// See [`WorkerCounters::connections`].
+    pub connections: u64,
+    /// See [`WorkerCounters::loops`].
+    pub loops: u64,
+    /// See [`WorkerCounters::idle_sleeps`].
+    pub idle_sleeps: u64,
+    /// See [`WorkerCounters::idle_wakeups`].
+    pub idle_wakeups: u64,
+    /// See [`WorkerCounters::tx_summed_bytes`].
+    pub tx_summed_bytes: u64,
+    /// See [`WorkerCounters::tx_resummed_bytes`].
+    pub tx_resummed_bytes: u64,
+    /// See [`WorkerCounters::tx_payload_changed`].
+    pub tx_payload_changed: u64,
+    /// See [`WorkerCounters::tx_copied_frames`].
+    pub tx_copied_frames: u64,
+    /// See [`WorkerCounters::dispatched_out`].
+    pub dispatched_out: u64,
+    /// See [`WorkerCounters::dispatched_in`].
+    pub dispatched_in: u64,
+    /// See [`WorkerCounters::dispatch_drops`].
+    pub dispatch_drops: u64,
+    /// See [`WorkerCounters::conn_visits`].
+    pub conn_visits: u64,
+    /// See [`WorkerCounters::arp_in`].
+    pub arp_in: u64,
+    /// See [`WorkerCounters::arp_out`].
+    pub arp_out: u64,
+    /// The EAL lcore id its thread runs as (`rte_lcore_id()`), recorded
+    /// when a worker thread starts (`DriveMode::Threads`); `None` for a
+    /// thread EAL does not know and for workers the application drives.
+    pub lcore: Option<u32>,
+}
+
+impl WorkerCounters {
+    /// Records the EAL lcore id of the worker's thread (`None`: a thread
+    /// EAL does not know).
+    pub(crate) fn set_lcore(&self, lcore: Option<u32>) {
+        let v = lcore.map_or(0, |id| id.saturating_add(1));
+        self.lcore.store(v, Ordering::Relaxed);
+    }
+
+    /// The current values.
+    pub fn snapshot(&self) -> WorkerStats {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        WorkerStats {
+            rx_packets: g(&self.rx_packets),
+            rx_bytes: g(&self.rx_bytes),
+            tx_packets: g(&self.tx_packets),
+            tx_bytes: g(&self.tx_bytes),
+            punts: g(&self.punts),
+            retransmits: g(&self.retransmits),
+            paws_drops: g(&self.paws_drops),
+            shutdown_resets: g(&self.shutdown_resets),
+            drops: g(&self.drops),
+            terminates: g(&self.terminates),
+            forwarded: g(&self.forwarded),
+            connections: g(&self.connections),
+            loops: g(&self.loops),
+            idle_sleeps: g(&self.idle_sleeps),
+            idle_wakeups: g(&self.idle_wakeups),
+            tx_summed_bytes: g(&self.tx_summed_bytes),
+            tx_resummed_bytes: g(&self.tx_resummed_bytes),
+            tx_payload_changed: g(&self.tx_payload_changed),
+            tx_copied_frames: g(&self.tx_copied_frames),
+            dispatched_out: g(&self.dispatched_out),
+            dispatched_in: g(&self.dispatched_in),
+            dispatch_drops: g(&self.dispatch_drops),
+            conn_visits: g(&self.conn_visits),
+            arp_in: g(&self.arp_in),
+            arp_out: g(&self.arp_out),
+            lcore: self.lcore.load(Ordering::Relaxed).checked_sub(1),
+        }
+    }
+}
+
+/// Adds to a counter only this worker writes: a plain load and store
+/// (no locked instruction on the data path).
+pub(super) fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}

@@ -1,0 +1,531 @@
+//! The poll-mode worker: one per core, owning one queue of the port and
+//! every connection whose packets arrive on it, running the whole
+//! pipeline to completion with no lock and no system call.
+//!
+//! # One iteration of the loop ([`Worker::poll`])
+//!
+//! 1. Control messages from the application's control path (listen,
+//!    connect, accept, reject, memory registration), at most
+//!    [`CTL_PER_POLL`], and the STag changes other workers made (fast
+//!    registration, local and remote invalidation), at most
+//!    [`MR_SYNC_PER_POLL`]: see "STag replicas" below.
+//! 2. RX burst of at most [`RX_BURST`] frames; each goes to
+//!    `tcp-offload`'s [`Interface::handle_frame_with`] by reference (the
+//!    TCP engine keeps out-of-order data in the received buffers), with the
+//!    device's checksum verdicts ([`LinkQueue::rx_checksum`]): checksums
+//!    the device found good are not summed again. ARP frames
+//!    are also forwarded to the other workers (a NIC steers them to queue
+//!    0 only, and every worker keeps its own neighbour table). On a port
+//!    that cannot steer TCP flows to queues ([`LinkCaps::rss`] is `None`)
+//!    with several workers, each TCP frame whose connection another worker
+//!    owns is handed to it over that worker's dispatch ring (the buffer
+//!    itself moves, nothing is copied; counted, and dropped when the ring
+//!    is full); then the frames other workers handed over, at most
+//!    [`DISPATCH_PER_POLL`]. The owner is [`Rss::queue_of_frame`] under
+//!    [`Rss::round_robin`] over the workers, the function the active side
+//!    picks its local port with, so each connection stays on its opener,
+//!    and a passive one on the worker its SYN names (whose listener takes
+//!    it, and whose QP is bound there at accept).
+//! 3. TCP and ARP timers.
+//! 4. New passive connections ([`ACCEPT_PER_POLL`]): their MPA request is
+//!    gathered and reported to the application, which accepts or rejects.
+//! 5. Each connection on the ready list (`ready`: those a segment, a
+//!    TCP timer, a post, a control message or a due setup timer reached,
+//!    and those with work left; idle connections are not looked at): TCP
+//!    events (an acknowledged record goes back to the engine with
+//!    `record_acked`, returning its pin and completing Sends and Writes); in-order payload to `Endpoint::handle_stream` (at
+//!    most [`MAX_CHUNKS_PER_POLL`] chunks); work requests from the QP's
+//!    submission rings ([`MAX_POSTS_PER_POLL`]); records from
+//!    `Endpoint::poll_record(send_capacity)` into TCP
+//!    ([`MAX_FPDUS_PER_POLL`]); engine events; completions to the CQ
+//!    rings.
+//! 6. TX: ARP and ICMP frames, then TCP segments built in parts — headers
+//!    written into the frame, the FPDU's length field and DDP/RDMAP
+//!    headers appended, the payload *attached* from the registered region
+//!    (copied on ports without multi-segment transmit, or when markers cut
+//!    it up), pad and CRC appended; the TCP checksum summed from the
+//!    record's pieces unless the port offloads it. At most [`TX_BURST`]
+//!    frames, then one TX burst.
+//!
+//! A record is queued in TCP until acknowledged; retransmissions rebuild
+//! their frames from it (the region stays pinned). Records TCP drops on a
+//! reset come back through [`FpduRecord`]'s `Drop` and return their pins.
+//! Without checksum offload a retransmission sums its payload again from
+//! the region rather than reuse the record's stored sum, so that a buffer
+//! the application changed before its completion reaches the peer's MPA
+//! CRC check instead of stalling in its TCP (`FpduRecord::tx_sum`).
+//!
+//! # Files
+//!
+//! This file holds the loop and its budgets; each stage has its own
+//! file: `control` (step 1, and the deregistrations after step 5),
+//! `rx` (step 2), `conn` (steps 4 and 5: connection lifecycle and
+//! service), `completion` (the end of step 5), `tx` (records into TCP in
+//! step 5, and step 6), `stag_mesh` (the STag replicas below), `idle`
+//! (the back-off below), `clock` and `counters`.
+//!
+//! # STag replicas
+//!
+//! Every worker checks peers' STags against its own copy of the STag table
+//! (no lock on the data path); the control path's table (the API's
+//! control plane) allocates the STags and the workers mirror its
+//! registrations (`RegMr` control messages) before `reg_mr` returns. Fast registration and local
+//! invalidation are work requests, and a Send with Invalidate arrives on a
+//! connection: all three change an STag's state on the one worker that
+//! runs them. That worker then sends the change to every other worker's
+//! replica ring (`MrSyncLinks`) and holds the completion that reports
+//! it (and every later completion of that queue pair) until each of them
+//! has applied it, so once the application sees an invalidation complete,
+//! no worker will place a byte or answer a Read through the old
+//! registration. A fast registration or local invalidation the application
+//! did not signal is signalled to the engine all the same, and its
+//! completion dropped once the others have it. Two workers changing the
+//! same STag at once (concurrent work requests on one STag through queue
+//! pairs on different workers, which the verbs leave to the consumer to
+//! order) end with the change each worker received last.
+//!
+//! Shared receive queues: a queue pair attached to one takes each receive
+//! buffer from the application's multi-consumer ring when a Send begins
+//! (`rdmap::verbs::RecvSupply`), so the worker that pops a buffer owns it
+//! and no worker holds buffers another one needs.
+//!
+//! # Idle back-off
+//!
+//! A worker that finds nothing to do for `idle.spin` iterations in a row
+//! sleeps `idle.sleep_us` between polls until work comes back; with
+//! `idle.yield_cpu` each empty iteration before that gives the processor
+//! to any other runnable thread (where workers share cores with each
+//! other or with the application, a spinning worker otherwise holds the
+//! core that the thread it waits for needs). Workers ask the kernel for a
+//! fine timer slack, so that a sleep of 20 µs is not one of 70. A
+//! sleeping worker says so in a flag it shares with the application: the
+//! thread that posts it a work request or a control message wakes it (one
+//! system call, and only when it sleeps); frames arriving from the
+//! network cannot, so they wait for the sleep to end.
+//!
+//! Allocation happens at connection setup and on the slow path (control
+//! messages, connection requests, ARP holds), never per packet: received
+//! buffers come from the port's pool, frames are reused, records carry
+//! their headers inline.
+
+use core::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+use crossbeam_queue::ArrayQueue;
+use rdmap::mpa::RtrType;
+use rdmap::placement::RegionHandle;
+use rdmap::verbs::{Device, DeviceLimits, Stag};
+use tcp_offload::iface::{Interface, InterfaceConfig};
+use tcp_offload::tcp;
+use tcp_offload::Instant;
+
+use crate::config::Config;
+pub use crate::ctl::SmallFrame;
+use crate::ctl::{Ctl, DispatchRings, IdleWake, WorkerMsg};
+use crate::link::{LinkCaps, LinkQueue};
+use crate::memory::MemoryTable;
+use crate::steer::Rss;
+
+mod clock;
+mod completion;
+mod conn;
+mod control;
+mod counters;
+mod idle;
+mod ready;
+mod rx;
+mod stag_mesh;
+mod tx;
+
+use self::conn::{is_open, Conn};
+use self::counters::bump;
+pub use clock::{Clock, ManualTime};
+pub use counters::{WorkerCounters, WorkerStats};
+pub use rx::RxFrame;
+pub(crate) use stag_mesh::MrSyncLinks;
+pub use tx::FpduRecord;
+
+/// Frames taken from the RX queue per iteration: DPDK's customary burst,
+/// enough to amortise the ring access, small enough that the burst's
+/// buffers stay in L1/L2 while the pipeline runs over them.
+pub const RX_BURST: usize = 32;
+
+/// Frames built per iteration before one TX burst: the same reasoning as
+/// [`RX_BURST`], and it bounds how long RX waits behind a sending
+/// connection.
+pub const TX_BURST: usize = 32;
+
+/// Records (FPDUs, one TCP segment each) one connection may queue per
+/// iteration: about 90 KB at a 1500-byte MTU, so one bulk sender cannot
+/// keep the worker from its other connections and its RX queue.
+pub const MAX_FPDUS_PER_POLL: usize = 64;
+
+/// In-order payload chunks handed to one connection's endpoint per
+/// iteration (each chunk is one received segment's payload). What is left
+/// waits in TCP, whose window then closes: back-pressure, not loss.
+pub const MAX_CHUNKS_PER_POLL: usize = 128;
+
+/// Work requests drained from one QP's submission rings per iteration.
+pub const MAX_POSTS_PER_POLL: usize = 64;
+
+/// Control messages handled per iteration: the control path never stalls
+/// the data path for long.
+pub const CTL_PER_POLL: usize = 8;
+
+/// New passive connections taken per listening port per iteration.
+pub const ACCEPT_PER_POLL: usize = 16;
+
+/// The pause between polls of a stopping worker with nothing to do while
+/// it waits for its connections' FIN exchanges to finish.
+const SHUTDOWN_NAP: Duration = Duration::from_micros(50);
+
+/// How often the counters that are sums over connections (retransmits,
+/// drops) are published.
+pub const STATS_PERIOD: Duration = Duration::from_millis(1);
+
+/// STag changes from other workers applied per iteration (the ring is
+/// drained in a few iterations even when full).
+pub const MR_SYNC_PER_POLL: usize = 64;
+
+/// Handed-over frames a worker takes from its dispatch ring per
+/// iteration: two bursts, so that one other worker receiving everything
+/// (a port delivering on queue 0 only) cannot outrun it.
+pub const DISPATCH_PER_POLL: usize = 2 * RX_BURST;
+
+// The dispatch rings (`crate::ctl`) hold thirty-two receive bursts.
+const _: () = assert!(crate::ctl::DISPATCH_RING == 32 * RX_BURST);
+
+/// Everything a worker is built from.
+#[derive(Debug)]
+pub(crate) struct WorkerSetup<Q: LinkQueue> {
+    pub index: usize,
+    pub queue: Q,
+    pub caps: LinkCaps,
+    pub config: Config,
+    pub key: [u8; 16],
+    pub ctl: Receiver<Ctl>,
+    pub out: Sender<WorkerMsg>,
+    pub counters: Arc<WorkerCounters>,
+    pub mr_sync: MrSyncLinks,
+    pub forward_in: Arc<ArrayQueue<SmallFrame>>,
+    pub forward_out: Vec<Arc<ArrayQueue<SmallFrame>>>,
+    pub dispatch: Arc<DispatchRings<Q::RxBuf>>,
+    /// Every worker's idle state (this one's at `index`).
+    pub wake: Arc<[IdleWake]>,
+}
+
+/// MPA defaults of the dataplane.
+#[derive(Debug, Clone, Copy)]
+struct MpaDefaults {
+    crc: rdmap::mpa::CrcPolicy,
+    markers: bool,
+    rtr: Option<RtrType>,
+    timeout: Duration,
+    nudge_after: Duration,
+    responder_waits: bool,
+}
+
+/// One poll-mode worker. See the module documentation.
+#[derive(Debug)]
+pub struct Worker<Q: LinkQueue> {
+    index: usize,
+    tag: u64,
+    /// Declared (so dropped) before `queue`: buffers still in the rings
+    /// go back to the port's pool while a queue still holds it (the last
+    /// worker to go frees what is left).
+    dispatch: Arc<DispatchRings<Q::RxBuf>>,
+    queue: Q,
+    caps: LinkCaps,
+    iface: Interface<RxFrame<Q::RxBuf>, FpduRecord>,
+    device: Device,
+    mem: MemoryTable,
+    conns: Vec<Option<Conn>>,
+    /// The connections to service next (see [`ready`]).
+    ready: ready::ReadyList,
+    /// Slots of connections with a setup timer (see [`Conn::next_due`]).
+    timed: Vec<u32>,
+    /// Connections serviced in this iteration, for
+    /// [`WorkerCounters::conn_visits`].
+    visits: u64,
+    listening: Vec<u16>,
+    ctl: Receiver<Ctl>,
+    out: Sender<WorkerMsg>,
+    counters: Arc<WorkerCounters>,
+    clock: Clock,
+    rx_batch: Vec<Q::RxBuf>,
+    tx_batch: Vec<Q::TxFrame>,
+    spare_frame: Option<Q::TxFrame>,
+    scratch: Vec<u8>,
+    forward_in: Arc<ArrayQueue<SmallFrame>>,
+    forward_out: Vec<Arc<ArrayQueue<SmallFrame>>>,
+    wake: Arc<[IdleWake]>,
+    /// Where the port cannot steer and there are several workers: the
+    /// function naming each TCP frame's owner (see the module
+    /// documentation).
+    dispatch_rss: Option<Rss>,
+    /// Deregistrations waiting for pins: the STag (as the control path
+    /// names it; a fast-register region's key may have changed since) and
+    /// its region.
+    dereg_pending: Vec<(Stag, RegionHandle)>,
+    /// This worker's links to the other workers' STag replicas.
+    mr_sync: MrSyncLinks,
+    mpa: MpaDefaults,
+    port_cursor: u16,
+    retransmits_closed: u64,
+    paws_drops_closed: u64,
+    /// `tcp.close_linger_ms`: how long [`Worker::shutdown`] lets FIN
+    /// exchanges run.
+    close_linger: Duration,
+    last_publish: Instant,
+    local_drops: u64,
+    stopping: bool,
+    /// The running capture's ring, refreshed once per receive burst.
+    capture: crate::capture::TapState,
+}
+
+/// Unique tags of workers in this process (records name their owner).
+static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
+
+impl<Q: LinkQueue> Worker<Q> {
+    pub(crate) fn new(s: WorkerSetup<Q>) -> Worker<Q> {
+        let port = &s.config.ports[0];
+        let mac = port.mac.map_or(s.caps.mac, |m| m.0);
+        let mut ic = InterfaceConfig::new(mac, port.ip, s.key);
+        ic.mtu = port.mtu.min(s.caps.mtu);
+        ic.tcp = tcp::Config {
+            // The MSS follows the port's MTU (jumbo frames included); the
+            // interface clamps it to `mtu - 40` as well.
+            mss: u16::try_from(ic.mtu.saturating_sub(40)).unwrap_or(u16::MAX),
+            sack: s.config.tcp.sack,
+            timestamps: s.config.tcp.timestamps,
+            recv_buffer: s.config.tcp.recv_buffer,
+            ..tcp::Config::default()
+        };
+        ic.max_connections = s.config.tcp.max_connections;
+        let mut iface = Interface::new(ic);
+        for n in &port.neighbors {
+            iface.add_static_arp(n.ip, n.mac.0);
+        }
+        let device = Device::new(DeviceLimits {
+            max_mr: s.config.limits.max_mr,
+            max_qp: 1,
+            max_cq: 1,
+            max_srq: 1,
+            ..DeviceLimits::default()
+        });
+        let rtr = s.config.mpa_rtr().ok().flatten();
+        let frame_len = ic_frame_len(port.mtu);
+        let tag = NEXT_TAG.fetch_add(1, Ordering::Relaxed);
+        let port_cursor = u16::from_le_bytes([s.key[0], s.key[1]]) ^ (s.index as u16);
+        let workers = s.dispatch.rings.len();
+        let dispatch_rss = (s.caps.rss.is_none() && workers > 1)
+            .then(|| Rss::round_robin(u16::try_from(workers).unwrap_or(u16::MAX)));
+        s.counters
+            .capture
+            .set_frame_cap(ic_frame_len(port.mtu.max(s.caps.mtu)));
+        // The TCP checksum's payload sum rides on the CRC pass only where
+        // the port cannot compute the checksum itself.
+        let sum_with_crc = !s.caps.tx_checksum_offload;
+        Worker {
+            index: s.index,
+            tag,
+            caps: s.caps,
+            queue: s.queue,
+            iface,
+            device,
+            mem: MemoryTable::with_sum_with_crc(sum_with_crc),
+            conns: Vec::new(),
+            ready: ready::ReadyList::new(s.config.tcp.max_connections),
+            timed: Vec::with_capacity(s.config.tcp.max_connections),
+            visits: 0,
+            listening: Vec::new(),
+            ctl: s.ctl,
+            out: s.out,
+            counters: s.counters,
+            clock: Clock::new(),
+            rx_batch: Vec::with_capacity(RX_BURST),
+            tx_batch: Vec::with_capacity(TX_BURST),
+            spare_frame: None,
+            scratch: vec![0; frame_len],
+            forward_in: s.forward_in,
+            forward_out: s.forward_out,
+            dispatch: s.dispatch,
+            wake: s.wake,
+            dispatch_rss,
+            dereg_pending: Vec::new(),
+            mr_sync: s.mr_sync,
+            mpa: MpaDefaults {
+                crc: s.config.mpa.crc,
+                markers: s.config.mpa.markers,
+                rtr,
+                timeout: Duration::from_secs(s.config.mpa.timeout_s),
+                nudge_after: Duration::from_millis(s.config.mpa.nudge_ms),
+                responder_waits: s.config.mpa.responder_waits_for_first_fpdu,
+            },
+            port_cursor,
+            retransmits_closed: 0,
+            paws_drops_closed: 0,
+            close_linger: Duration::from_millis(s.config.tcp.close_linger_ms),
+            last_publish: Instant::ZERO,
+            local_drops: 0,
+            stopping: false,
+            capture: crate::capture::TapState::default(),
+        }
+    }
+
+    /// Uses `clock` (shared by the workers of one dataplane).
+    pub(crate) fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
+    }
+
+    /// Whether a shutdown was requested.
+    pub fn stopping(&self) -> bool {
+        self.stopping
+    }
+
+    /// Its counters.
+    pub fn counters(&self) -> &WorkerCounters {
+        &self.counters
+    }
+
+    /// One iteration of the loop (see the module documentation). Returns
+    /// whether it did any work, for the idle back-off.
+    pub fn poll(&mut self) -> bool {
+        let now = self.clock.now();
+        bump(&self.counters.loops, 1);
+        let mut work = self.control(now);
+        work |= self.receive(now);
+        if self.iface.poll_timeout().is_some_and(|t| t <= now) {
+            self.iface.handle_timeout(now);
+            work = true;
+        }
+        work |= self.accept_new(now);
+        work |= self.service_conns(now);
+        self.mr_events();
+        work |= self.transmit(now);
+        if now.saturating_duration_since(self.last_publish) >= STATS_PERIOD {
+            self.publish(now);
+        }
+        work
+    }
+
+    /// Ends every connection the way a host's TCP does when its
+    /// application exits: a FIN after what is queued, then the FIN
+    /// exchange runs to its end (the peer's ACK of our FIN, and its own
+    /// FIN when we closed first) for at most `tcp.close_linger_ms`. Only
+    /// the connections still open then are reset, and counted
+    /// ([`WorkerCounters::shutdown_resets`]); a connection in TIME-WAIT
+    /// has finished its close and goes without a word. Resetting at once,
+    /// as this did before, sent a RST right behind our FIN, which hardware
+    /// peers log as an error.
+    pub(crate) fn shutdown(&mut self) {
+        if !self.close_linger.is_zero() {
+            self.linger();
+        }
+        let now = self.clock.now();
+        let mut reset = 0;
+        for c in self.conns.iter().flatten() {
+            if let Some(t) = self.iface.stack_mut().conn_mut(c.tcp) {
+                if is_open(t.state()) {
+                    reset += 1;
+                }
+                t.abort(now);
+            }
+        }
+        bump(&self.counters.shutdown_resets, reset);
+        self.transmit(now);
+        self.publish(now);
+    }
+
+    /// Closes every connection with a FIN and polls until each close has
+    /// finished or `tcp.close_linger_ms` has passed.
+    fn linger(&mut self) {
+        let start = self.clock.now();
+        for c in self.conns.iter().flatten() {
+            if let Some(t) = self.iface.stack_mut().conn_mut(c.tcp) {
+                t.close(start);
+            }
+        }
+        self.ready.mark_all(self.conns.len());
+        if self.clock.is_manual() {
+            // Virtual time stands still while the program that moves it
+            // waits here: send the FINs and go, as after a zero linger.
+            self.poll();
+            return;
+        }
+        let deadline = start + self.close_linger;
+        loop {
+            let work = self.poll();
+            if self.open_connections() == 0 || self.clock.now() >= deadline {
+                return;
+            }
+            if !work {
+                // Shared cores: the peer's answer takes a while, and the
+                // thread waiting for it need not take the core meanwhile.
+                std::thread::sleep(SHUTDOWN_NAP);
+            }
+        }
+    }
+
+    /// Connections whose close has not finished (neither CLOSED nor in
+    /// TIME-WAIT).
+    fn open_connections(&self) -> usize {
+        let stack = self.iface.stack();
+        self.conns
+            .iter()
+            .flatten()
+            .filter_map(|c| stack.conn(c.tcp))
+            .filter(|t| is_open(t.state()))
+            .count()
+    }
+
+    fn publish(&mut self, now: Instant) {
+        self.last_publish = now;
+        let stack = self.iface.stack();
+        let (live, live_paws) = self
+            .conns
+            .iter()
+            .flatten()
+            .filter_map(|c| stack.conn(c.tcp))
+            .fold((0, 0), |(r, p), c| {
+                (r + c.stats().retransmits, p + c.stats().paws_dropped)
+            });
+        // Each queue pair's figures, for the control path's snapshots.
+        for c in self.conns.iter().flatten() {
+            if let (Some(q), Some(t)) = (&c.shared, stack.conn(c.tcp)) {
+                let st = t.stats();
+                let reads =
+                    c.ep.as_ref()
+                        .map_or(0, |e| e.qp().outstanding_reads() as u64);
+                q.counters
+                    .publish(st.bytes_out, st.bytes_in, st.retransmits, reads);
+            }
+        }
+        self.counters
+            .retransmits
+            .store(self.retransmits_closed + live, Ordering::Relaxed);
+        self.counters
+            .paws_drops
+            .store(self.paws_drops_closed + live_paws, Ordering::Relaxed);
+        let s = self.iface.stats();
+        let drops = s.drops.iter().sum::<u64>()
+            + s.not_for_us
+            + s.vlan_drops
+            + s.arp_miss_drops
+            + s.slow_queue_drops
+            + s.tx_too_large
+            + self.local_drops
+            + self.counters.dispatch_drops.load(Ordering::Relaxed)
+            + self.mem.misses();
+        self.counters.drops.store(drops, Ordering::Relaxed);
+        self.counters.arp_in.store(s.arp_in, Ordering::Relaxed);
+        self.counters.arp_out.store(s.arp_out, Ordering::Relaxed);
+    }
+}
+
+/// The room a frame needs at `mtu`.
+fn ic_frame_len(mtu: usize) -> usize {
+    mtu + crate::link::FRAME_OVERHEAD
+}

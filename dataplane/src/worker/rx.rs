@@ -1,0 +1,120 @@
+//! Receive: the second stage of each iteration. One receive burst from
+//! the link, each frame classified (slow path, ARP to forward), handed to
+//! its owning worker where the port cannot steer, and fed by reference
+//! to the TCP engine with the device's checksum verdicts; then the frames
+//! other workers forwarded or dispatched here.
+
+use tcp_offload::Instant;
+
+use crate::ctl::SmallFrame;
+use crate::link::LinkQueue;
+use crate::steer::RxSummary;
+
+use super::counters::bump;
+use super::{Worker, DISPATCH_PER_POLL, RX_BURST};
+
+/// What the worker's interface receives: a frame of its own queue, or one
+/// forwarded by another worker.
+#[derive(Debug)]
+pub enum RxFrame<B> {
+    /// From the port.
+    Nic(B),
+    /// From another worker.
+    Forwarded(SmallFrame),
+}
+
+impl<B: AsRef<[u8]>> AsRef<[u8]> for RxFrame<B> {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            RxFrame::Nic(b) => b.as_ref(),
+            RxFrame::Forwarded(f) => &f.bytes[..usize::from(f.len)],
+        }
+    }
+}
+
+impl<Q: LinkQueue> Worker<Q> {
+    pub(super) fn receive(&mut self, now: Instant) -> bool {
+        // Before the burst: a capture starts or stops on a burst's edge.
+        self.capture.refresh(&self.counters.capture);
+        let n = self.queue.rx_burst(&mut self.rx_batch, RX_BURST);
+        if let Some(ring) = self.capture.ring() {
+            let ts = ring.now_ns();
+            for buf in &self.rx_batch {
+                ring.record_bytes(ts, buf.as_ref());
+            }
+        }
+        let mut bytes = 0u64;
+        let mut punts = 0u64;
+        let (mut dispatched, mut dispatch_drops) = (0u64, 0u64);
+        for buf in self.rx_batch.drain(..) {
+            let f = buf.as_ref();
+            bytes += f.len() as u64;
+            // Read once: the punt counter, ARP forwarding and the
+            // dispatcher's owner all come from this.
+            let view = RxSummary::of(f);
+            if view.punt() {
+                punts += 1;
+            }
+            if view.arp {
+                if let Some(sf) = SmallFrame::of(f) {
+                    for q in &self.forward_out {
+                        if q.push(sf).is_ok() {
+                            bump(&self.counters.forwarded, 1);
+                        }
+                    }
+                }
+            }
+            let cksum = self.queue.rx_checksum(&buf);
+            let owner = self
+                .dispatch_rss
+                .as_ref()
+                .zip(view.flow)
+                .map(|(rss, (src, dst, sport, dport))| rss.queue_for(src, dst, sport, dport))
+                .map(usize::from)
+                .filter(|&o| o != self.index);
+            if let Some(ring) = owner.and_then(|o| self.dispatch.rings.get(o)) {
+                // The buffer moves to its owner; a full ring drops it (the
+                // buffer goes back to the pool) and TCP recovers.
+                if ring.push((buf, cksum)).is_ok() {
+                    dispatched += 1;
+                } else {
+                    dispatch_drops += 1;
+                }
+                continue;
+            }
+            self.iface.handle_frame_with(now, RxFrame::Nic(buf), cksum);
+        }
+        let mut fwd = 0;
+        while let Some(sf) = self.forward_in.pop() {
+            fwd += 1;
+            self.iface.handle_frame(now, RxFrame::Forwarded(sf));
+        }
+        let mut handed = 0;
+        if self.dispatch_rss.is_some() {
+            if let Some(ring) = self.dispatch.rings.get(self.index) {
+                while handed < DISPATCH_PER_POLL {
+                    let Some((buf, cksum)) = ring.pop() else {
+                        break;
+                    };
+                    handed += 1;
+                    self.iface.handle_frame_with(now, RxFrame::Nic(buf), cksum);
+                }
+            }
+        }
+        if n > 0 {
+            bump(&self.counters.rx_packets, n as u64);
+            bump(&self.counters.rx_bytes, bytes);
+            bump(&self.counters.punts, punts);
+            if dispatched > 0 {
+                bump(&self.counters.dispatched_out, dispatched);
+            }
+            if dispatch_drops > 0 {
+                bump(&self.counters.dispatch_drops, dispatch_drops);
+            }
+        }
+        if handed > 0 {
+            bump(&self.counters.dispatched_in, handed as u64);
+        }
+        n + fwd + handed > 0
+    }
+}

@@ -1,0 +1,459 @@
+//! Transmit: the records a connection queues into TCP (FPDUs from the
+//! QP engine, [`FpduRecord`]), their TCP checksum sums, and the last
+//! stage of each iteration, which builds frames from TCP's segments
+//! (headers written, payload attached from registered memory or copied)
+//! and hands them to the link in one burst.
+
+use core::cell::{Cell, RefCell};
+use core::ops::Range;
+
+use rdmap::engine::{Endpoint, OutRecord, Piece};
+use tcp_offload::iface::FrameParts;
+use tcp_offload::tcp::{ConnId, Record};
+use tcp_offload::wire::checksum;
+use tcp_offload::Instant;
+
+use crate::link::{FrameFull, LinkQueue, TxFrame};
+use crate::memory::{MemoryTable, Region, RegionSlice};
+
+use super::conn::{env, Conn, Cx};
+use super::counters::bump;
+use super::{Worker, MAX_FPDUS_PER_POLL, TX_BURST};
+
+/// Room for the Ethernet, IPv4 and TCP headers of one segment (14 + 60 +
+/// 60, rounded up).
+pub(super) const HDR_BUF: usize = 160;
+
+/// Whether two partial sums of the same bytes' positions fold to the same
+/// one's-complement value (0 and 0xffff are both zero).
+pub(super) fn same_sum(a: u32, b: u32) -> bool {
+    let norm = |s: u32| match checksum::fold(s) {
+        0xffff => 0,
+        v => v,
+    };
+    norm(a) == norm(b)
+}
+
+/// A record TCP dropped unacknowledged, waiting to return its pin.
+#[derive(Debug)]
+pub(super) struct Dropped {
+    pub(super) owner: Owner,
+    pub(super) record: OutRecord,
+}
+
+/// Which worker and connection a record belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Owner {
+    pub(super) worker: u64,
+    pub(super) conn: ConnId,
+}
+
+thread_local! {
+    /// Records dropped by TCP on this thread (a reset or timeout clears
+    /// the send queue). Workers on the thread take theirs back each
+    /// iteration. Touched only on teardown.
+    static DROPPED: RefCell<Vec<Dropped>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An FPDU (or MPA frame bytes) as a TCP record: the engine's
+/// [`OutRecord`], whose payload is a pinned range of a region, and a
+/// handle on that region so that frames can attach or copy it.
+#[derive(Debug)]
+pub struct FpduRecord {
+    rec: Option<OutRecord>,
+    len: usize,
+    region: Option<Region>,
+    markers: bool,
+    owner: Owner,
+    /// The record's stored payload sum ([`OutRecord::payload_sum`]) went
+    /// into a segment's checksum once; later segments sum the payload
+    /// from memory ([`FpduRecord::tx_sum`]).
+    stored_sum_spent: Cell<bool>,
+}
+
+/// The payload sum of one TCP segment cut from a record, and where it came
+/// from ([`FpduRecord::tx_sum`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct SegmentSum {
+    /// The Internet checksum's partial sum of the segment's record bytes.
+    pub(super) sum: u32,
+    /// Payload bytes read from memory because no stored sum covered them
+    /// ([`WorkerCounters::tx_summed_bytes`]).
+    pub(super) read: usize,
+    /// Payload bytes read from memory although the stored sum covered
+    /// them, because it was already spent
+    /// ([`WorkerCounters::tx_resummed_bytes`]).
+    pub(super) resummed: usize,
+    /// The bytes summed again no longer match the stored sum
+    /// ([`WorkerCounters::tx_payload_changed`]).
+    pub(super) changed: bool,
+    /// The stored sum went into this segment.
+    pub(super) used_stored: bool,
+}
+
+/// A piece of a record within a range: bytes it holds, or payload at an
+/// offset of its region.
+pub(super) enum Chunk<'a> {
+    Bytes(&'a [u8]),
+    Payload { offset: usize, len: usize },
+}
+
+impl FpduRecord {
+    pub(super) fn new(rec: OutRecord, mem: &MemoryTable, owner: Owner) -> FpduRecord {
+        let region = rec
+            .payload()
+            .and_then(|p| mem.get(p.range().region()))
+            .cloned();
+        let markers = rec.layout().is_some_and(|l| l.markers().next().is_some());
+        FpduRecord {
+            len: rec.len(),
+            rec: Some(rec),
+            region,
+            markers,
+            owner,
+            stored_sum_spent: Cell::new(false),
+        }
+    }
+
+    /// The engine's record, to give back.
+    pub(super) fn take(mut self) -> Option<OutRecord> {
+        self.rec.take()
+    }
+
+    /// Calls `f` with each piece of the record inside `range`, and the
+    /// piece's offset from `range.start`.
+    pub(super) fn walk<E>(
+        &self,
+        range: Range<usize>,
+        mut f: impl FnMut(usize, Chunk<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let Some(rec) = &self.rec else {
+            return Ok(());
+        };
+        let mut at = 0usize;
+        for piece in rec.pieces() {
+            let len = piece.len();
+            let (lo, hi) = (at.max(range.start), (at + len).min(range.end));
+            if lo < hi {
+                let (from, n, rel) = (lo - at, hi - lo, lo - range.start);
+                match piece {
+                    Piece::Bytes(b) => f(rel, Chunk::Bytes(&b[from..from + n]))?,
+                    Piece::Marker(m) => f(rel, Chunk::Bytes(&m[from..from + n]))?,
+                    Piece::Payload(r) => f(
+                        rel,
+                        Chunk::Payload {
+                            offset: r.offset() as usize + from,
+                            len: n,
+                        },
+                    )?,
+                }
+            }
+            at += len;
+            if at >= range.end {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The Internet checksum's partial sum of the record bytes in `range`
+    /// (the payload of a TCP segment sent in parts), read from the pieces:
+    /// header bytes in place, payload from the sum the CRC pass stored
+    /// when the segment carries all of it, from the region otherwise.
+    pub fn checksum_sum(&self, range: Range<usize>) -> u32 {
+        self.sum_range(range, true).sum
+    }
+
+    /// The payload sum for the TCP checksum of the segment the transmit
+    /// path is building now: the stored sum at most once, then the bytes
+    /// themselves.
+    ///
+    /// The payload is attached from (or copied out of) the application's
+    /// registered region each time the segment goes out, so a
+    /// retransmission carries whatever the buffer holds then. An
+    /// application that changes the buffer of a posted Send or Write
+    /// before its completion, or the source of a Read the peer has not yet
+    /// seen complete, breaks the verbs contract, but the stream must still
+    /// end cleanly: with the stored
+    /// sum, the resent bytes would carry a checksum of the old ones, the
+    /// peer's TCP would drop every copy as corrupt and the connection
+    /// would stall until TCP gave up. Summed afresh, the segment passes
+    /// the peer's TCP, and with the MPA CRC on (computed over the old
+    /// bytes) the peer's CRC check fails and ends the stream with a
+    /// Terminate (RFC 5044 §8, MPA CRC error) that both applications see;
+    /// with the CRC off the peer places the new bytes, which the verbs
+    /// leave undefined. The first transmission keeps the folded sum (the
+    /// fast path): should the buffer have changed between the record's
+    /// CRC pass and that transmission, only that one segment is lost.
+    ///
+    /// A change is counted ([`SegmentSum::changed`]) and nothing else: the
+    /// sender does not end the stream itself. RFC 5040 has no Terminate
+    /// for a sender's own buffer changing under it, the 16-bit sum misses
+    /// some changes (so any action would depend on which loss happened to
+    /// force a retransmission), and the peer's CRC check already detects
+    /// every change the CRC covers, on every transmission. A buffer
+    /// rewritten while its segment is summed and sent can still go out
+    /// with a mismatching checksum; the next retransmission sums it again.
+    pub(super) fn tx_sum(&self, range: Range<usize>) -> SegmentSum {
+        let s = self.sum_range(range, !self.stored_sum_spent.get());
+        if s.used_stored {
+            self.stored_sum_spent.set(true);
+        }
+        s
+    }
+
+    /// [`FpduRecord::checksum_sum`] with its sources: the stored sum is
+    /// used only when `trust_stored`; otherwise the payload it covers is
+    /// summed again and compared with it.
+    pub(super) fn sum_range(&self, range: Range<usize>, trust_stored: bool) -> SegmentSum {
+        // The payload as one range of its region, and the sum of it the
+        // CRC pass computed (`OutRecord::payload_sum`).
+        let stored = self.rec.as_ref().and_then(|rec| {
+            let p = rec.payload()?.range();
+            Some((p.offset() as usize, p.len() as usize, rec.payload_sum()?))
+        });
+        let from_region = |offset, len| {
+            self.region
+                .as_ref()
+                .map_or(0, |r: &Region| r.checksum_sum(offset, len))
+        };
+        let mut out = SegmentSum::default();
+        let _ = self.walk::<()>(range, |rel, c| {
+            let s = match c {
+                Chunk::Bytes(b) => checksum::sum(b),
+                Chunk::Payload { offset, len } => match stored {
+                    Some((o, l, sum)) if (o, l) == (offset, len) && trust_stored => {
+                        out.used_stored = true;
+                        sum
+                    }
+                    Some((o, l, sum)) if (o, l) == (offset, len) => {
+                        out.resummed += len;
+                        let fresh = from_region(offset, len);
+                        out.changed |= !same_sum(fresh, sum);
+                        fresh
+                    }
+                    _ => {
+                        out.read += len;
+                        from_region(offset, len)
+                    }
+                },
+            };
+            out.sum = checksum::combine_at(out.sum, s, rel);
+            Ok(())
+        });
+        out
+    }
+
+    /// Appends the record bytes in `range` to `frame`: bytes copied,
+    /// payload attached when `attach` (and no markers cut it up), copied
+    /// otherwise.
+    pub(super) fn emit<F: TxFrame>(
+        &self,
+        frame: &mut F,
+        range: Range<usize>,
+        attach: bool,
+    ) -> Result<(), FrameFull> {
+        let attach = attach && !self.markers;
+        self.walk(range, |_, c| match c {
+            Chunk::Bytes(b) => frame.append(b),
+            Chunk::Payload { offset, len } => match &self.region {
+                Some(region) if attach => frame.attach(RegionSlice {
+                    region: region.clone(),
+                    offset,
+                    len,
+                }),
+                Some(region) => frame.append_copy(region, offset, len),
+                None => frame.append_zeros(len),
+            },
+        })
+    }
+}
+
+impl Record for FpduRecord {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn copy_to(&self, offset: usize, dst: &mut [u8]) {
+        let end = offset.saturating_add(dst.len());
+        let _ = self.walk::<()>(offset..end, |rel, c| {
+            match c {
+                Chunk::Bytes(b) => dst[rel..rel + b.len()].copy_from_slice(b),
+                Chunk::Payload { offset, len } => match &self.region {
+                    Some(r) => r.copy_out(offset, &mut dst[rel..rel + len]),
+                    None => dst[rel..rel + len].fill(0),
+                },
+            }
+            Ok(())
+        });
+    }
+}
+
+impl Drop for FpduRecord {
+    /// TCP dropped the record unacknowledged: its pin goes back through
+    /// the worker (a per-thread list it drains each iteration).
+    fn drop(&mut self) {
+        if let Some(record) = self.rec.take() {
+            let owner = self.owner;
+            let _ = DROPPED.try_with(|d| d.borrow_mut().push(Dropped { owner, record }));
+        }
+    }
+}
+
+/// Gives the pins of records TCP dropped for `owner` back to its
+/// endpoint (or, if it has none, keeps them until it does).
+pub(super) fn return_dropped<B: AsRef<[u8]>>(
+    cx: &mut Cx<'_, B>,
+    owner: Owner,
+    ep: Option<&mut Endpoint>,
+) {
+    let Some(ep) = ep else {
+        return;
+    };
+    let _ = DROPPED.try_with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_empty() {
+            return;
+        }
+        let mut i = 0;
+        while i < d.len() {
+            if d[i].owner == owner {
+                let rec = d.swap_remove(i).record;
+                ep.record_dropped(rec, cx.device);
+            } else {
+                i += 1;
+            }
+        }
+    });
+}
+
+impl Conn {
+    /// Queues records while TCP has room.
+    pub(super) fn send_records<B: AsRef<[u8]>>(
+        &mut self,
+        cx: &mut Cx<'_, B>,
+        owner: Owner,
+    ) -> bool {
+        let Some(ep) = self.ep.as_mut() else {
+            return false;
+        };
+        let mut n = 0;
+        while n < MAX_FPDUS_PER_POLL {
+            let Some(conn) = cx.stack.conn_mut(self.tcp) else {
+                break;
+            };
+            let cap = conn.send_capacity();
+            if cap == 0 {
+                break;
+            }
+            let mut e = env(cx.device, cx.mem, &mut self.cq, &mut self.rcq);
+            let Some(rec) = ep.poll_record(cap, &mut e) else {
+                break;
+            };
+            n += 1;
+            let rec = FpduRecord::new(rec, cx.mem, owner);
+            if let Err((_, rec)) = conn.send_record(cx.now, rec) {
+                // Cannot happen (the record fits the capacity asked for);
+                // its pin goes back all the same.
+                if let Some(r) = rec.take() {
+                    ep.record_dropped(r, cx.device);
+                }
+                break;
+            }
+        }
+        n > 0
+    }
+}
+
+impl<Q: LinkQueue> Worker<Q> {
+    pub(super) fn transmit(&mut self, now: Instant) -> bool {
+        let offload = self.caps.tx_checksum_offload;
+        let attach = self.caps.multi_seg_tx;
+        let capture_ts = self.capture.ring().map(crate::capture::Ring::now_ns);
+        let mut copied = 0u64;
+        while self.tx_batch.len() < TX_BURST {
+            let frame = match self.spare_frame.take() {
+                Some(f) => f,
+                None => match self.queue.alloc_tx() {
+                    Some(f) => f,
+                    None => {
+                        self.local_drops += 1;
+                        break;
+                    }
+                },
+            };
+            let mut frame = frame;
+            if let Some(n) = self.iface.poll_slow_frame(now, &mut self.scratch) {
+                match frame.append(&self.scratch[..n]) {
+                    Ok(()) => {
+                        if let (Some(ring), Some(ts)) = (self.capture.ring(), capture_ts) {
+                            ring.record_bytes(ts, &self.scratch[..n]);
+                        }
+                        self.tx_batch.push(frame)
+                    }
+                    Err(_) => self.local_drops += 1,
+                }
+                continue;
+            }
+            let mut hdr = [0u8; HDR_BUF];
+            let mut seg = SegmentSum::default();
+            let parts = self.iface.poll_frame_parts(now, &mut hdr, |r, range| {
+                (!offload).then(|| {
+                    seg = r.tx_sum(range);
+                    seg.sum
+                })
+            });
+            if seg.read > 0 {
+                bump(&self.counters.tx_summed_bytes, seg.read as u64);
+            }
+            if seg.resummed > 0 {
+                bump(&self.counters.tx_resummed_bytes, seg.resummed as u64);
+                if seg.changed {
+                    bump(&self.counters.tx_payload_changed, 1);
+                }
+            }
+            match parts {
+                None => {
+                    self.spare_frame = Some(frame);
+                    break;
+                }
+                Some(FrameParts::Consumed) => self.spare_frame = Some(frame),
+                Some(FrameParts::Segment {
+                    header_len,
+                    payload,
+                    pad,
+                    ..
+                }) => {
+                    let captured = capture_ts.map(|ts| (ts, payload.clone()));
+                    let has_payload = payload.is_some();
+                    let ok = frame.append(&hdr[..header_len]).is_ok()
+                        && payload
+                            .map_or(true, |(r, range)| r.emit(&mut frame, range, attach).is_ok())
+                        && frame.append_zeros(pad).is_ok();
+                    if ok {
+                        if let (Some(ring), Some((ts, p))) = (self.capture.ring(), captured) {
+                            ring.record_segment(ts, &hdr[..header_len], p, pad);
+                        }
+                        self.tx_batch.push(frame);
+                        copied += u64::from(has_payload && !attach);
+                    } else {
+                        self.local_drops += 1;
+                    }
+                }
+            }
+        }
+        if copied > 0 {
+            bump(&self.counters.tx_copied_frames, copied);
+        }
+        if self.tx_batch.is_empty() {
+            return false;
+        }
+        let bytes: usize = self.tx_batch.iter().map(TxFrame::len).sum();
+        let before = self.tx_batch.len();
+        let sent = self.queue.tx_burst(&mut self.tx_batch);
+        let left: usize = self.tx_batch.iter().map(TxFrame::len).sum();
+        bump(&self.counters.tx_packets, sent as u64);
+        bump(&self.counters.tx_bytes, (bytes - left) as u64);
+        before > 0
+    }
+}
