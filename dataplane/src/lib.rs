@@ -20,6 +20,14 @@
 //! - [`api`]: the application API (protection domains, memory
 //!   registration, CQs, QPs, connection management, posting and polling).
 //! - [`config`]: the TOML configuration with command-line overrides.
+//! - `sys`: the few system calls made directly (a worker thread's timer
+//!   slack).
+//!
+//! `unsafe` code is denied crate-wide and allowed in two modules only:
+//! [`memory`] (mapping and attaching application memory, shared with the
+//! workers as a NIC's DMA target is) and `sys`. DPDK's FFI stays in
+//! `dpdk-bindings`.
+#![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod api;
@@ -28,8 +36,14 @@ pub mod config;
 mod ctl;
 pub mod dpdk_link;
 pub mod link;
+#[allow(
+    unsafe_code,
+    reason = "maps, registers and attaches application memory"
+)]
 pub mod memory;
 pub mod steer;
+#[allow(unsafe_code, reason = "the dataplane's own system calls")]
+mod sys;
 pub mod worker;
 
 pub use api::{Dataplane, DriveMode};

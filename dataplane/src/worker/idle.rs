@@ -11,26 +11,12 @@ use crate::link::LinkQueue;
 use super::counters::bump;
 use super::Worker;
 
-/// Asks the kernel to wake this thread within a microsecond of a timed
-/// sleep's end instead of the default 50 µs, which would more than
-/// double the idle back-off's short sleeps. Once per worker thread.
-#[cfg(target_os = "linux")]
-pub(super) fn fine_timer_slack() {
-    const SLACK_NS: libc::c_ulong = 1_000;
-    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and changes only
-    // the calling thread's timer slack; no memory is passed.
-    let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, SLACK_NS, 0, 0, 0) };
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(super) fn fine_timer_slack() {}
-
 impl<Q: LinkQueue> Worker<Q> {
     /// Runs on its own thread until a shutdown message arrives, backing
     /// off when idle as `idle` says (see "Idle back-off" in the module
     /// documentation).
     pub(crate) fn run(mut self, idle: &IdleConfig) {
-        fine_timer_slack();
+        crate::sys::fine_timer_slack();
         let wake = self.wake.clone();
         let me = wake.get(self.index);
         if let Some(w) = me {
