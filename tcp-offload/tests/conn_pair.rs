@@ -63,6 +63,9 @@ struct End {
     reading: bool,
     /// Records acknowledged, in the order reported.
     acked: Vec<Vec<u8>>,
+    /// Records given up unacknowledged (`poll_dropped`), in the order
+    /// handed back.
+    dropped: Vec<Vec<u8>>,
     events: Vec<String>,
     close_when_sent: bool,
     closed_called: bool,
@@ -78,6 +81,7 @@ impl End {
             got: Vec::new(),
             reading: true,
             acked: Vec::new(),
+            dropped: Vec::new(),
             events: Vec::new(),
             close_when_sent: false,
             closed_called: false,
@@ -90,6 +94,9 @@ impl End {
                 Event::RecordAcked(r) => self.acked.push(r),
                 other => self.events.push(format!("{other:?}")),
             }
+        }
+        while let Some(r) = self.conn.poll_dropped() {
+            self.dropped.push(r);
         }
         if self.reading {
             while let Some(p) = self.conn.recv() {
@@ -2343,6 +2350,81 @@ fn ack_of_unsent_data_is_answered_and_dropped() {
     assert!(out[0].data.is_empty());
     assert_eq!(p.b.conn.rcv_nxt(), nxt, "payload dropped");
     assert_eq!(p.b.conn.stats().dropped, 1);
+}
+
+/// Twelve distinct records from `a`, of which `b` receives only the first
+/// four: once those are acknowledged, eight are in flight or queued.
+fn records_in_flight() -> (Pair, Vec<Vec<u8>>) {
+    let mut p = Pair::established(quiet(), quiet());
+    let recs: Vec<Vec<u8>> = (0..12).map(|i| vec![i as u8 + 1; 300]).collect();
+    p.a.out = recs.concat();
+    p.a.record_size = 300;
+    let mut seen = 0;
+    p.filter = Some(Box::new(move |w| {
+        if w.dir == Dir::AtoB && !w.data.is_empty() {
+            seen += 1;
+            if seen > 4 || w.data[0] > 4 {
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Pass
+    }));
+    p.run_until(Duration::from_secs(1), |p| p.a.acked.len() == 4);
+    assert_eq!(p.a.acked, recs[..4], "the first four acknowledged");
+    assert_eq!(p.a.conn.records_queued(), 8);
+    assert!(p.a.dropped.is_empty(), "nothing given up while open");
+    (p, recs)
+}
+
+/// Every record sent is handed back exactly once: acknowledged, or given
+/// up through `poll_dropped`, in order, and nothing more afterwards.
+fn assert_each_handed_back_once(p: &mut Pair, recs: &[Vec<u8>]) {
+    assert_eq!(p.a.conn.state(), State::Closed);
+    assert_eq!(p.a.dropped, recs[p.a.acked.len()..], "the rest given up");
+    let mut all = p.a.acked.clone();
+    all.extend(p.a.dropped.iter().cloned());
+    assert_eq!(all, recs, "each record once, acknowledged or given up");
+    assert_eq!(p.a.conn.records_queued(), 0);
+    // Nothing comes out twice, whatever the connection is asked later.
+    let now = p.now + Duration::from_secs(5);
+    p.a.conn.handle_timeout(now);
+    p.a.conn.abort(now);
+    p.run_until(Duration::from_secs(5), |_| false);
+    assert!(p.a.conn.poll_dropped().is_none());
+    assert_eq!(p.a.dropped.len(), recs.len() - p.a.acked.len());
+}
+
+#[test]
+fn a_local_abort_hands_back_every_unacknowledged_record_once() {
+    let (mut p, recs) = records_in_flight();
+    let now = p.now;
+    p.a.conn.abort(now);
+    p.a.app(now);
+    assert_eq!(p.a.count("Reset"), 1);
+    assert_each_handed_back_once(&mut p, &recs);
+}
+
+#[test]
+fn a_peer_reset_hands_back_every_unacknowledged_record_once() {
+    let (mut p, recs) = records_in_flight();
+    let now = p.now;
+    p.filter = None;
+    p.b.conn.abort(now);
+    p.run_until(Duration::from_secs(1), |p| {
+        p.a.conn.state() == State::Closed
+    });
+    assert_eq!(p.a.count("Reset"), 1);
+    assert_each_handed_back_once(&mut p, &recs);
+}
+
+#[test]
+fn a_timeout_hands_back_every_unacknowledged_record_once() {
+    let (mut p, recs) = records_in_flight();
+    p.run_until(Duration::from_secs(600), |p| {
+        p.a.conn.state() == State::Closed
+    });
+    assert_eq!(p.a.count("TimedOut"), 1);
+    assert_each_handed_back_once(&mut p, &recs);
 }
 
 #[test]

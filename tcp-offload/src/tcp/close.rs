@@ -93,7 +93,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
 
     fn enter_time_wait(&mut self, now: Instant) {
         self.state = State::TimeWait;
-        self.sendq.clear();
+        self.sendq.drop_all();
         self.timers.rto = None;
         self.timers.reo = None;
         self.timers.pto = None;

@@ -482,6 +482,17 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         self.events.pop_front()
     }
 
+    /// The next record the connection gave up unacknowledged, oldest
+    /// first, each exactly once. Records are given up when the send queue
+    /// is abandoned: on a reset (the peer's or [`Connection::abort`]), a
+    /// timeout, or an end of the connection with data still unacknowledged
+    /// (see [`Event`]). The upper layer drains this after the events, and
+    /// before the connection is removed: records still here then are
+    /// dropped with it.
+    pub fn poll_dropped(&mut self) -> Option<R> {
+        self.sendq.pop_dropped()
+    }
+
     /// The largest record [`Connection::send_record`] accepts now: the
     /// effective MSS, limited by the peer's window and the congestion
     /// window. Zero when nothing may be sent.
@@ -600,10 +611,11 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         (now.total_millis() as u32).wrapping_add(self.ts_offset)
     }
 
-    /// Records the terminal event and drops everything held.
+    /// Records the terminal event and drops everything held; queued
+    /// records move to the dropped list ([`Connection::poll_dropped`]).
     pub(super) fn terminate(&mut self, event: Event<R>) {
         self.state = State::Closed;
-        self.sendq.clear();
+        self.sendq.drop_all();
         self.assembler.clear();
         self.timers.clear();
         self.syn_pending = false;

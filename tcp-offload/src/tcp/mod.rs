@@ -7,8 +7,9 @@
 //!
 //! 1. for each received segment, `handle_segment(now, …)`;
 //! 2. `handle_timeout(now)` when `now >= poll_timeout()`;
-//! 3. drain `poll_event()` (acknowledged records, state changes) and
-//!    `recv()` (in-order payload);
+//! 3. drain `poll_event()` (acknowledged records, state changes),
+//!    `poll_dropped()` (records given up unacknowledged after a reset or
+//!    timeout) and `recv()` (in-order payload);
 //! 4. offer new records while `send_capacity()` is non-zero;
 //! 5. drain `poll_transmit(now)` and put each segment on the wire.
 //!
@@ -246,7 +247,8 @@ pub enum Event<R> {
     Reset,
     /// Retransmissions (or keepalive probes, or the handshake) gave up.
     ///
-    /// After `Reset` or `TimedOut`, records still unacknowledged are
-    /// dropped: their `Drop` releases whatever they hold.
+    /// After `Reset` or `TimedOut` (or any end with records still
+    /// unacknowledged), those records are handed back, oldest first and
+    /// each exactly once, through [`Connection::poll_dropped`].
     TimedOut,
 }

@@ -155,6 +155,9 @@ impl<R> SentRecord<R> {
 #[derive(Debug)]
 pub(super) struct SendQueue<R> {
     recs: VecDeque<SentRecord<R>>,
+    /// Records given up unacknowledged (`drop_all`), oldest first, until
+    /// the upper layer takes them back (`pop_dropped`).
+    dropped: VecDeque<SentRecord<R>>,
     /// Sequence number after the last queued record.
     end: SeqNumber,
     /// Index of the first record not yet entirely sent.
@@ -184,6 +187,7 @@ impl<R> SendQueue<R> {
     pub(super) fn new(start: SeqNumber, capacity: usize) -> SendQueue<R> {
         SendQueue {
             recs: VecDeque::with_capacity(capacity),
+            dropped: VecDeque::new(),
             end: start,
             next_new: 0,
             sacked_bytes: 0,
@@ -639,9 +643,17 @@ impl<R> SendQueue<R> {
         true
     }
 
-    /// Drops every record (on reset or timeout); their `Drop` runs.
-    pub(super) fn clear(&mut self) {
-        self.recs.clear();
+    /// Gives up every record (on reset, timeout or close): they leave the
+    /// scoreboard and wait in the dropped list for `pop_dropped`. The
+    /// queue's storage becomes the list's (the two buffers swap), so
+    /// nothing is allocated unless records given up earlier are still
+    /// waiting.
+    pub(super) fn drop_all(&mut self) {
+        if self.dropped.is_empty() {
+            core::mem::swap(&mut self.recs, &mut self.dropped);
+        } else {
+            self.dropped.extend(self.recs.drain(..));
+        }
         self.next_new = 0;
         self.sacked_bytes = 0;
         self.sacked_count = 0;
@@ -650,6 +662,11 @@ impl<R> SendQueue<R> {
         self.high_sacked = None;
         self.rtx_hint = 0;
         self.hole_hint = 0;
+    }
+
+    /// The oldest record given up by `drop_all` and not yet taken back.
+    pub(super) fn pop_dropped(&mut self) -> Option<R> {
+        self.dropped.pop_front().map(|r| r.record)
     }
 }
 

@@ -10,8 +10,8 @@
 //! 1. for each received segment, [`Stack::handle_segment`];
 //! 2. [`Stack::handle_timeout`] when `now >= poll_timeout()`;
 //! 3. [`Stack::accept`] new connections on each listening port; for each
-//!    connection, drain [`Stack::poll_event`] and `recv()` (through
-//!    [`Stack::conn_mut`]) and offer records;
+//!    connection, drain [`Stack::poll_event`], [`Stack::poll_dropped`]
+//!    and `recv()` (through [`Stack::conn_mut`]) and offer records;
 //! 4. drain [`Stack::poll_transmit`] and put each segment on the wire.
 //!
 //! Lifetime of a connection. One created by [`Stack::connect`] or returned
@@ -531,6 +531,14 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             e.terminal_seen = true;
         }
         Some(ev)
+    }
+
+    /// The next record connection `id` gave up unacknowledged (see
+    /// [`Connection::poll_dropped`]). Drain it after the events and before
+    /// the connection is removed, by [`Stack::remove`] or by reaping after
+    /// its terminal event: records still held then are dropped with it.
+    pub fn poll_dropped(&mut self, id: ConnId) -> Option<R> {
+        self.conn_mut(id)?.poll_dropped()
     }
 
     /// Removes connection `id` now, resetting it first if it is not
