@@ -1,7 +1,8 @@
 //! Connection management between two dataplanes: reject with private
 //! data, an active open refused by TCP, an abortive disconnect seen by
-//! both sides with outstanding work flushed, and a deregistration that
-//! waits for the data already in flight.
+//! both sides with outstanding work flushed, a deregistration that waits
+//! for the data already in flight, and a reset that gives that data's
+//! memory back at once.
 
 mod runtime_common;
 
@@ -171,4 +172,58 @@ fn deregistration_waits_for_unacknowledged_data() {
     // application's error), while the FPDUs already in flight kept the
     // memory until TCP was done with them.
     assert_eq!(a.seen[&77].status, WcStatus::LocalProtectionError);
+}
+
+/// A reset with FPDUs queued and unacknowledged in TCP: TCP gives them
+/// up, the worker hands every one back to the engine, and nothing stays
+/// pinned. The memory deregisters at once and the region comes back.
+#[test]
+fn a_reset_with_data_in_flight_leaves_nothing_pinned() {
+    let p = Pair::new(&PairOptions::default());
+    let (mut a, b) = connect(&p);
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let src = buffer(&p.a, a.pd, 1 << 20, rw);
+    let dst = buffer(&p.b, b.pd, 1 << 20, rw);
+    src.fill_pattern(11);
+    let leaked_before = dataplane::worker::fpdu_records_leaked();
+    let w = SendWr::write(
+        78,
+        SgeList::single(src.mr.sge(0, 1 << 20)),
+        dst.mr.addr(),
+        dst.mr.rkey(),
+    );
+    a.qp.post_send(&w).unwrap();
+    // Only a runs: its FPDUs are queued (and pinned), none acknowledged.
+    for _ in 0..3 {
+        p.a.poll();
+    }
+    assert!(p.a.stats().iter().map(|s| s.tx_packets).sum::<u64>() > 0);
+    p.a.disconnect(&a.qp, true).unwrap();
+    let start = std::time::Instant::now();
+    let reason = loop {
+        p.a.poll();
+        match p.a.poll_event() {
+            Some(CmEvent::Disconnected { reason, .. }) => break reason,
+            Some(e) => panic!("unexpected {e:?}"),
+            None => assert!(start.elapsed() < PATIENCE, "no disconnect on a"),
+        }
+    };
+    assert_eq!(reason, DisconnectReason::LocalAbort);
+    // The Write never completed: it is flushed.
+    p.until("the write flushed", |_| {
+        a.drain();
+        a.seen.get(&78).copied()
+    });
+    assert_ne!(a.seen[&78].status, WcStatus::Success);
+    // Every pin came back with the reset: nothing waits for TCP.
+    assert_eq!(p.a.dereg_mr(&src.mr).unwrap(), DeregStatus::Done);
+    assert_eq!(dataplane::worker::fpdu_records_leaked(), leaked_before);
+    // Nothing else holds the region once frames still in the link have
+    // let it go.
+    let Buf { region, mr } = src;
+    drop(mr);
+    drop(a);
+    p.until("the source region let go", |_| {
+        (region.handles() == 1).then_some(())
+    });
 }

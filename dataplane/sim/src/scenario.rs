@@ -569,8 +569,15 @@ impl Side {
     }
 
     /// Gets both buffers back: nothing (queue, frame, registration) may
-    /// still hold them once the workers have run a little.
+    /// still hold them once the workers have run a little, and no record
+    /// TCP gave up may have been dropped without its pin given back.
     fn give_back(self, world: &mut World, side: usize) -> Result<(), String> {
+        let leaked = dataplane::worker::fpdu_records_leaked();
+        if leaked != 0 {
+            return Err(format!(
+                "side {side}: {leaked} records dropped without their pins given back"
+            ));
+        }
         for (name, mut region) in [("source", self.source), ("sink", self.sink)] {
             let mut tries = 0;
             loop {

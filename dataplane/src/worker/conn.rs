@@ -31,7 +31,7 @@ use super::clock::engine_time;
 use super::counters::{bump, WorkerCounters};
 use super::rx::RxFrame;
 use super::stag_mesh::{prepare_local, Hold, LocalOp, MrSyncLinks};
-use super::tx::{return_dropped, FpduRecord, Owner};
+use super::tx::{return_dropped, FpduRecord};
 use super::{Worker, ACCEPT_PER_POLL, MAX_CHUNKS_PER_POLL, MAX_POSTS_PER_POLL};
 
 /// Longest MPA request kept while it is gathered: the header and the
@@ -255,7 +255,6 @@ pub(super) struct Cx<'a, B> {
     pub(super) mem: &'a mut MemoryTable,
     pub(super) counters: &'a WorkerCounters,
     pub(super) out: &'a Sender<WorkerMsg>,
-    pub(super) worker: u64,
     pub(super) index: usize,
     pub(super) sync: &'a mut MrSyncLinks,
 }
@@ -310,10 +309,6 @@ impl Conn {
             q.take_doorbell();
         }
         let mut work = false;
-        let owner = Owner {
-            worker: cx.worker,
-            conn: self.tcp,
-        };
         // TCP events.
         while let Some(ev) = cx.stack.poll_event(self.tcp) {
             work = true;
@@ -369,7 +364,9 @@ impl Conn {
         if let Phase::AwaitRequest { deadline } = self.phase {
             self.check_request(cx, deadline);
         }
-        return_dropped(cx, owner, self.ep.as_mut());
+        // Records TCP gave up (a reset or timeout among the events above)
+        // give their pins back before the engine learns the stream ended.
+        return_dropped(cx.stack, cx.device, self.tcp, self.ep.as_mut());
         if let Some(ep) = self.ep.as_mut() {
             if self.peer_closed && !self.peer_close_seen {
                 self.peer_close_seen = true;
@@ -386,10 +383,10 @@ impl Conn {
             }
         }
         work |= self.drain_posts(cx);
-        work |= self.send_records(cx, owner);
+        work |= self.send_records(cx);
         work |= self.engine_events(cx);
         // Events may have queued more (an accept's reply, a Terminate).
-        work |= self.send_records(cx, owner);
+        work |= self.send_records(cx);
         work |= self.deliver(cx.sync);
         if self.closed_in_order && !self.reported_down {
             // An orderly close is complete for the application now; TCP
@@ -817,7 +814,6 @@ impl<Q: LinkQueue> Worker<Q> {
             mem: &mut self.mem,
             counters: &self.counters,
             out: &self.out,
-            worker: self.tag,
             index: self.index,
             sync: &mut self.mr_sync,
         };
@@ -874,7 +870,6 @@ impl<Q: LinkQueue> Worker<Q> {
             mem: &mut self.mem,
             counters: &self.counters,
             out: &self.out,
-            worker: self.tag,
             index: self.index,
             sync: &mut self.mr_sync,
         };
@@ -900,12 +895,16 @@ impl<Q: LinkQueue> Worker<Q> {
                 }
             } else {
                 let mut conn = slot.take().expect("checked above");
+                // Anything TCP still holds goes back before it forgets the
+                // connection: after an abort here (a connection removed
+                // before it closed), and what an earlier pass left.
+                if let Some(t) = cx.stack.conn_mut(conn.tcp) {
+                    if t.state() != tcp::State::Closed {
+                        t.abort(now);
+                    }
+                }
+                return_dropped(cx.stack, cx.device, conn.tcp, conn.ep.as_mut());
                 let _ = cx.stack.remove(now, conn.tcp);
-                let owner = Owner {
-                    worker: cx.worker,
-                    conn: conn.tcp,
-                };
-                return_dropped(&mut cx, owner, conn.ep.as_mut());
                 if let Some(c) = cx.stack.conn(conn.tcp) {
                     self.retransmits_closed += c.stats().retransmits;
                     self.paws_drops_closed += c.stats().paws_dropped;

@@ -109,7 +109,7 @@
 //! their headers inline.
 
 use core::time::Duration;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -145,7 +145,7 @@ pub use clock::{Clock, ManualTime};
 pub use counters::{WorkerCounters, WorkerStats};
 pub use rx::RxFrame;
 pub(crate) use stag_mesh::MrSyncLinks;
-pub use tx::FpduRecord;
+pub use tx::{fpdu_records_leaked, FpduRecord};
 
 /// Frames taken from the RX queue per iteration: DPDK's customary burst,
 /// enough to amortise the ring access, small enough that the burst's
@@ -231,7 +231,6 @@ struct MpaDefaults {
 #[derive(Debug)]
 pub struct Worker<Q: LinkQueue> {
     index: usize,
-    tag: u64,
     /// Declared (so dropped) before `queue`: buffers still in the rings
     /// go back to the port's pool while a queue still holds it (the last
     /// worker to go frees what is left).
@@ -285,9 +284,6 @@ pub struct Worker<Q: LinkQueue> {
     capture: crate::capture::TapState,
 }
 
-/// Unique tags of workers in this process (records name their owner).
-static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
-
 impl<Q: LinkQueue> Worker<Q> {
     pub(crate) fn new(s: WorkerSetup<Q>) -> Worker<Q> {
         let port = &s.config.ports[0];
@@ -317,7 +313,6 @@ impl<Q: LinkQueue> Worker<Q> {
         });
         let rtr = s.config.mpa_rtr().ok().flatten();
         let frame_len = ic_frame_len(port.mtu);
-        let tag = NEXT_TAG.fetch_add(1, Ordering::Relaxed);
         let port_cursor = u16::from_le_bytes([s.key[0], s.key[1]]) ^ (s.index as u16);
         let workers = s.dispatch.rings.len();
         let dispatch_rss = (s.caps.rss.is_none() && workers > 1)
@@ -330,7 +325,6 @@ impl<Q: LinkQueue> Worker<Q> {
         let sum_with_crc = !s.caps.tx_checksum_offload;
         Worker {
             index: s.index,
-            tag,
             caps: s.caps,
             queue: s.queue,
             iface,
@@ -426,13 +420,17 @@ impl<Q: LinkQueue> Worker<Q> {
         }
         let now = self.clock.now();
         let mut reset = 0;
-        for c in self.conns.iter().flatten() {
-            if let Some(t) = self.iface.stack_mut().conn_mut(c.tcp) {
+        for c in self.conns.iter_mut().flatten() {
+            let stack = self.iface.stack_mut();
+            if let Some(t) = stack.conn_mut(c.tcp) {
                 if is_open(t.state()) {
                     reset += 1;
                 }
                 t.abort(now);
             }
+            // The records the aborts gave up return their pins now: the
+            // connections are not serviced again.
+            tx::return_dropped(stack, &mut self.device, c.tcp, c.ep.as_mut());
         }
         bump(&self.counters.shutdown_resets, reset);
         self.transmit(now);

@@ -2,14 +2,18 @@
 //! QP engine, [`FpduRecord`]), their TCP checksum sums, and the last
 //! stage of each iteration, which builds frames from TCP's segments
 //! (headers written, payload attached from registered memory or copied)
-//! and hands them to the link in one burst.
+//! and hands them to the link in one burst. Records TCP gives up
+//! unacknowledged (a reset, a timeout) come back from the TCP engine's
+//! `poll_dropped` and return their pins to the QP engine
+//! ([`return_dropped`]).
 
-use core::cell::{Cell, RefCell};
+use core::cell::Cell;
 use core::ops::Range;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use rdmap::engine::{Endpoint, OutRecord, Piece};
 use tcp_offload::iface::FrameParts;
-use tcp_offload::tcp::{ConnId, Record};
+use tcp_offload::tcp::{ConnId, Record, Stack};
 use tcp_offload::wire::checksum;
 use tcp_offload::Instant;
 
@@ -34,37 +38,32 @@ pub(super) fn same_sum(a: u32, b: u32) -> bool {
     norm(a) == norm(b)
 }
 
-/// A record TCP dropped unacknowledged, waiting to return its pin.
-#[derive(Debug)]
-pub(super) struct Dropped {
-    pub(super) owner: Owner,
-    pub(super) record: OutRecord,
-}
+/// Records dropped while still holding the QP engine's record: neither
+/// acknowledged nor handed back by TCP's `poll_dropped`, so their pins
+/// were never returned. Every path gives records back explicitly; this
+/// counts a leak should one be missed ([`fpdu_records_leaked`]).
+static LEAKED: AtomicU64 = AtomicU64::new(0);
 
-/// Which worker and connection a record belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Owner {
-    pub(super) worker: u64,
-    pub(super) conn: ConnId,
-}
-
-thread_local! {
-    /// Records dropped by TCP on this thread (a reset or timeout clears
-    /// the send queue). Workers on the thread take theirs back each
-    /// iteration. Touched only on teardown.
-    static DROPPED: RefCell<Vec<Dropped>> = const { RefCell::new(Vec::new()) };
+/// Records dropped without their pin given back, in this process, since
+/// it started (zero unless a record leaked; see [`FpduRecord`]).
+pub fn fpdu_records_leaked() -> u64 {
+    LEAKED.load(Ordering::Relaxed)
 }
 
 /// An FPDU (or MPA frame bytes) as a TCP record: the engine's
 /// [`OutRecord`], whose payload is a pinned range of a region, and a
 /// handle on that region so that frames can attach or copy it.
+///
+/// It leaves TCP acknowledged (`Event::RecordAcked`) or given up
+/// (`poll_dropped`), and the worker hands the engine's record back either
+/// way; dropping one that still holds it counts a leak
+/// ([`fpdu_records_leaked`]).
 #[derive(Debug)]
 pub struct FpduRecord {
     rec: Option<OutRecord>,
     len: usize,
     region: Option<Region>,
     markers: bool,
-    owner: Owner,
     /// The record's stored payload sum ([`OutRecord::payload_sum`]) went
     /// into a segment's checksum once; later segments sum the payload
     /// from memory ([`FpduRecord::tx_sum`]).
@@ -99,7 +98,7 @@ pub(super) enum Chunk<'a> {
 }
 
 impl FpduRecord {
-    pub(super) fn new(rec: OutRecord, mem: &MemoryTable, owner: Owner) -> FpduRecord {
+    pub(super) fn new(rec: OutRecord, mem: &MemoryTable) -> FpduRecord {
         let region = rec
             .payload()
             .and_then(|p| mem.get(p.range().region()))
@@ -110,7 +109,6 @@ impl FpduRecord {
             rec: Some(rec),
             region,
             markers,
-            owner,
             stored_sum_spent: Cell::new(false),
         }
     }
@@ -290,50 +288,38 @@ impl Record for FpduRecord {
 }
 
 impl Drop for FpduRecord {
-    /// TCP dropped the record unacknowledged: its pin goes back through
-    /// the worker (a per-thread list it drains each iteration).
+    /// A safety net, not the way back: a record still holding the
+    /// engine's record was neither acknowledged nor handed back by TCP,
+    /// and its pin stays taken. It is counted ([`fpdu_records_leaked`]).
     fn drop(&mut self) {
-        if let Some(record) = self.rec.take() {
-            let owner = self.owner;
-            let _ = DROPPED.try_with(|d| d.borrow_mut().push(Dropped { owner, record }));
+        if self.rec.is_some() {
+            LEAKED.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
-/// Gives the pins of records TCP dropped for `owner` back to its
-/// endpoint (or, if it has none, keeps them until it does).
+/// Gives the pins of the records TCP gave up on connection `tcp` (a
+/// reset, an abort, a timeout) back to its endpoint. Without an endpoint
+/// they stay in TCP until there is one.
 pub(super) fn return_dropped<B: AsRef<[u8]>>(
-    cx: &mut Cx<'_, B>,
-    owner: Owner,
+    stack: &mut Stack<B, FpduRecord>,
+    device: &mut rdmap::verbs::Device,
+    tcp: ConnId,
     ep: Option<&mut Endpoint>,
 ) {
     let Some(ep) = ep else {
         return;
     };
-    let _ = DROPPED.try_with(|d| {
-        let mut d = d.borrow_mut();
-        if d.is_empty() {
-            return;
+    while let Some(r) = stack.poll_dropped(tcp) {
+        if let Some(rec) = r.take() {
+            ep.record_dropped(rec, device);
         }
-        let mut i = 0;
-        while i < d.len() {
-            if d[i].owner == owner {
-                let rec = d.swap_remove(i).record;
-                ep.record_dropped(rec, cx.device);
-            } else {
-                i += 1;
-            }
-        }
-    });
+    }
 }
 
 impl Conn {
     /// Queues records while TCP has room.
-    pub(super) fn send_records<B: AsRef<[u8]>>(
-        &mut self,
-        cx: &mut Cx<'_, B>,
-        owner: Owner,
-    ) -> bool {
+    pub(super) fn send_records<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>) -> bool {
         let Some(ep) = self.ep.as_mut() else {
             return false;
         };
@@ -351,7 +337,7 @@ impl Conn {
                 break;
             };
             n += 1;
-            let rec = FpduRecord::new(rec, cx.mem, owner);
+            let rec = FpduRecord::new(rec, cx.mem);
             if let Err((_, rec)) = conn.send_record(cx.now, rec) {
                 // Cannot happen (the record fits the capacity asked for);
                 // its pin goes back all the same.

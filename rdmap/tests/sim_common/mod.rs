@@ -9,8 +9,9 @@
 //!   is asked for a record of at most that size, and each record returned
 //!   is queued at once (it is part of the MPA stream already);
 //! - `Event::RecordAcked` gives the record back with
-//!   [`Endpoint::record_acked`]; records TCP drops on a reset come back
-//!   through [`SimRecord`]'s `Drop` and go to [`Endpoint::record_dropped`];
+//!   [`Endpoint::record_acked`]; records TCP gives up on a reset come back
+//!   through `Stack::poll_dropped` and go to [`Endpoint::record_dropped`]
+//!   (as do any dropped elsewhere, which [`SimRecord`]'s `Drop` catches);
 //!   the peer's FIN, a reset or the connection's end becomes
 //!   [`Endpoint::handle_stream_closed`], and `ReadyToClose` closes TCP.
 //!
@@ -411,7 +412,7 @@ impl Side {
                 self.with_env(|ep, env| ep.handle_stream(t, p.bytes(), env));
             }
         }
-        self.return_dropped();
+        self.return_dropped(stack, id);
         if (self.peer_closed || ended) && !self.stream_closed && self.ep.is_some() {
             self.stream_closed = true;
             self.with_env(|ep, env| ep.handle_stream_closed(env));
@@ -428,7 +429,7 @@ impl Side {
                 break;
             }
         }
-        self.return_dropped();
+        self.return_dropped(stack, id);
         while let Some(wc) = self.cq.poll_one() {
             self.completions.push(wc);
         }
@@ -440,8 +441,11 @@ impl Side {
         })
     }
 
-    fn return_dropped(&mut self) {
-        let dropped: Vec<OutRecord> = self.shared.dropped.borrow_mut().drain(..).collect();
+    fn return_dropped(&mut self, stack: &mut Stack<Vec<u8>, SimRecord>, id: ConnId) {
+        let mut dropped: Vec<OutRecord> = self.shared.dropped.borrow_mut().drain(..).collect();
+        while let Some(r) = stack.poll_dropped(id) {
+            dropped.push(r.into_inner());
+        }
         for r in dropped {
             self.records_dropped += 1;
             match self.ep.as_mut() {
