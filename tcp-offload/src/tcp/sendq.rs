@@ -845,6 +845,37 @@ mod tests {
     }
 
     #[test]
+    fn dropping_all_hands_each_unacknowledged_record_back_once() {
+        let mut q = queue(&[100, 100, 100, 100]);
+        let nxt = q.end();
+        sack(&mut q, 1300, 1400);
+        q.mark_all_lost(nxt);
+        assert_eq!(q.pop_acked(SeqNumber(1100)).map(|r| r.record), Some(0));
+        let storage = q.recs.capacity();
+        q.drop_all();
+        assert!(q.is_empty());
+        assert_eq!(
+            (
+                q.pending_bytes(),
+                q.sacked_bytes(),
+                q.spec_bytes(),
+                q.next_new()
+            ),
+            (0, 0, 0, 0)
+        );
+        // The queue's own storage holds them: nothing was allocated.
+        assert_eq!(q.dropped.capacity(), storage);
+        assert_eq!(q.pop_dropped(), Some(1));
+        // Given up again with one still waiting: it keeps its place.
+        q.drop_all();
+        assert_eq!(q.pop_dropped(), Some(2));
+        assert_eq!(q.pop_dropped(), Some(3));
+        assert_eq!(q.pop_dropped(), None);
+        q.drop_all();
+        assert_eq!(q.pop_dropped(), None);
+    }
+
+    #[test]
     fn totals_follow_pops_and_timeouts() {
         let mut q = queue(&[100, 100, 100]);
         let nxt = q.end();
