@@ -125,26 +125,32 @@ fn abortive_disconnect_flushes_posted_work() {
     a.drain();
 }
 
-#[test]
-fn deregistration_waits_for_unacknowledged_data() {
-    let p = Pair::new(&PairOptions::default());
-    let (mut a, b) = connect(&p);
+/// Posts a 1 MiB Write `id` from a to b and runs only a's side a little:
+/// its FPDUs are queued in TCP (and pinned), none acknowledged yet.
+/// Returns the source and the sink.
+fn queued_write(p: &Pair, a: &End, b: &End, id: u64) -> (Buf, Buf) {
     let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     let src = buffer(&p.a, a.pd, 1 << 20, rw);
     let dst = buffer(&p.b, b.pd, 1 << 20, rw);
-    src.fill_pattern(9);
+    src.fill_pattern(id);
     let w = SendWr::write(
-        77,
+        id,
         SgeList::single(src.mr.sge(0, 1 << 20)),
         dst.mr.addr(),
         dst.mr.rkey(),
     );
     a.qp.post_send(&w).unwrap();
-    // Run only a's side a little: FPDUs are queued (and pinned) but not
-    // acknowledged yet.
     for _ in 0..3 {
         p.a.poll();
     }
+    (src, dst)
+}
+
+#[test]
+fn deregistration_waits_for_unacknowledged_data() {
+    let p = Pair::new(&PairOptions::default());
+    let (mut a, b) = connect(&p);
+    let (src, _dst) = queued_write(&p, &a, &b, 77);
     let status = p.a.dereg_mr(&src.mr).unwrap();
     println!("deregistration with data in flight: {status:?}");
     assert_eq!(status, DeregStatus::Pending);
@@ -181,22 +187,8 @@ fn deregistration_waits_for_unacknowledged_data() {
 fn a_reset_with_data_in_flight_leaves_nothing_pinned() {
     let p = Pair::new(&PairOptions::default());
     let (mut a, b) = connect(&p);
-    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
-    let src = buffer(&p.a, a.pd, 1 << 20, rw);
-    let dst = buffer(&p.b, b.pd, 1 << 20, rw);
-    src.fill_pattern(11);
     let leaked_before = dataplane::worker::fpdu_records_leaked();
-    let w = SendWr::write(
-        78,
-        SgeList::single(src.mr.sge(0, 1 << 20)),
-        dst.mr.addr(),
-        dst.mr.rkey(),
-    );
-    a.qp.post_send(&w).unwrap();
-    // Only a runs: its FPDUs are queued (and pinned), none acknowledged.
-    for _ in 0..3 {
-        p.a.poll();
-    }
+    let (src, _dst) = queued_write(&p, &a, &b, 78);
     assert!(p.a.stats().iter().map(|s| s.tx_packets).sum::<u64>() > 0);
     p.a.disconnect(&a.qp, true).unwrap();
     let start = std::time::Instant::now();
