@@ -451,7 +451,22 @@ impl MemLink {
     ) -> (MemLink, MemLink) {
         let a = Arc::new(End::new(config));
         let b = Arc::new(End::new(config));
-        let mk = |me: &Arc<End>, peer: &Arc<End>, mac, side: u64| MemLink {
+        (
+            MemLink::end(config, &a, &b, mac_a, 1),
+            MemLink::end(config, &b, &a, mac_b, 2),
+        )
+    }
+
+    /// The end `me` of a link whose other end is `peer`; `side` tells the
+    /// ends' loss draws apart.
+    fn end(
+        config: &MemLinkConfig,
+        me: &Arc<End>,
+        peer: &Arc<End>,
+        mac: EthernetAddress,
+        side: u64,
+    ) -> MemLink {
+        MemLink {
             caps: LinkCaps {
                 mac,
                 mtu: config.mtu,
@@ -470,8 +485,7 @@ impl MemLink {
             seed: config.seed ^ side.wrapping_mul(0x9e37_79b9_7f4a_7c15),
             frame_cap: config.mtu + FRAME_OVERHEAD,
             tx_burst_max: config.tx_burst_max,
-        };
-        (mk(&a, &b, mac_a, 1), mk(&b, &a, mac_b, 2))
+        }
     }
 
     /// One end of the link named `name` in this process: the first caller
@@ -513,19 +527,14 @@ impl MemLink {
     /// a network of its own between real dataplanes. The far side keeps
     /// one queue, so frames are taken in the order they were sent.
     pub fn external(config: &MemLinkConfig, mac: EthernetAddress) -> (MemLink, MemPort) {
-        let far_config = MemLinkConfig {
+        let near_end = Arc::new(End::new(config));
+        let far_end = Arc::new(End::new(&MemLinkConfig {
             queues: 1,
             ..config.clone()
-        };
-        let (near, far) = MemLink::pair(config, mac, mac);
-        let far_end = Arc::new(End::new(&far_config));
-        let near = MemLink {
-            peer: far_end.clone(),
-            ..near
-        };
-        drop(far);
+        }));
+        let near = MemLink::end(config, &near_end, &far_end, mac, 1);
         let port = MemPort {
-            near: near.me.clone(),
+            near: near_end,
             far: far_end,
         };
         (near, port)
