@@ -244,9 +244,13 @@ impl Scenario {
     /// The first check that failed, with what was expected and found.
     pub fn run(&self) -> Result<Outcome, String> {
         let mut world = World::new(&self.world)?;
+        let sources = [
+            pattern(self.world.seed ^ 0x5eed, OUT_LEN),
+            pattern(self.world.seed ^ (0x5eed << 1), OUT_LEN),
+        ];
         let mut sides = [
-            Side::new(world.dp(0), self, 0)?,
-            Side::new(world.dp(1), self, 1)?,
+            Side::new(world.dp(0), self, 0, &sources)?,
+            Side::new(world.dp(1), self, 1, &sources)?,
         ];
         world
             .dp(1)
@@ -387,7 +391,13 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 }
 
 impl Side {
-    fn new(dp: &Dataplane, s: &Scenario, side: usize) -> Result<Side, String> {
+    /// Side `side`'s objects; `sources` are both sides' source images.
+    fn new(
+        dp: &Dataplane,
+        s: &Scenario,
+        side: usize,
+        sources: &[Vec<u8>; 2],
+    ) -> Result<Side, String> {
         let err = |what: &str, e: dataplane::api::Error| format!("side {side}: {what}: {e}");
         let sink_len = s
             .ops
@@ -397,7 +407,7 @@ impl Side {
             .max()
             .unwrap_or(0)
             .max(1);
-        let source_image = pattern(s.world.seed ^ (0x5eed << side), OUT_LEN);
+        let source_image = sources[side].clone();
         // The sink starts as a pattern too, so that bytes written where
         // none should land show.
         let sink_image = pattern(!s.world.seed ^ (0xacc << side), sink_len);
@@ -437,7 +447,7 @@ impl Side {
         }
         let mut img = sink_image;
         for o in s.ops.iter().filter(|o| o.sink() == side) {
-            let src = pattern(s.world.seed ^ (0x5eed << o.source()), OUT_LEN);
+            let src = &sources[o.source()];
             img[o.dst_off..o.dst_off + o.len].copy_from_slice(&src[o.src_off..o.src_off + o.len]);
         }
         Ok(Side {
