@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use dataplane::api::{
     CmEvent, ConnectFailure, ConnectParams, Dataplane, DisconnectReason, DriveMode, Error,
-    QpStatus, RejectReason,
+    QpStatus, RefusedRequest, RejectReason,
 };
 use dataplane::config::{Config, CrcPolicy, Neighbor};
 use dataplane::link::{Link, LinkQueue, MemLink, MemLinkConfig, MemQueue, TxFrame};
@@ -290,13 +290,9 @@ fn crc_required_responder_rejects_a_request_without_c_and_both_sides_hear_why() 
         while let Some(e) = p.b.poll_event() {
             println!("b: {e}");
             match e {
-                // The application accepts; MPA setup refuses all the same.
-                CmEvent::ConnectRequest(req) => {
-                    p.b.accept(&req, &eb.qp, &ConnectParams::default()).unwrap()
-                }
-                CmEvent::ConnectFailed { qp, reason } if qp == eb.qp.num() => {
-                    refused = Some(reason)
-                }
+                // MPA setup refuses the request by itself, before the
+                // application is asked, and says why.
+                CmEvent::RequestRefused(r) if r.local_port == PORT => refused = Some(r),
                 other => panic!("b: unexpected {other}"),
             }
         }
@@ -312,14 +308,16 @@ fn crc_required_responder_rejects_a_request_without_c_and_both_sides_hear_why() 
         (refused.is_some() && rejected.is_some()).then_some(())
     });
     let refused = refused.unwrap();
-    assert_eq!(
-        refused,
-        ConnectFailure::RequestRefused(RejectReason::CrcRequired)
-    );
+    assert_eq!(refused.reason, RejectReason::CrcRequired);
+    assert_eq!(*refused.remote.ip(), IP_A);
     assert_eq!(
         refused.to_string(),
-        "we refused the MPA request: the peer did not ask for MPA CRCs, and CRCs are \
-         required here; have the peer ask for CRCs, or stop requiring them here (see mpa.crc)"
+        format!(
+            "we refused the MPA request from {} to port {PORT}: the peer did not ask for MPA \
+             CRCs, and CRCs are required here; have the peer ask for CRCs, or stop requiring \
+             them here (see mpa.crc)",
+            refused.remote
+        )
     );
     assert_eq!(rejected.as_deref(), Some(&b"MPA CRC required"[..]));
     assert_eq!(
@@ -334,7 +332,11 @@ fn crc_required_responder_rejects_a_request_without_c_and_both_sides_hear_why() 
         )
     );
     assert_eq!(ea.qp.status(), QpStatus::Disconnected);
-    assert_eq!(eb.qp.status(), QpStatus::Disconnected);
+    assert_eq!(
+        eb.qp.status(),
+        QpStatus::Idle,
+        "never handed to the connection"
+    );
 }
 
 #[test]
@@ -391,16 +393,22 @@ fn every_connection_failure_and_end_reads_as_one_sentence() {
         assert_eq!(rule_broken(&m, reason.peer_at_fault()), None, "{m}");
         n += 1;
     }
+    let refusals = RefusedRequest::all();
+    assert_eq!(refusals.len(), 3, "markers, no RTR in common, CRC required");
+    for r in refusals {
+        let m = CmEvent::RequestRefused(r).to_string();
+        assert_eq!(rule_broken(&m, r.reason.peer_at_fault()), None, "{m}");
+        n += 1;
+    }
     println!("{n} messages, each one sentence");
     // Every variant is in the lists: a new one fails to compile here
     // until it is counted.
-    let mut seen = [false; 4];
+    let mut seen = [false; 3];
     for f in ConnectFailure::all() {
         seen[match f {
             ConnectFailure::Refused => 0,
             ConnectFailure::TimedOut => 1,
             ConnectFailure::Setup(_) => 2,
-            ConnectFailure::RequestRefused(_) => 3,
         }] = true;
     }
     assert!(seen.iter().all(|s| *s), "{seen:?}");

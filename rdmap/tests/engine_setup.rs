@@ -436,3 +436,96 @@ fn strict_responder_never_speaks_first() {
     p.a.ep.qp_mut().post_send(&wr, p.a.dev.mrs()).unwrap();
     p.run_until(500, |p| p.a.completions.len() == 3);
 }
+
+/// A responder made before its queue pair exists: the request is gathered
+/// and reported by the endpoint, and the queue pair comes with the accept.
+fn awaiting_pair(seed: u64, setup: Setup, responder: Config) -> Pair {
+    let mut p = Pair::new(seed, setup, 1460);
+    let qp =
+        p.b.dev
+            .create_qp(engine_common::qp_attr(p.b.pd, &p.b.cq))
+            .unwrap();
+    p.b.ep = Endpoint::awaiting_request(responder, Duration::ZERO).unwrap();
+    p.b.pending_qp = Some((qp, 2, 3));
+    p
+}
+
+#[test]
+fn a_responder_takes_its_queue_pair_with_the_accept() {
+    let setup = Setup {
+        ird: 8,
+        ord: 8,
+        ..Setup::default()
+    };
+    // The configuration the listener was made with offers more than the
+    // accept allows; the accept's depths win.
+    let mut p = awaiting_pair(7, setup, engine_common::config(&setup));
+    assert!(p.b.ep.accept(b"x").is_err(), "nothing to accept yet");
+    p.connect();
+    assert!(
+        p.b.pending_qp.is_none(),
+        "the accept handed the queue pair over"
+    );
+    assert!(p.b.events.contains(&EngineEvent::ConnectRequest));
+    let n = p.b.ep.negotiated().unwrap();
+    assert_eq!((n.ird, n.ord), (2, 3));
+    assert_eq!(p.b.ep.qp().state(), QpState::Rts);
+    assert_eq!((p.b.ep.qp().ird(), p.b.ep.qp().ord()), (2, 3));
+    assert_eq!(p.a.ep.negotiated().unwrap().ord, 2, "capped at our IRD");
+    // The accepted queue pair carries data.
+    let mut rng = Rng::new(7);
+    let src = p.a.buffer(300, 0x1000, Access::LOCAL_WRITE, Some(&mut rng));
+    let dst = p.b.buffer(300, 0x2000, Access::LOCAL_WRITE, None);
+    p.b.ep
+        .qp_mut()
+        .post_recv(&RecvWr {
+            wr_id: 5,
+            sges: SgeList::single(Sge {
+                addr: dst.va,
+                length: 300,
+                lkey: dst.stag,
+            }),
+        })
+        .unwrap();
+    let wr = SendWr::send(
+        1,
+        SgeList::single(Sge {
+            addr: src.va,
+            length: 300,
+            lkey: src.stag,
+        }),
+    );
+    p.a.ep.qp_mut().post_send(&wr, p.a.dev.mrs()).unwrap();
+    p.run_until(500, |p| p.b.completions.len() == 1);
+    assert_eq!(p.b.completions[0].wr_id, 5);
+    assert_eq!(p.b.bytes(&dst), p.a.bytes(&src));
+}
+
+#[test]
+fn a_responder_refuses_what_it_cannot_take_before_asking() {
+    let setup = Setup {
+        markers: true,
+        ..Setup::default()
+    };
+    let responder = Config {
+        markers_accepted: false,
+        ..engine_common::config(&Setup::default())
+    };
+    let mut p = awaiting_pair(8, setup, responder);
+    p.run_until(500, |p| {
+        p.b.events
+            .iter()
+            .any(|e| matches!(e, EngineEvent::Rejected(_)))
+    });
+    assert!(
+        !p.b.events.contains(&EngineEvent::ConnectRequest),
+        "the application is not asked about a request MPA refuses"
+    );
+    assert!(matches!(
+        p.b.events.iter().find(|e| matches!(e, EngineEvent::Rejected(_))),
+        Some(EngineEvent::Rejected(r)) if r.reason == RejectReason::MarkersRefused
+    ));
+    assert!(p.b.pending_qp.is_some(), "the queue pair was never taken");
+    let (qp, ..) = p.b.pending_qp.take().unwrap();
+    assert!(p.b.ep.accept_on(qp, 1, 1, b"late").is_err());
+}

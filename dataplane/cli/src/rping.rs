@@ -725,6 +725,10 @@ pub fn server_with(
         }
         match dp.wait_event(left.min(Duration::from_millis(500))) {
             Some(CmEvent::ConnectRequest(r)) if r.local_port == opts.port => break r,
+            // MPA setup refused the client by itself (it heard a reject).
+            Some(CmEvent::RequestRefused(r)) if r.local_port == opts.port => {
+                return Err(ToolError::Peer(r.to_string()))
+            }
             Some(other) if opts.debug => eprintln!("rping: event: {other}"),
             _ => {}
         }

@@ -765,10 +765,11 @@ fn perf_responder(svc: &Service, state: &ResponderState, p: &PerfProfile) {
             continue;
         }
         let port = p.port;
-        let asked = dp.await_event_where(
-            IDLE_SLICE,
-            |e| matches!(e, dataplane::api::CmEvent::ConnectRequest(r) if r.local_port == port),
-        );
+        let asked = dp.await_event_where(IDLE_SLICE, |e| match e {
+            dataplane::api::CmEvent::ConnectRequest(r) => r.local_port == port,
+            dataplane::api::CmEvent::RequestRefused(r) => r.local_port == port,
+            _ => false,
+        });
         if !asked {
             continue;
         }

@@ -194,7 +194,7 @@ fn crc_required_server_refuses_a_client_without_crc_in_one_line_each() {
         );
     }
     assert!(
-        srv.starts_with("connection with 10.77.0.1:")
+        srv.starts_with("we refused the MPA request from 10.77.0.1:")
             && srv.contains("the peer did not ask for MPA CRCs, and CRCs are required here")
             && srv.ends_with("(see mpa.crc)"),
         "{srv}"

@@ -352,6 +352,7 @@ impl EventScope {
             };
             match e {
                 CmEvent::ConnectRequest(r) => s.ports.contains(&r.local_port),
+                CmEvent::RequestRefused(r) => s.ports.contains(&r.local_port),
                 CmEvent::Established { qp, .. }
                 | CmEvent::Rejected { qp, .. }
                 | CmEvent::ConnectFailed { qp, .. }

@@ -192,7 +192,7 @@ pub use crate::worker::{Clock, ManualTime};
 
 pub use crate::ctl::{
     printable, CmEvent, ConnectFailure, ConnectRequest, ConnectionInfo, DisconnectReason, Error,
-    QpStatus,
+    QpStatus, RefusedRequest,
 };
 use crate::ctl::{IdleWake, QpShared, WorkerMsg};
 

@@ -36,6 +36,58 @@ impl ConnectRequest {
     }
 }
 
+/// A request MPA setup refused by itself ([`CmEvent::RequestRefused`]).
+/// Its [`fmt::Display`](core::fmt::Display) is one sentence: who asked,
+/// why it was refused and what to change, with the configuration key
+/// where one applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefusedRequest {
+    /// The peer's address and port.
+    pub remote: SocketAddrV4,
+    /// Our listening port it came to.
+    pub local_port: u16,
+    /// Why.
+    pub reason: RejectReason,
+}
+
+impl RefusedRequest {
+    /// One value for every reason MPA setup refuses a request by itself,
+    /// for the tests that walk each message.
+    pub fn all() -> Vec<RefusedRequest> {
+        RejectReason::ALL
+            .iter()
+            .filter(|r| **r != RejectReason::ByPeer && **r != RejectReason::ByApplication)
+            .map(|r| RefusedRequest {
+                remote: SocketAddrV4::new(core::net::Ipv4Addr::new(192, 0, 2, 1), 40000),
+                local_port: 7471,
+                reason: *r,
+            })
+            .collect()
+    }
+
+    /// The configuration key that changes the outcome, if one does.
+    pub fn setting(&self) -> Option<&'static str> {
+        match self.reason {
+            RejectReason::CrcRequired => Some("mpa.crc"),
+            _ => None,
+        }
+    }
+}
+
+impl core::fmt::Display for RefusedRequest {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "we refused the MPA request from {} to port {}: {}",
+            self.remote, self.local_port, self.reason
+        )?;
+        if let Some(key) = self.setting() {
+            write!(f, " (see {key})")?;
+        }
+        Ok(())
+    }
+}
+
 /// What connection setup agreed on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionInfo {
@@ -72,11 +124,6 @@ pub enum ConnectFailure {
     TimedOut,
     /// MPA setup failed.
     Setup(SetupFailure),
-    /// Passive side: the application accepted the request, and MPA setup
-    /// refused it with a reject all the same (the peer asked for markers,
-    /// offered no RTR we take, or did not ask for CRC with `mpa.crc =
-    /// "required"`).
-    RequestRefused(RejectReason),
 }
 
 impl ConnectFailure {
@@ -85,12 +132,6 @@ impl ConnectFailure {
     pub fn all() -> Vec<ConnectFailure> {
         let mut all = vec![ConnectFailure::Refused, ConnectFailure::TimedOut];
         all.extend(SetupFailure::all().into_iter().map(ConnectFailure::Setup));
-        all.extend(
-            RejectReason::ALL
-                .iter()
-                .filter(|r| **r != RejectReason::ByPeer && **r != RejectReason::ByApplication)
-                .map(|r| ConnectFailure::RequestRefused(*r)),
-        );
         all
     }
 
@@ -100,7 +141,6 @@ impl ConnectFailure {
         match self {
             ConnectFailure::Refused | ConnectFailure::TimedOut => true,
             ConnectFailure::Setup(f) => f.peer_at_fault(),
-            ConnectFailure::RequestRefused(r) => r.peer_at_fault(),
         }
     }
 
@@ -113,7 +153,6 @@ impl ConnectFailure {
                 NegotiationError::CrcNotHonoured(_) => Some("mpa.crc"),
                 _ => None,
             },
-            ConnectFailure::RequestRefused(RejectReason::CrcRequired) => Some("mpa.crc"),
             _ => None,
         }
     }
@@ -131,7 +170,6 @@ impl core::fmt::Display for ConnectFailure {
                  check its address and that it is up",
             )?,
             ConnectFailure::Setup(s) => write!(f, "{s}")?,
-            ConnectFailure::RequestRefused(r) => write!(f, "we refused the MPA request: {r}")?,
         }
         if let Some(key) = self.setting() {
             write!(f, " (see {key})")?;
@@ -260,6 +298,11 @@ pub enum CmEvent {
         /// The peer's private data.
         private_data: Vec<u8>,
     },
+    /// A peer's request that MPA setup refused by itself, before asking
+    /// the application (the peer asked for markers, offered no RTR we
+    /// take, or did not ask for CRCs where `mpa.crc = "required"`); the
+    /// peer got an MPA reject.
+    RequestRefused(RefusedRequest),
     /// Our active open failed, or a passive one the application accepted.
     ConnectFailed {
         /// The queue pair.
@@ -311,6 +354,7 @@ impl core::fmt::Display for CmEvent {
                     None => write!(f, " with {} bytes of private data", private_data.len()),
                 }
             }
+            CmEvent::RequestRefused(r) => write!(f, "{r}"),
             CmEvent::ConnectFailed { qp, reason } => {
                 write!(f, "queue pair {} did not connect: {reason}", qp.0)
             }

@@ -26,6 +26,7 @@ pub(crate) mod wake;
 
 pub use cm::{
     printable, CmEvent, ConnectFailure, ConnectRequest, ConnectionInfo, DisconnectReason,
+    RefusedRequest,
 };
 pub use error::Error;
 pub use shared::QpStatus;

@@ -78,7 +78,9 @@ impl RecvSupply for SrqSupply {
     }
 }
 
-/// Where a queue pair stands, as the application sees it.
+/// Where a queue pair stands, as the application sees it: the owning
+/// worker's lifecycle of its connection, published (the worker writes it
+/// in one place, when that lifecycle moves on).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QpStatus {
     /// Created; work may be posted.

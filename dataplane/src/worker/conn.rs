@@ -11,10 +11,9 @@ use std::sync::Arc;
 
 use crossbeam_channel::Sender;
 use rdmap::engine::{Endpoint, EngineEvent, Env, SetupFailure};
-use rdmap::mpa::{FrameKind, FrameRepr, RtrSet};
+use rdmap::mpa::RtrSet;
 use rdmap::verbs::{
-    CompletionQueue, CqId, Device, PdId, QpInitAttr, QpNum, QueuePair, RecvWr, SendWr,
-    WorkCompletion,
+    CompletionQueue, CqId, Device, QpNum, QueuePair, RecvWr, SendWr, WorkCompletion,
 };
 use rdmap::verbs::{SharedReceiveQueue, SrqInitAttr};
 use tcp_offload::tcp::{self, ConnId, Event, Stack, StackError};
@@ -22,7 +21,7 @@ use tcp_offload::Instant;
 
 use crate::ctl::{
     CmEvent, ConnParams, ConnectFailure, ConnectRequest, ConnectionInfo, DisconnectReason, Error,
-    QpShared, QpStatus, SrqSupply, WorkerMsg,
+    QpShared, QpStatus, RefusedRequest, SrqSupply, WorkerMsg,
 };
 use crate::link::LinkQueue;
 use crate::memory::MemoryTable;
@@ -34,33 +33,62 @@ use super::stag_mesh::{prepare_local, Hold, LocalOp, MrSyncLinks};
 use super::tx::{return_dropped, FpduRecord};
 use super::{Worker, ACCEPT_PER_POLL, MAX_CHUNKS_PER_POLL, MAX_POSTS_PER_POLL};
 
-/// Longest MPA request kept while it is gathered: the header and the
-/// largest private data a peer may send (RFC 5044 §7.1, 512 bytes).
-pub(super) const MAX_REQUEST: usize =
-    rdmap::mpa::frame::HEADER_LEN + rdmap::mpa::frame::MAX_PRIVATE_DATA_RECV;
-
 /// Whether a connection in `state` still has a close to finish: TIME-WAIT
 /// has exchanged and acknowledged both FINs.
 pub(super) fn is_open(state: tcp::State) -> bool {
     !matches!(state, tcp::State::Closed | tcp::State::TimeWait)
 }
 
-/// Where a connection stands on the worker.
+/// Where a connection stands: its one lifecycle. A queue pair's status,
+/// as the application reads it ([`QpStatus`]), is this state published
+/// ([`Life::status`]); it is written nowhere else. The endpoint keeps
+/// the protocol's own state (MPA setup, the RFC 5040 queue pair states)
+/// and reports its changes as events, which move the lifecycle on.
 #[derive(Debug)]
-pub(super) enum Phase {
-    /// Passive: gathering the MPA request, until `deadline`.
-    AwaitRequest { deadline: Instant },
-    /// Passive: reported to the application, waiting for accept or
-    /// reject.
-    AwaitDecision,
+pub(super) enum Life {
+    /// Passive: the endpoint gathers the MPA request (its setup timer
+    /// runs), and refuses by itself what the configuration cannot take.
+    Request,
+    /// Passive: the application has heard of the request; its accept or
+    /// reject has not come.
+    Decision,
     /// Active: TCP's handshake runs; the endpoint starts when it is done.
     TcpConnecting {
         qp: Box<QueuePair>,
         config: rdmap::mpa::Config,
         private_data: Vec<u8>,
     },
-    /// The endpoint runs (setup, data, teardown).
-    Running,
+    /// MPA setup runs in the endpoint (active: our request went out;
+    /// passive: the application accepted).
+    Setup,
+    /// The stream is up; the application heard so.
+    Up,
+    /// Up, and the endpoint asked for TCP to be closed (an orderly close,
+    /// or a Terminate under way).
+    Closing,
+    /// Nothing is left to tell the application (it heard how the
+    /// connection ended, or never had a queue pair on it): only TCP's end
+    /// remains.
+    Down,
+}
+
+impl Life {
+    /// The queue pair's status in this state (`None` before the
+    /// application has given one).
+    pub(super) fn status(&self) -> Option<QpStatus> {
+        match self {
+            Life::Request | Life::Decision => None,
+            Life::TcpConnecting { .. } | Life::Setup => Some(QpStatus::Connecting),
+            Life::Up | Life::Closing => Some(QpStatus::Connected),
+            Life::Down => Some(QpStatus::Disconnected),
+        }
+    }
+
+    /// Whether the application heard that the stream is up and has not
+    /// heard of its end.
+    fn is_up(&self) -> bool {
+        matches!(self, Life::Up | Life::Closing)
+    }
 }
 
 /// How TCP ended.
@@ -71,12 +99,25 @@ pub(super) enum TcpEnd {
     TimedOut,
 }
 
+/// How far TCP's byte stream has gone, as TCP reported it. The endpoint
+/// learns each step once it has taken every in-order byte before it (its
+/// handlers take a repeated report as a no-op).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stream {
+    Open,
+    /// The peer's FIN arrived.
+    PeerClosed,
+    /// The connection is gone.
+    Ended(TcpEnd),
+}
+
 #[derive(Debug)]
 pub(super) struct Conn {
     pub(super) tcp: ConnId,
     pub(super) remote: SocketAddrV4,
     pub(super) local_port: u16,
-    pub(super) phase: Phase,
+    pub(super) life: Life,
+    pub(super) stream: Stream,
     pub(super) ep: Option<Endpoint>,
     /// The application's QP (none for a connection being rejected or not
     /// accepted yet).
@@ -89,25 +130,9 @@ pub(super) struct Conn {
     /// Completions a full CQ ring refused; delivered first next time
     /// (with whether they are receive completions).
     pub(super) backlog: VecDeque<(WorkCompletion, bool)>,
-    /// Passive: the MPA request's bytes.
-    pub(super) request: Vec<u8>,
-    /// Passive: the application's answer, applied when the engine asks.
-    pub(super) decision: Option<(bool, Vec<u8>)>,
-    pub(super) active: bool,
-    pub(super) established: bool,
-    pub(super) peer_closed: bool,
-    pub(super) peer_close_seen: bool,
-    pub(super) tcp_end: Option<TcpEnd>,
-    pub(super) stream_closed: bool,
-    /// The engine reported an orderly close.
-    pub(super) closed_in_order: bool,
-    /// The engine asked for TCP to be closed (after an orderly close or a
-    /// Terminate).
-    pub(super) close_requested: bool,
-    /// The application was told the connection is gone.
-    pub(super) reported_down: bool,
-    pub(super) terminated: Option<DisconnectReason>,
-    pub(super) local_abort: bool,
+    /// Why the stream is ending, once known before TCP's end says it: a
+    /// Terminate, or our abort.
+    pub(super) ending: Option<DisconnectReason>,
     /// A send work request the QP could not take yet.
     pub(super) stash_send: Option<SendWr>,
     pub(super) stash_recv: Option<RecvWr>,
@@ -129,30 +154,25 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    pub(super) fn new(tcp: ConnId, remote: SocketAddrV4, local_port: u16, phase: Phase) -> Conn {
+    pub(super) fn new(
+        tcp: ConnId,
+        remote: SocketAddrV4,
+        local_port: u16,
+        life: Life,
+        ep: Option<Endpoint>,
+    ) -> Conn {
         Conn {
             tcp,
             remote,
             local_port,
-            phase,
-            ep: None,
+            life,
+            stream: Stream::Open,
+            ep,
             shared: None,
             cq: CompletionQueue::new(CqId(0), 1),
             rcq: CompletionQueue::new(CqId(0), 1),
             backlog: VecDeque::new(),
-            request: Vec::new(),
-            decision: None,
-            active: false,
-            established: false,
-            peer_closed: false,
-            peer_close_seen: false,
-            tcp_end: None,
-            stream_closed: false,
-            closed_in_order: false,
-            close_requested: false,
-            reported_down: false,
-            terminated: None,
-            local_abort: false,
+            ending: None,
             stash_send: None,
             stash_recv: None,
             srq: None,
@@ -162,6 +182,14 @@ impl Conn {
             kick: false,
             timed: false,
         }
+    }
+
+    /// Moves the lifecycle on, and publishes the queue pair's status.
+    pub(super) fn enter(&mut self, life: Life) {
+        if let (Some(q), Some(s)) = (&self.shared, life.status()) {
+            q.set_status(s);
+        }
+        self.life = life;
     }
 
     pub(super) fn bind(&mut self, shared: Arc<QpShared>) {
@@ -196,16 +224,11 @@ impl Conn {
     }
 
     pub(super) fn qp_mut(&mut self) -> Option<&mut QueuePair> {
-        match (&mut self.ep, &mut self.phase) {
+        match (&mut self.ep, &mut self.life) {
+            (_, Life::Request | Life::Decision) => None,
             (Some(ep), _) => Some(ep.qp_mut()),
-            (None, Phase::TcpConnecting { qp, .. }) => Some(&mut **qp),
+            (None, Life::TcpConnecting { qp, .. }) => Some(&mut **qp),
             _ => None,
-        }
-    }
-
-    pub(super) fn set_status(&self, s: QpStatus) {
-        if let Some(q) = &self.shared {
-            q.set_status(s);
         }
     }
 
@@ -221,25 +244,16 @@ impl Conn {
             || !self.unexamined.is_empty()
             || self.stash_send.is_some()
             || self.stash_recv.is_some()
-            || self.tcp_end.is_some()
+            || matches!(self.stream, Stream::Ended(_))
     }
 
     /// When a setup timer of the connection comes due, if it has one: the
-    /// MPA request's deadline, the engine's setup and nudge timers.
+    /// engine's MPA setup timer (the request's, the reply's) and nudge.
     pub(super) fn next_due(&self) -> Option<Instant> {
-        let engine = self
-            .ep
+        self.ep
             .as_ref()
             .and_then(Endpoint::poll_timeout)
-            .map(|d| Instant::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX)));
-        let request = match self.phase {
-            Phase::AwaitRequest { deadline } => Some(deadline),
-            _ => None,
-        };
-        match (engine, request) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+            .map(|d| Instant::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX)))
     }
 
     pub(super) fn qpn(&self) -> QpNum {
@@ -322,24 +336,31 @@ impl Conn {
                         );
                     }
                 }
-                Event::PeerClosed => self.peer_closed = true,
-                Event::Closed => self.tcp_end = Some(TcpEnd::Closed),
-                Event::Reset => self.tcp_end = Some(TcpEnd::Reset),
-                Event::TimedOut => self.tcp_end = Some(TcpEnd::TimedOut),
+                Event::PeerClosed => {
+                    if self.stream == Stream::Open {
+                        self.stream = Stream::PeerClosed;
+                    }
+                }
+                Event::Closed => self.stream = Stream::Ended(TcpEnd::Closed),
+                Event::Reset => self.stream = Stream::Ended(TcpEnd::Reset),
+                Event::TimedOut => self.stream = Stream::Ended(TcpEnd::TimedOut),
             }
         }
         // Receives posted before the data arrived must be in the QP before
         // the data is placed: the submission rings are drained first.
         work |= self.drain_posts(cx);
-        // In-order payload.
+        // In-order payload, to the endpoint (MPA setup takes the request
+        // or the reply, FPDUs follow).
         let now_e = engine_time(cx.now);
+        let mut drained = false;
         for _ in 0..MAX_CHUNKS_PER_POLL {
             let Some(p) = cx.stack.conn_mut(self.tcp).and_then(|c| c.recv()) else {
+                drained = true;
                 break;
             };
             work = true;
-            match (&self.phase, self.ep.as_mut()) {
-                (Phase::Running, Some(ep)) => ep.handle_stream(
+            if let Some(ep) = self.ep.as_mut() {
+                ep.handle_stream(
                     now_e,
                     p.bytes(),
                     &mut env_srq(
@@ -349,35 +370,26 @@ impl Conn {
                         &mut self.rcq,
                         self.srq.as_mut(),
                     ),
-                ),
-                (Phase::AwaitRequest { .. } | Phase::AwaitDecision, _) => {
-                    if self.request.len() + p.len() > MAX_REQUEST + 64 {
-                        // More than a request: a peer speaking out of turn.
-                        self.abort_tcp(cx);
-                        break;
-                    }
-                    self.request.extend_from_slice(p.bytes());
-                }
-                _ => {}
+                );
             }
-        }
-        if let Phase::AwaitRequest { deadline } = self.phase {
-            self.check_request(cx, deadline);
         }
         // Records TCP gave up (a reset or timeout among the events above)
         // give their pins back before the engine learns the stream ended.
         return_dropped(cx.stack, cx.device, self.tcp, self.ep.as_mut());
         if let Some(ep) = self.ep.as_mut() {
-            if self.peer_closed && !self.peer_close_seen {
-                self.peer_close_seen = true;
-                ep.handle_peer_closed(&mut env(cx.device, cx.mem, &mut self.cq, &mut self.rcq));
+            // The stream's end, once the bytes before it are taken (a
+            // reset has nothing more to give).
+            let e = &mut env(cx.device, cx.mem, &mut self.cq, &mut self.rcq);
+            match self.stream {
+                Stream::Open => {}
+                Stream::PeerClosed if drained => ep.handle_peer_closed(e),
+                Stream::PeerClosed => {}
+                Stream::Ended(TcpEnd::Closed) => {
+                    ep.handle_peer_closed(e);
+                    ep.handle_stream_closed(e);
+                }
+                Stream::Ended(_) => ep.handle_stream_closed(e),
             }
-            if self.tcp_end.is_some() && !self.stream_closed {
-                self.stream_closed = true;
-                ep.handle_stream_closed(&mut env(cx.device, cx.mem, &mut self.cq, &mut self.rcq));
-            }
-        }
-        if let Some(ep) = self.ep.as_mut() {
             if ep.poll_timeout().is_some_and(|t| t <= now_e) {
                 ep.handle_timeout(now_e);
             }
@@ -388,55 +400,35 @@ impl Conn {
         // Events may have queued more (an accept's reply, a Terminate).
         work |= self.send_records(cx);
         work |= self.deliver(cx.sync);
-        if self.closed_in_order && !self.reported_down {
-            // An orderly close is complete for the application now; TCP
-            // may still linger in TIME-WAIT, and the connection stays here
-            // until it ends.
-            self.reported_down = true;
-            self.set_status(QpStatus::Disconnected);
-            cx.event(CmEvent::Disconnected {
-                qp: self.qpn(),
-                reason: DisconnectReason::Closed,
-            });
+        if let (Life::Closing, Some(reason)) = (&self.life, self.ending) {
+            // A Terminate ended the stream and went out (or came in): the
+            // queue pair is in Error, and the application learns it now
+            // rather than after TCP's close (TIME-WAIT may last).
+            self.report_down(cx, reason);
         }
-        if let Some(reason) = self.terminated {
-            if self.close_requested && self.established && !self.reported_down {
-                // A Terminate ended the stream and went out (or came in):
-                // the queue pair is in Error, and the application learns it
-                // now rather than after TCP's close (TIME-WAIT may last).
-                self.reported_down = true;
-                self.set_status(QpStatus::Disconnected);
-                cx.event(CmEvent::Disconnected {
-                    qp: self.qpn(),
-                    reason,
-                });
-            }
-        }
-        if let Some(end) = self.tcp_end {
-            if matches!(self.phase, Phase::TcpConnecting { .. }) {
-                cx.event(CmEvent::ConnectFailed {
-                    qp: self.qpn(),
-                    reason: match end {
-                        TcpEnd::TimedOut => ConnectFailure::TimedOut,
-                        _ => ConnectFailure::Refused,
-                    },
-                });
-                self.set_status(QpStatus::Disconnected);
-            } else if self.established && !self.reported_down {
-                let reason = match (self.terminated, end) {
-                    (Some(t), _) => t,
-                    (None, _) if self.closed_in_order => DisconnectReason::Closed,
-                    (None, _) if self.local_abort => DisconnectReason::LocalAbort,
-                    (None, TcpEnd::Closed) => DisconnectReason::Closed,
-                    (None, TcpEnd::Reset) => DisconnectReason::Reset,
-                    (None, TcpEnd::TimedOut) => DisconnectReason::TimedOut,
-                };
-                self.reported_down = true;
-                self.set_status(QpStatus::Disconnected);
-                cx.event(CmEvent::Disconnected {
-                    qp: self.qpn(),
-                    reason,
-                });
+        if let Stream::Ended(end) = self.stream {
+            match self.life {
+                Life::TcpConnecting { .. } => {
+                    cx.event(CmEvent::ConnectFailed {
+                        qp: self.qpn(),
+                        reason: match end {
+                            TcpEnd::TimedOut => ConnectFailure::TimedOut,
+                            _ => ConnectFailure::Refused,
+                        },
+                    });
+                    self.enter(Life::Down);
+                }
+                Life::Up | Life::Closing => {
+                    let reason = self.ending.unwrap_or(match end {
+                        TcpEnd::Closed => DisconnectReason::Closed,
+                        TcpEnd::Reset => DisconnectReason::Reset,
+                        TcpEnd::TimedOut => DisconnectReason::TimedOut,
+                    });
+                    self.report_down(cx, reason);
+                }
+                // Setup heard the end above and said so (an event); a
+                // request nobody took goes unreported.
+                Life::Request | Life::Decision | Life::Setup | Life::Down => {}
             }
             // A completion still waiting for the other workers' STag
             // replicas keeps the connection until it is delivered.
@@ -445,15 +437,24 @@ impl Conn {
         work
     }
 
+    /// Tells the application that the stream is over.
+    fn report_down<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>, reason: DisconnectReason) {
+        self.enter(Life::Down);
+        cx.event(CmEvent::Disconnected {
+            qp: self.qpn(),
+            reason,
+        });
+    }
+
     pub(super) fn tcp_connected<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>) {
-        let phase = core::mem::replace(&mut self.phase, Phase::Running);
-        let Phase::TcpConnecting {
+        let life = core::mem::replace(&mut self.life, Life::Setup);
+        let Life::TcpConnecting {
             qp,
             config,
             private_data,
-        } = phase
+        } = life
         else {
-            self.phase = phase;
+            self.life = life;
             return;
         };
         match Endpoint::initiator(config, &private_data, *qp, engine_time(cx.now)) {
@@ -463,6 +464,7 @@ impl Conn {
                     qp: self.qpn(),
                     reason: ConnectFailure::Setup(SetupFailure::StreamClosed),
                 });
+                self.enter(Life::Down);
                 self.abort_tcp(cx);
             }
         }
@@ -473,33 +475,6 @@ impl Conn {
         self.kick = true;
         if let Some(c) = cx.stack.conn_mut(self.tcp) {
             c.abort(cx.now);
-        }
-    }
-
-    /// Passive: once the request is complete, tell the application; past
-    /// the deadline, give up on the peer.
-    pub(super) fn check_request<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>, deadline: Instant) {
-        match rdmap::mpa::frame::frame_len(&self.request) {
-            Ok(Some(n)) if self.request.len() >= n => {
-                match FrameRepr::parse_prefix(&self.request) {
-                    Ok((repr, _)) if repr.kind == FrameKind::Request => {
-                        cx.event(CmEvent::ConnectRequest(ConnectRequest {
-                            worker: cx.index,
-                            conn: self.tcp,
-                            remote: self.remote,
-                            local_port: self.local_port,
-                            private_data: repr.private_data.to_vec(),
-                            ird: repr.ird_ord.map(|x| x.ird),
-                            ord: repr.ird_ord.map(|x| x.ord),
-                        }));
-                        self.phase = Phase::AwaitDecision;
-                    }
-                    _ => self.abort_tcp(cx),
-                }
-            }
-            Err(_) => self.abort_tcp(cx),
-            _ if cx.now >= deadline => self.abort_tcp(cx),
-            _ => {}
         }
     }
 
@@ -562,21 +537,22 @@ impl Conn {
             work = true;
             match ev {
                 EngineEvent::ConnectRequest => {
-                    if let (Some((accept, pd)), Some(ep)) = (self.decision.take(), self.ep.as_mut())
-                    {
-                        let r = if accept {
-                            ep.accept(&pd)
-                        } else {
-                            ep.reject(&pd)
-                        };
-                        if r.is_err() {
-                            self.abort_tcp(cx);
-                        }
-                    }
+                    let Some(req) = self.ep.as_ref().and_then(Endpoint::peer_request) else {
+                        continue;
+                    };
+                    cx.event(CmEvent::ConnectRequest(ConnectRequest {
+                        worker: cx.index,
+                        conn: self.tcp,
+                        remote: self.remote,
+                        local_port: self.local_port,
+                        private_data: req.private_data.clone(),
+                        ird: req.ird_ord.map(|x| x.ird),
+                        ord: req.ird_ord.map(|x| x.ord),
+                    }));
+                    self.enter(Life::Decision);
                 }
                 EngineEvent::Connected(n) => {
-                    self.established = true;
-                    self.set_status(QpStatus::Connected);
+                    self.enter(Life::Up);
                     cx.event(CmEvent::Established {
                         qp: self.qpn(),
                         info: ConnectionInfo {
@@ -592,66 +568,69 @@ impl Conn {
                         },
                     });
                 }
-                EngineEvent::Rejected(r) => {
-                    if self.active {
-                        self.set_status(QpStatus::Disconnected);
+                EngineEvent::Rejected(r) => match self.life {
+                    // The endpoint refused the request by itself: the
+                    // listening application learns why.
+                    Life::Request => {
+                        cx.event(CmEvent::RequestRefused(RefusedRequest {
+                            remote: self.remote,
+                            local_port: self.local_port,
+                            reason: r.reason,
+                        }));
+                        self.enter(Life::Down);
+                    }
+                    // The peer refused our request.
+                    Life::Setup => {
+                        self.enter(Life::Down);
                         cx.event(CmEvent::Rejected {
                             qp: self.qpn(),
                             private_data: r.private_data,
                         });
-                    } else if self.shared.is_some() {
-                        // The application accepted, and the negotiator
-                        // refused the request all the same (markers, no
-                        // RTR in common, CRC required): it learns why.
-                        self.set_status(QpStatus::Disconnected);
-                        cx.event(CmEvent::ConnectFailed {
-                            qp: self.qpn(),
-                            reason: ConnectFailure::RequestRefused(r.reason),
-                        });
                     }
-                }
+                    // Our application's reject went out.
+                    _ => self.enter(Life::Down),
+                },
                 EngineEvent::SetupFailed(f) => {
-                    if self.shared.is_some() && !self.established {
-                        self.set_status(QpStatus::Disconnected);
+                    if matches!(self.life, Life::Setup) {
+                        self.enter(Life::Down);
                         cx.event(CmEvent::ConnectFailed {
                             qp: self.qpn(),
                             reason: ConnectFailure::Setup(f),
                         });
+                    } else if matches!(self.life, Life::Request | Life::Decision) {
+                        // A request that never came whole, was not one,
+                        // or came with more behind it: nobody has a queue
+                        // pair on it, and the peer is reset (it holds no
+                        // slot in TIME-WAIT).
+                        self.enter(Life::Down);
+                        self.abort_tcp(cx);
                     }
                 }
                 EngineEvent::Terminated { cause, origin } => {
                     bump(&cx.counters.terminates, 1);
                     if !matches!(origin, rdmap::engine::TerminateOrigin::Stream) {
-                        self.terminated = Some(DisconnectReason::Terminated { cause, origin });
+                        self.ending = Some(DisconnectReason::Terminated { cause, origin });
                     }
                 }
-                EngineEvent::Closed => self.closed_in_order = true,
+                EngineEvent::Closed => {
+                    if self.life.is_up() {
+                        // An orderly close is complete for the application
+                        // now; TCP may still linger in TIME-WAIT, and the
+                        // connection stays here until it ends.
+                        self.report_down(cx, DisconnectReason::Closed);
+                    }
+                }
                 EngineEvent::ReadyToClose => {
-                    self.close_requested = true;
-                    if let Some(c) = cx.stack.conn_mut(self.tcp) {
+                    if matches!(self.life, Life::Up) {
+                        self.enter(Life::Closing);
+                    }
+                    if let Some(c) = cx.stack.conn_mut(self.tcp).filter(|c| is_open(c.state())) {
                         c.close(cx.now);
                     }
                 }
             }
         }
         work
-    }
-}
-
-/// The queue pair of a connection being rejected: it never carries work.
-pub(super) fn placeholder_attr() -> QpInitAttr {
-    QpInitAttr {
-        pd: PdId(0),
-        send_cq: CqId(0),
-        recv_cq: CqId(0),
-        srq: None,
-        max_send_wr: 1,
-        max_recv_wr: 1,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_ord: 0,
-        max_ird: 0,
-        sq_sig_all: false,
     }
 }
 
@@ -728,21 +707,15 @@ impl<Q: LinkQueue> Worker<Q> {
         let qp = QueuePair::new(shared.qpn, shared.attr);
         let config = self.mpa_config(params.ird, params.ord);
         let local_port = self.iface.stack().tuple(id).map_or(0, |t| t.local.port());
-        let mut conn = Conn::new(
-            id,
-            remote,
-            local_port,
-            Phase::TcpConnecting {
-                qp: Box::new(qp),
-                config,
-                private_data: params.private_data,
-            },
-        );
-        conn.active = true;
+        let mut conn = Conn::new(id, remote, local_port, Life::Setup, None);
         shared.set_slot(id.index);
         shared.bind_worker(self.index);
-        shared.set_status(QpStatus::Connecting);
         conn.bind(shared);
+        conn.enter(Life::TcpConnecting {
+            qp: Box::new(qp),
+            config,
+            private_data: params.private_data,
+        });
         *self.slot(id)? = Some(conn);
         bump(&self.counters.connections, 1);
         Ok(())
@@ -750,11 +723,13 @@ impl<Q: LinkQueue> Worker<Q> {
 
     pub(super) fn pending(&mut self, id: ConnId) -> Result<&mut Conn, Error> {
         match self.conns.get_mut(id.index as usize) {
-            Some(Some(c)) if c.tcp == id && matches!(c.phase, Phase::AwaitDecision) => Ok(c),
+            Some(Some(c)) if c.tcp == id && matches!(c.life, Life::Decision) => Ok(c),
             _ => Err(Error::NoSuchRequest),
         }
     }
 
+    /// The application accepts a request: the endpoint answers on its
+    /// queue pair.
     pub(super) fn accept(
         &mut self,
         now: Instant,
@@ -762,81 +737,60 @@ impl<Q: LinkQueue> Worker<Q> {
         shared: Arc<QpShared>,
         params: ConnParams,
     ) -> Result<(), Error> {
-        let config = self.mpa_config(params.ird, params.ord);
         let index = self.index;
         let conn = self.pending(id)?;
         let qp = QueuePair::new(shared.qpn, shared.attr);
-        let ep = Endpoint::responder(config, qp, engine_time(now))
-            .map_err(|_| Error::InvalidArgument("MPA configuration"))?;
+        let ep = conn.ep.as_mut().ok_or(Error::NoSuchRequest)?;
+        ep.accept_on(qp, params.ird, params.ord, &params.private_data)
+            .map_err(|_| Error::InvalidArgument("private data longer than MPA allows"))?;
         shared.set_slot(id.index);
         shared.bind_worker(index);
-        shared.set_status(QpStatus::Connecting);
         conn.bind(shared);
-        conn.decision = Some((true, params.private_data));
-        conn.ep = Some(ep);
-        conn.phase = Phase::Running;
-        // Receives posted before accept go in before the request is fed,
-        // so the initiator's first Send finds them.
-        self.feed_request(now, id);
-        self.ready.mark(id.index);
+        conn.enter(Life::Setup);
+        self.after_decision(now, id);
         Ok(())
     }
 
+    /// The application rejects a request: the endpoint sends the reject,
+    /// then closes.
     pub(super) fn reject(
         &mut self,
         now: Instant,
         id: ConnId,
         private_data: Vec<u8>,
     ) -> Result<(), Error> {
-        let config = self.mpa_config(0, 0);
         let conn = self.pending(id)?;
-        let qp = QueuePair::new(QpNum(0), placeholder_attr());
-        let ep = Endpoint::responder(config, qp, engine_time(now))
-            .map_err(|_| Error::InvalidArgument("MPA configuration"))?;
-        conn.decision = Some((false, private_data));
-        conn.ep = Some(ep);
-        conn.phase = Phase::Running;
-        self.feed_request(now, id);
-        self.ready.mark(id.index);
+        let ep = conn.ep.as_mut().ok_or(Error::NoSuchRequest)?;
+        ep.reject(&private_data)
+            .map_err(|_| Error::InvalidArgument("private data longer than MPA allows"))?;
+        conn.enter(Life::Down);
+        self.after_decision(now, id);
         Ok(())
     }
 
-    /// Hands the gathered request to the new endpoint (after the posted
-    /// receives).
-    pub(super) fn feed_request(&mut self, now: Instant, id: ConnId) {
-        let Some(Some(conn)) = self.conns.get_mut(id.index as usize) else {
-            return;
-        };
-        let mut cx = Cx {
-            now,
-            stack: self.iface.stack_mut(),
-            device: &mut self.device,
-            mem: &mut self.mem,
-            counters: &self.counters,
-            out: &self.out,
-            index: self.index,
-            sync: &mut self.mr_sync,
-        };
-        conn.drain_posts(&mut cx);
-        let request = core::mem::take(&mut conn.request);
-        if let Some(ep) = conn.ep.as_mut() {
-            ep.handle_stream(
-                engine_time(now),
-                &request,
-                &mut env_srq(
-                    cx.device,
-                    cx.mem,
-                    &mut conn.cq,
-                    &mut conn.rcq,
-                    conn.srq.as_mut(),
-                ),
-            );
+    /// After the application's answer: receives posted before an accept
+    /// go into the queue pair at once (the initiator's first Send may
+    /// follow the reply closely), and the connection is serviced.
+    fn after_decision(&mut self, now: Instant, id: ConnId) {
+        if let Some(Some(conn)) = self.conns.get_mut(id.index as usize) {
+            let mut cx = Cx {
+                now,
+                stack: self.iface.stack_mut(),
+                device: &mut self.device,
+                mem: &mut self.mem,
+                counters: &self.counters,
+                out: &self.out,
+                index: self.index,
+                sync: &mut self.mr_sync,
+            };
+            conn.drain_posts(&mut cx);
         }
+        self.ready.mark(id.index);
     }
 
     pub(super) fn accept_new(&mut self, now: Instant) -> bool {
         let mut n = 0;
-        let deadline = now + self.mpa.timeout;
+        let now_e = engine_time(now);
         for i in 0..self.listening.len() {
             let port = self.listening[i];
             for _ in 0..ACCEPT_PER_POLL {
@@ -849,7 +803,16 @@ impl<Q: LinkQueue> Worker<Q> {
                     .stack()
                     .tuple(id)
                     .map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), |t| t.remote);
-                let conn = Conn::new(id, remote, port, Phase::AwaitRequest { deadline });
+                // The depths are the application's, given with its accept.
+                let Ok(ep) = Endpoint::awaiting_request(self.mpa_config(0, 0), now_e) else {
+                    // The configuration was checked when the dataplane
+                    // started; a connection it cannot serve is reset.
+                    if let Some(c) = self.iface.stack_mut().conn_mut(id) {
+                        c.abort(now);
+                    }
+                    continue;
+                };
+                let conn = Conn::new(id, remote, port, Life::Request, Some(ep));
                 if let Ok(slot) = self.slot(id) {
                     *slot = Some(conn);
                     bump(&self.counters.connections, 1);

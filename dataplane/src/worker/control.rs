@@ -10,7 +10,7 @@ use rdmap::verbs::VerbsError;
 use rdmap::verbs::{DeregStatus, MrEvent};
 use tcp_offload::Instant;
 
-use crate::ctl::{Ctl, CtlReply, Error, WorkerMsg};
+use crate::ctl::{Ctl, CtlReply, DisconnectReason, Error, WorkerMsg};
 use crate::link::LinkQueue;
 
 use super::conn::env;
@@ -179,7 +179,7 @@ impl<Q: LinkQueue> Worker<Q> {
                 self.ready.mark(c.tcp.index);
                 if !orderly {
                     if let Some(t) = self.iface.stack_mut().conn_mut(c.tcp) {
-                        c.local_abort = true;
+                        c.ending.get_or_insert(DisconnectReason::LocalAbort);
                         t.abort(now);
                     }
                 }

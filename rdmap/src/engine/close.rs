@@ -74,7 +74,8 @@ impl Endpoint {
     /// began); one already closing finishes once our side has drained.
     /// The peer's stream ending inside a message, or with one of our Reads
     /// unanswered, ends the stream abnormally instead
-    /// ([`TerminateCause::MPA_TCP_CLOSED`], reported locally).
+    /// ([`TerminateCause::MPA_TCP_CLOSED`], reported locally). Reporting
+    /// the FIN again changes nothing.
     pub fn handle_peer_closed<M: Placement + ?Sized>(&mut self, env: &mut Env<'_, M>) {
         if self.fatal.is_some() || self.closing.is_some_and(|c| c.done || c.peer_fin) {
             self.service(env);

@@ -13,7 +13,9 @@
 //! 1. [`Endpoint::initiator`] (the active side, after TCP's handshake) or
 //!    [`Endpoint::responder`] (the passive side), with an MPA
 //!    [`Config`] and the [`QueuePair`] the connection will carry (created
-//!    in Idle; work may already be posted to it).
+//!    in Idle; work may already be posted to it). A passive side whose
+//!    queue pair comes with the application's answer to the request
+//!    starts with [`Endpoint::awaiting_request`] instead.
 //! 2. Whenever TCP can take a record: [`Endpoint::poll_record`] with the
 //!    size TCP offers (`send_capacity`), repeatedly until it returns
 //!    `None`; queue each [`OutRecord`] as one TCP record. MPA frames come
@@ -30,8 +32,8 @@
 //! 5. [`Endpoint::poll_timeout`] / [`Endpoint::handle_timeout`] while MPA
 //!    setup runs.
 //! 6. Drain [`Endpoint::poll_event`] after each call. A responder answers
-//!    [`EngineEvent::ConnectRequest`] with [`Endpoint::accept`] or
-//!    [`Endpoint::reject`]. On [`EngineEvent::ReadyToClose`] the driver
+//!    [`EngineEvent::ConnectRequest`] with [`Endpoint::accept`] (or
+//!    [`Endpoint::accept_on`]) or [`Endpoint::reject`]. On [`EngineEvent::ReadyToClose`] the driver
 //!    closes TCP (after the records already queued).
 //! 7. Orderly close: the application calls [`Endpoint::disconnect`]; the
 //!    driver reports the peer's FIN with [`Endpoint::handle_peer_closed`]
@@ -133,8 +135,8 @@ use crate::mpa::{
 };
 use crate::placement::Placement;
 use crate::verbs::{
-    CompletionQueue, Device, QpModify, QpState, QueuePair, SendOp, SendWr, SharedReceiveQueue,
-    VerbsError, WcStatus, WrSeq,
+    CompletionQueue, CqId, Device, PdId, QpInitAttr, QpModify, QpNum, QpState, QueuePair, SendOp,
+    SendWr, SharedReceiveQueue, VerbsError, WcStatus, WrSeq,
 };
 use crate::wire::{DdpRepr, RdmapOpcode, ReadRequest, TerminateRepr};
 
@@ -364,6 +366,8 @@ pub struct Endpoint {
     terminate_tx: Option<TerminateRepr>,
     close_pending: bool,
     close_reported: bool,
+    /// TCP's end was reported ([`Endpoint::handle_stream_closed`]).
+    stream_ended: bool,
     /// An orderly close in progress or done.
     closing: Option<close::Closing>,
     /// Stream offset TCP has acknowledged up to.
@@ -401,6 +405,21 @@ impl Endpoint {
         Ok(ep)
     }
 
+    /// The passive side before its queue pair exists (a listener's new
+    /// connection): the endpoint gathers the MPA request, refuses by
+    /// itself what the configuration cannot take (markers, no RTR in
+    /// common, no CRC where CRCs are required: [`EngineEvent::Rejected`]),
+    /// and reports the rest ([`EngineEvent::ConnectRequest`]). The
+    /// application then hands over the queue pair with
+    /// [`Endpoint::accept_on`], or refuses with [`Endpoint::reject`].
+    pub fn awaiting_request(config: Config, now: Duration) -> Result<Endpoint, SetupError> {
+        let responder_waits = config.responder_waits_for_first_fpdu;
+        let negotiator = Negotiator::responder(config, now)?;
+        let mut ep = Endpoint::new(Role::Responder, negotiator, unbound_qp());
+        ep.responder_waits = responder_waits;
+        Ok(ep)
+    }
+
     fn new(role: Role, negotiator: Negotiator, qp: QueuePair) -> Endpoint {
         Endpoint {
             role,
@@ -429,6 +448,7 @@ impl Endpoint {
             terminate_tx: None,
             close_pending: false,
             close_reported: false,
+            stream_ended: false,
             closing: None,
             acked_offset: 0,
             events: VecDeque::with_capacity(8),
@@ -534,6 +554,29 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Responder made by [`Endpoint::awaiting_request`]: accepts the
+    /// pending request on `qp` (in Idle; work may be posted to it), with
+    /// `private_data` for the initiator. The reply offers at most `ird`
+    /// and `ord`, and at most the queue pair's limits. Otherwise as
+    /// [`Endpoint::accept`].
+    pub fn accept_on(
+        &mut self,
+        qp: QueuePair,
+        ird: u16,
+        ord: u16,
+        private_data: &[u8],
+    ) -> Result<(), SetupError> {
+        if self.role != Role::Responder || self.negotiator.peer_request().is_none() {
+            return Err(SetupError::NoPendingRequest);
+        }
+        let attr = qp.attr();
+        let cap = |v: u16, max: u32| v.min(u16::try_from(max).unwrap_or(u16::MAX));
+        self.negotiator
+            .set_depths(cap(ird, attr.max_ird), cap(ord, attr.max_ord));
+        self.qp = qp;
+        self.accept(private_data)
+    }
+
     /// Responder: refuses the pending request with a reject frame.
     pub fn reject(&mut self, private_data: &[u8]) -> Result<(), SetupError> {
         self.negotiator.reject(private_data)?;
@@ -554,7 +597,13 @@ impl Endpoint {
     /// [`TerminateCause::MPA_TCP_CLOSED`], reported locally — unless it was
     /// closing in order and our side had drained, which is the normal end
     /// of the close ([`EngineEvent::Closed`]).
+    /// Only the first report counts; later ones only service the queue
+    /// pair.
     pub fn handle_stream_closed<M: Placement + ?Sized>(&mut self, env: &mut Env<'_, M>) {
+        if core::mem::replace(&mut self.stream_ended, true) {
+            self.service(env);
+            return;
+        }
         if self.stream_closed_in_order(env) {
             return;
         }
@@ -912,6 +961,27 @@ impl Blamed {
 }
 
 /// The IRD/ORD we offer never exceed what the queue pair can hold.
+/// The queue pair of a responder whose application has not answered yet,
+/// or has refused: it never carries work.
+fn unbound_qp() -> QueuePair {
+    QueuePair::new(
+        QpNum(0),
+        QpInitAttr {
+            pd: PdId(0),
+            send_cq: CqId(0),
+            recv_cq: CqId(0),
+            srq: None,
+            max_send_wr: 1,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_ord: 0,
+            max_ird: 0,
+            sq_sig_all: false,
+        },
+    )
+}
+
 fn cap_config(mut config: Config, qp: &QueuePair) -> Config {
     let attr = qp.attr();
     config.ird = config

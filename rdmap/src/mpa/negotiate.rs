@@ -921,6 +921,14 @@ impl Negotiator {
         used
     }
 
+    /// Responder, before [`Negotiator::accept`]: the IRD and ORD the reply
+    /// offers (in place of the configuration's), once the queue pair that
+    /// will carry the connection, and so its limits, is known.
+    pub fn set_depths(&mut self, ird: u16, ord: u16) {
+        self.config.ird = ird;
+        self.config.ord = ord;
+    }
+
     /// Responder: accepts the pending request, sending `private_data` to
     /// the initiator (at most 252 bytes in revision 2, 256 in revision 1).
     pub fn accept(&mut self, private_data: &[u8]) -> Result<(), SetupError> {

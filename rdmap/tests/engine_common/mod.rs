@@ -10,7 +10,7 @@ use rdmap::engine::{Endpoint, EngineEvent, Env, OutRecord};
 use rdmap::mpa::{Config, RtrSet, RtrType};
 use rdmap::placement::{Placement, RegionHandle, VecMemory};
 use rdmap::verbs::{
-    Access, CompletionQueue, Device, DeviceLimits, PdId, QpInitAttr, RegOptions, Stag,
+    Access, CompletionQueue, Device, DeviceLimits, PdId, QpInitAttr, QueuePair, RegOptions, Stag,
     WorkCompletion,
 };
 
@@ -98,6 +98,9 @@ pub struct Side {
     pub auto_accept: bool,
     /// Records whose stored payload checksum sum was checked.
     pub payload_sums: u64,
+    /// A responder made with [`Endpoint::awaiting_request`]: the queue
+    /// pair its acceptance hands over, with the IRD and ORD to offer.
+    pub pending_qp: Option<(QueuePair, u16, u16)>,
 }
 
 pub fn qp_attr(pd: PdId, cq: &CompletionQueue) -> QpInitAttr {
@@ -191,6 +194,7 @@ impl Side {
             log: None,
             auto_accept: true,
             payload_sums: 0,
+            pending_qp: None,
         }
     }
 
@@ -339,7 +343,9 @@ impl Side {
     pub fn drain(&mut self) {
         while let Some(ev) = self.ep.poll_event() {
             if ev == EngineEvent::ConnectRequest {
-                if self.auto_accept {
+                if let (true, Some((qp, ird, ord))) = (self.auto_accept, self.pending_qp.take()) {
+                    self.ep.accept_on(qp, ird, ord, b"resp").unwrap();
+                } else if self.auto_accept {
                     self.ep.accept(b"resp").unwrap();
                 } else {
                     self.ep.reject(b"no").unwrap();

@@ -81,8 +81,9 @@ use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
 use dataplane::api::{
-    Access, CmEvent, ConnectFailure, ConnectParams, Cq, Dataplane, MemoryRegistration, Qp,
-    QpOptions, QpStatus, RecvWr, Region, SendWr, SgeList, WcOpcode, WcStatus,
+    Access, CmEvent, ConnectFailure, ConnectParams, ConnectRequest, Cq, Dataplane,
+    MemoryRegistration, Qp, QpOptions, QpStatus, RecvWr, Region, SendWr, SgeList, WcOpcode,
+    WcStatus,
 };
 
 use super::runner::{RemoteBuf, TestKind};
@@ -280,14 +281,8 @@ impl<'dp> Session<'dp> {
     ) -> Result<Session<'dp>, ToolError> {
         let mut s = Session::new(dp, Side::Server, None, port, p, qps, local, timeout)?;
         dp.listen(port, qps.len() + 1)?;
-        let req = s.wait_event(
-            "the control connection request",
-            Some(s.deadline()),
-            |e| matches!(e, CmEvent::ConnectRequest(r) if r.local_port == port),
-        )?;
-        let CmEvent::ConnectRequest(req) = req else {
-            unreachable!("matched above")
-        };
+        let deadline = Some(s.deadline());
+        let req = s.wait_request("the control connection request", port, deadline)?;
         dp.accept(&req, &s.ctrl.qp, &control_params())?;
         s.wait_established(&s.ctrl.qp.clone(), "the control connection")?;
         s.setup()?;
@@ -767,6 +762,26 @@ impl<'dp> Session<'dp> {
         }
     }
 
+    /// Waits for a connection request to `port`; a request MPA setup
+    /// refused by itself ends the wait with its reason.
+    fn wait_request(
+        &mut self,
+        what: &'static str,
+        port: u16,
+        deadline: Option<Instant>,
+    ) -> Result<ConnectRequest, ToolError> {
+        let e = self.wait_event(what, deadline, |e| match e {
+            CmEvent::ConnectRequest(r) => r.local_port == port,
+            CmEvent::RequestRefused(r) => r.local_port == port,
+            _ => false,
+        })?;
+        match e {
+            CmEvent::ConnectRequest(r) => Ok(r),
+            CmEvent::RequestRefused(r) => Err(peer_err(r.to_string())),
+            _ => unreachable!("matched above"),
+        }
+    }
+
     /// Waits until `qp` is connected, or says why not.
     fn wait_established(&mut self, qp: &Qp, what: &'static str) -> Result<(), ToolError> {
         let n = qp.num();
@@ -813,14 +828,7 @@ impl<'dp> Session<'dp> {
                 let port = self.port;
                 for qp in &data {
                     let deadline = Some(self.deadline());
-                    let req = self.wait_event(
-                        "a data connection request",
-                        deadline,
-                        |e| matches!(e, CmEvent::ConnectRequest(r) if r.local_port == port),
-                    )?;
-                    let CmEvent::ConnectRequest(req) = req else {
-                        unreachable!("matched above")
-                    };
+                    let req = self.wait_request("a data connection request", port, deadline)?;
                     self.dp.accept(&req, qp, &self.data_params)?;
                 }
                 for qp in &data {
