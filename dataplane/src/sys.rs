@@ -1,7 +1,8 @@
 //! The system calls the dataplane makes itself, outside DPDK and the
 //! registered-memory module: each needs `unsafe`, so they live here, small
 //! and alone, and the rest of the crate denies `unsafe` code. Called from
-//! a worker thread's start (never per packet).
+//! a worker thread's start (never per packet). Also what a worker thread
+//! learns about itself from the system at its start.
 
 /// Asks the kernel to wake this thread within a microsecond of a timed
 /// sleep's end instead of the default 50 µs, which would more than double
@@ -17,3 +18,10 @@ pub(crate) fn fine_timer_slack() {
 /// Nothing to tune where the call does not exist.
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn fine_timer_slack() {}
+
+/// The calling thread's Linux thread id, from `/proc/thread-self` (a
+/// link to `<pid>/task/<tid>`); `None` where there is no such file.
+pub(crate) fn thread_id() -> Option<u32> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    link.file_name()?.to_str()?.parse().ok()
+}

@@ -120,6 +120,24 @@ fn two_workers_each_over_a_two_queue_ring_pair() {
             "a worker runs as the main lcore {}: {lcores:?}",
             eal.main_lcore()
         );
+        // Each worker names its own thread, one of this process's, so
+        // that its CPU time can be read (the demo's per-byte figures).
+        let tids: Vec<u32> =
+            p.a.stats()
+                .into_iter()
+                .chain(p.b.stats())
+                .map(|w| w.thread_id.expect("a worker thread without its thread id"))
+                .collect();
+        let mut distinct = tids.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 4, "workers share a thread id: {tids:?}");
+        for t in &tids {
+            let stat = std::path::Path::new("/proc/self/task")
+                .join(t.to_string())
+                .join("stat");
+            assert!(stat.exists(), "thread {t} is not one of this process's");
+        }
         // net_ring does not steer (no RSS): replies reach whichever queue
         // the peer's owning worker sent them on, and the software
         // dispatcher hands them to the worker that owns the connection.

@@ -79,12 +79,29 @@ fn demo_json_has_every_figure_and_leaves_nothing_behind() {
             "msg_rate_mpps",
             "copy_crc_mbps",
             "ratio",
+            "kernel_tcp_mbps",
+            "kernel_tcp_bytes",
+            "kernel_tcp_seconds",
+            "kernel_ratio",
             "verified_bytes",
         ] {
             positive(&r[f], &format!("{t} {f}"));
         }
         let ratio = r["bw_avg_mbps"].as_f64().unwrap() / r["copy_crc_mbps"].as_f64().unwrap();
         assert!((ratio - r["ratio"].as_f64().unwrap()).abs() < 1e-9);
+        let vs_kernel = r["bw_avg_mbps"].as_f64().unwrap() / r["kernel_tcp_mbps"].as_f64().unwrap();
+        assert!((vs_kernel - r["kernel_ratio"].as_f64().unwrap()).abs() < 1e-9);
+        // Every side's CPU time was read (worker threads through their
+        // ids, the kernel stream's threads themselves).
+        for side in [
+            "source_workers",
+            "sink_workers",
+            "kernel_sender",
+            "kernel_receiver",
+        ] {
+            positive(&r[side]["ns_per_byte"], &format!("{t} {side} ns_per_byte"));
+            positive(&r[side]["busy"], &format!("{t} {side} busy"));
+        }
         println!(
             "{t}: {:.1} MB/s, one core copy+CRC32c {:.1} MB/s, ratio {:.3}, {} bytes verified",
             r["bw_avg_mbps"].as_f64().unwrap(),

@@ -209,6 +209,7 @@ impl Dataplane {
                                 }
                             };
                             setup.counters.set_lcore(dpdk_bindings::lcore_id());
+                            setup.counters.set_thread_id(crate::sys::thread_id());
                             let mut w = Worker::new(setup);
                             w.set_clock(clock);
                             let _ = ready_tx.send(Ok(()));

@@ -96,6 +96,9 @@ pub struct WorkerCounters {
     /// The EAL lcore id of the worker's thread plus one, recorded when the
     /// thread starts; 0 when it has none (see [`WorkerStats::lcore`]).
     lcore: AtomicU32,
+    /// The Linux thread id of the worker's thread; 0 when it has none
+    /// (see [`WorkerStats::thread_id`]).
+    thread_id: AtomicU32,
     /// The worker's packet-capture point, armed by the control path
     /// ([`crate::capture`]); it rides here as the other state a worker
     /// shares with the control path.
@@ -159,6 +162,10 @@ pub struct WorkerStats {
     /// when a worker thread starts (`DriveMode::Threads`); `None` for a
     /// thread EAL does not know and for workers the application drives.
     pub lcore: Option<u32>,
+    /// The Linux thread id of its thread (`DriveMode::Threads`), to read
+    /// the thread's CPU time (`/proc/self/task/<id>/schedstat`); `None`
+    /// for workers the application drives.
+    pub thread_id: Option<u32>,
 }
 
 impl WorkerCounters {
@@ -167,6 +174,11 @@ impl WorkerCounters {
     pub(crate) fn set_lcore(&self, lcore: Option<u32>) {
         let v = lcore.map_or(0, |id| id.saturating_add(1));
         self.lcore.store(v, Ordering::Relaxed);
+    }
+
+    /// Records the Linux thread id of the worker's thread.
+    pub(crate) fn set_thread_id(&self, id: Option<u32>) {
+        self.thread_id.store(id.unwrap_or(0), Ordering::Relaxed);
     }
 
     /// The current values.
@@ -199,6 +211,7 @@ impl WorkerCounters {
             arp_in: g(&self.arp_in),
             arp_out: g(&self.arp_out),
             lcore: self.lcore.load(Ordering::Relaxed).checked_sub(1),
+            thread_id: Some(self.thread_id.load(Ordering::Relaxed)).filter(|&t| t != 0),
         }
     }
 }

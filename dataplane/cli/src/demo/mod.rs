@@ -9,7 +9,11 @@
 //! bytes, measured in the same run: copying them from one buffer into
 //! another and CRC32c-summing them (the two passes an iWARP receive path
 //! cannot avoid, RFC 5044's CRC and the placement copy), and the ratio of
-//! the two, so that a reader sees how close the pipeline comes.
+//! the two, so that a reader sees how close the pipeline comes. Beside it
+//! stands the kernel's own TCP over loopback with the same message size,
+//! measured in the same run just before the endpoints start ([`kernel`]),
+//! and each side's worker CPU time per byte moved ([`cpu`]), so that
+//! efficiency per core shows apart from how the threads were scheduled.
 //!
 //! Nothing is left behind: the EAL runtime directory of the prefix is
 //! gone when the command returns, whether it succeeded or not.
@@ -20,6 +24,9 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
+
+mod cpu;
+mod kernel;
 
 use clap::Args;
 use serde::Serialize;
@@ -33,6 +40,8 @@ use super::ToolError;
 use dataplane::api::{Dataplane, DriveMode, Error};
 use dataplane::config::Config;
 use dataplane::dpdk_link::{default_eal_args, start_eal, DpdkLink, DpdkLinkOptions};
+
+pub use cpu::CpuUse;
 
 const DEFAULT_SIZE: usize = 64 << 10;
 const DEFAULT_LAT_SIZE: usize = 64;
@@ -139,6 +148,28 @@ pub struct BwRow {
     pub copy_crc_mbps: f64,
     /// `bw_avg_mbps / copy_crc_mbps`.
     pub ratio: f64,
+    /// The kernel's TCP over loopback, one stream of messages of the same
+    /// size, the receiver reading every byte, MiB/s (the same figure in
+    /// every row).
+    pub kernel_tcp_mbps: f64,
+    /// Bytes the kernel stream moved (the median of three, measured before
+    /// the endpoints started; each half a round's length, or a round's
+    /// bytes with `--iterations`).
+    pub kernel_tcp_bytes: u64,
+    /// Seconds the kernel stream took.
+    pub kernel_tcp_seconds: f64,
+    /// `bw_avg_mbps / kernel_tcp_mbps`.
+    pub kernel_ratio: f64,
+    /// CPU time of the workers of the side the data leaves (the client for
+    /// WRITE and SEND, the server for READ), over the whole round
+    /// (connection setup and the data check included).
+    pub source_workers: CpuUse,
+    /// CPU time of the workers of the side the data reaches.
+    pub sink_workers: CpuUse,
+    /// The kernel stream's sending thread.
+    pub kernel_sender: CpuUse,
+    /// The kernel stream's receiving thread.
+    pub kernel_receiver: CpuUse,
     /// Bytes whose content was checked (both ends).
     pub verified_bytes: u64,
 }
@@ -279,6 +310,9 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
         c.tcp.recv_buffer = c.tcp.recv_buffer.max(4 * args.mtu);
         c
     };
+    // The kernel's baseline first, while no worker of ours polls the
+    // machine's cores.
+    let k = kernel_baseline(args)?;
     let a = Dataplane::open_with_link(&config(IP_A, MAC_A), la, DriveMode::Threads)?;
     let b = Dataplane::open_with_link(&config(IP_B, MAC_B), lb, DriveMode::Threads)?;
     say(
@@ -292,8 +326,18 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
     let mut port = BASE_PORT;
     let mut bandwidth = Vec::new();
     for test in [TestKind::WriteBw, TestKind::ReadBw, TestKind::SendBw] {
+        let cpu0 = (workers_cpu_ns(&a), workers_cpu_ns(&b));
         let (c, s) = round(args, &a, &b, test, port)?;
+        let cpu1 = (workers_cpu_ns(&a), workers_cpu_ns(&b));
         port += 1;
+        let spent = |t0: Option<u64>, t1: Option<u64>| t0.zip(t1).map(|(x, y)| y - x.min(y));
+        let (client_cpu, server_cpu) = (spent(cpu0.0, cpu1.0), spent(cpu0.1, cpu1.1));
+        let (source_cpu, sink_cpu) = if test.is_read() {
+            (server_cpu, client_cpu)
+        } else {
+            (client_cpu, server_cpu)
+        };
+        let seconds = c.elapsed.as_secs_f64();
         let (copy_crc, _) = copy_crc_rate(args.size, c.bytes);
         let verified = c.verified_bytes + s.verified_bytes;
         let row = BwRow {
@@ -301,25 +345,34 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
             size: c.size,
             iterations: c.iterations,
             bytes: c.bytes,
-            seconds: c.elapsed.as_secs_f64(),
+            seconds,
             bw_avg_mbps: c.bw_avg_mbps,
             bw_peak_mbps: c.bw_peak_mbps,
             msg_rate_mpps: c.msg_rate_mpps,
             copy_crc_mbps: copy_crc,
-            ratio: if copy_crc > 0.0 {
-                c.bw_avg_mbps / copy_crc
-            } else {
-                0.0
-            },
+            ratio: ratio(c.bw_avg_mbps, copy_crc),
+            kernel_tcp_mbps: k.mbps,
+            kernel_tcp_bytes: k.bytes,
+            kernel_tcp_seconds: k.seconds,
+            kernel_ratio: ratio(c.bw_avg_mbps, k.mbps),
+            source_workers: CpuUse::new(source_cpu, c.bytes, seconds),
+            sink_workers: CpuUse::new(sink_cpu, c.bytes, seconds),
+            kernel_sender: k.sender,
+            kernel_receiver: k.receiver,
             verified_bytes: verified,
         };
         check_nonzero(&row.test, &[row.iterations, row.bytes, row.verified_bytes])?;
         say(
             args,
             &format!(
-                "  {test}: {:.1} MB/s, one core copying + CRC32c: {:.1} MB/s (ratio {:.2}), \
-                 {} bytes verified",
-                row.bw_avg_mbps, row.copy_crc_mbps, row.ratio, row.verified_bytes
+                "  {test}: {:.1} MB/s; one core copying + CRC32c: {:.1} MB/s (ratio {:.2}); \
+                 kernel TCP over loopback: {:.1} MB/s (ratio {:.2}); {} bytes verified",
+                row.bw_avg_mbps,
+                row.copy_crc_mbps,
+                row.ratio,
+                row.kernel_tcp_mbps,
+                row.kernel_ratio,
+                row.verified_bytes
             ),
         );
         bandwidth.push(row);
@@ -369,6 +422,50 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
         verified_bytes,
         data_check: "passed",
     })
+}
+
+/// The kernel's TCP over loopback with the bandwidth rounds' message
+/// size: the median of three streams, each half as long as a round.
+fn kernel_baseline(args: &DemoArgs) -> Result<kernel::KernelStream, ToolError> {
+    let limit = match args.iterations {
+        Some(n) => kernel::Limit::Bytes(n.saturating_mul(args.size as u64)),
+        None => kernel::Limit::Seconds(args.seconds / 2.0),
+    };
+    say(
+        args,
+        &format!(
+            "kernel TCP over loopback: {} bytes per write, three streams",
+            args.size
+        ),
+    );
+    let k = kernel::median_stream(args.size, limit, 3).map_err(|e| {
+        ToolError::Peer(format!(
+            "the kernel TCP baseline over loopback failed: {e}; check that 127.0.0.1 is up"
+        ))
+    })?;
+    say(
+        args,
+        &format!("  kernel TCP: {:.1} MB/s (the median stream)", k.mbps),
+    );
+    Ok(k)
+}
+
+/// `a / b`, 0 when `b` is not positive.
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+/// CPU time of all of `dp`'s worker threads so far, in nanoseconds
+/// (`None` when one cannot be read).
+fn workers_cpu_ns(dp: &Dataplane) -> Option<u64> {
+    dp.stats()
+        .iter()
+        .map(|w| w.thread_id.and_then(cpu::thread_ns))
+        .sum()
 }
 
 fn check_nonzero(test: &TestKind, figures: &[u64]) -> Result<(), ToolError> {
@@ -507,7 +604,7 @@ pub fn copy_crc_rate(size: usize, total: u64) -> (f64, Duration) {
 /// The summary table.
 pub fn table(r: &DemoReport) -> String {
     let mut out = String::new();
-    let rule = "-".repeat(104);
+    let rule = "-".repeat(126);
     out.push_str(&format!(
         "\niwarp demo {}: two endpoints over a DPDK {} pair, MTU {}, {} worker each, data verified\n",
         r.version, r.link, r.mtu, r.workers
@@ -515,7 +612,7 @@ pub fn table(r: &DemoReport) -> String {
     out.push_str(&rule);
     out.push('\n');
     out.push_str(&format!(
-        " {:<10} {:>8} {:>11} {:>12} {:>12} {:>18} {:>7} {:>16}\n",
+        " {:<10} {:>8} {:>11} {:>10} {:>12} {:>18} {:>7} {:>17} {:>7} {:>16}\n",
         "test",
         "#bytes",
         "#iterations",
@@ -523,11 +620,13 @@ pub fn table(r: &DemoReport) -> String {
         "peak [MB/s]",
         "1-core copy+CRC",
         "ratio",
+        "kernel TCP lo",
+        "ratio",
         "bytes verified"
     ));
     for b in &r.bandwidth {
         out.push_str(&format!(
-            " {:<10} {:>8} {:>11} {:>12.1} {:>12.1} {:>13.1} MB/s {:>7.3} {:>16}\n",
+            " {:<10} {:>8} {:>11} {:>10.1} {:>12.1} {:>13.1} MB/s {:>7.3} {:>12.1} MB/s {:>7.3} {:>16}\n",
             b.test.to_string(),
             b.size,
             b.iterations,
@@ -535,7 +634,28 @@ pub fn table(r: &DemoReport) -> String {
             b.bw_peak_mbps,
             b.copy_crc_mbps,
             b.ratio,
+            b.kernel_tcp_mbps,
+            b.kernel_ratio,
             b.verified_bytes
+        ));
+    }
+    out.push_str(&format!(
+        " {:<10} {:>36} {:>26} {:>36}\n",
+        "CPU",
+        "workers, ns/byte: source  sink",
+        "cores busy: source  sink",
+        "kernel TCP, ns/byte: sender  receiver"
+    ));
+    for b in &r.bandwidth {
+        out.push_str(&format!(
+            " {:<10} {:>30.3} {:>5.3} {:>20.2} {:>5.2} {:>27.3} {:>8.3}\n",
+            b.test.to_string(),
+            b.source_workers.ns_per_byte,
+            b.sink_workers.ns_per_byte,
+            b.source_workers.busy,
+            b.sink_workers.busy,
+            b.kernel_sender.ns_per_byte,
+            b.kernel_receiver.ns_per_byte,
         ));
     }
     out.push_str(&rule);
@@ -570,7 +690,9 @@ pub fn table(r: &DemoReport) -> String {
     }
     out.push_str(&format!(
         " (latency in microseconds; MB = 2^20 bytes; ratio = pipeline / one core copying and \
-         CRC32c-summing the same bytes)\n{rule}\n data check: passed ({} bytes verified)\n",
+         CRC32c-summing the same bytes, and / the kernel's TCP over loopback with the same \
+         message size; CPU = worker threads' time per byte moved over the round, and the kernel \
+         stream's two threads')\n{rule}\n data check: passed ({} bytes verified)\n",
         r.verified_bytes
     ));
     out
@@ -617,6 +739,26 @@ mod tests {
                 msg_rate_mpps: 0.0001,
                 copy_crc_mbps: 100.0,
                 ratio: 0.0625,
+                kernel_tcp_mbps: 50.0,
+                kernel_tcp_bytes: 1 << 28,
+                kernel_tcp_seconds: 5.12,
+                kernel_ratio: 0.125,
+                source_workers: CpuUse {
+                    ns_per_byte: 1.5,
+                    busy: 0.9,
+                },
+                sink_workers: CpuUse {
+                    ns_per_byte: 2.25,
+                    busy: 0.8,
+                },
+                kernel_sender: CpuUse {
+                    ns_per_byte: 0.75,
+                    busy: 1.0,
+                },
+                kernel_receiver: CpuUse {
+                    ns_per_byte: 0.5,
+                    busy: 0.7,
+                },
                 verified_bytes: 65536,
             }],
             latency: vec![LatRow {
@@ -638,11 +780,19 @@ mod tests {
         let t = table(&r);
         assert!(t.contains("write-bw"), "{t}");
         assert!(t.contains("6.2") && t.contains("100.0 MB/s") && t.contains("0.062"));
+        assert!(t.contains("50.0 MB/s") && t.contains("0.125"), "{t}");
+        assert!(
+            t.contains("1.500") && t.contains("2.250") && t.contains("0.750"),
+            "{t}"
+        );
         assert!(t.contains("send-lat") && t.contains("12.00"));
         assert!(t.contains("data check: passed (78336 bytes verified)"));
         let j: serde_json::Value = serde_json::from_str(&to_json(&r)).unwrap();
         assert_eq!(j["data_check"], "passed");
         assert_eq!(j["bandwidth"][0]["test"], "write-bw");
         assert_eq!(j["latency"][0]["p99_us"], 20.0);
+        assert_eq!(j["bandwidth"][0]["kernel_ratio"], 0.125);
+        assert_eq!(j["bandwidth"][0]["sink_workers"]["ns_per_byte"], 2.25);
+        assert_eq!(j["bandwidth"][0]["kernel_sender"]["busy"], 1.0);
     }
 }
