@@ -11,8 +11,8 @@
 //! cannot avoid, RFC 5044's CRC and the placement copy), and the ratio of
 //! the two, so that a reader sees how close the pipeline comes. Beside it
 //! stands the kernel's own TCP over loopback with the same message size,
-//! measured in the same run just before the endpoints start ([`kernel`]),
-//! and each side's worker CPU time per byte moved ([`cpu`]), so that
+//! measured in the same run just before the endpoints start (`demo/kernel.rs`),
+//! and each side's worker CPU time per byte moved (`demo/cpu.rs`), so that
 //! efficiency per core shows apart from how the threads were scheduled.
 //!
 //! Nothing is left behind: the EAL runtime directory of the prefix is
