@@ -16,13 +16,12 @@
 //! any time. Handing out `&[u8]` or `&mut [u8]` over such memory would be
 //! a data race, so every access — the application's [`Region::read`] and
 //! [`Region::write`], the worker's placement, CRC and checksum passes, a
-//! port's copy into a frame — goes through 64-bit *relaxed atomic* words
-//! (an aligned word store is an ordinary `mov` on x86-64 and AArch64, so
-//! this costs no more than a word-at-a-time copy). Partial words at the
-//! edges of an access are merged with a compare-and-swap so that two
-//! parties writing neighbouring bytes never lose each other's update. All
-//! accesses use the same word size: mixed-size atomic accesses are never
-//! made.
+//! port's copy into a frame — goes through one copy primitive
+//! (`memory/shared.rs`: a `rep movsb` on x86-64, at `memcpy` speed, whose effect
+//! is that of relaxed atomic byte accesses; why that is sound is said
+//! there). Every byte is always reached at that one width, so two parties
+//! writing neighbouring bytes never lose each other's update, and no
+//! mixed-size atomic access is made.
 //!
 //! Concurrent access therefore never has undefined behaviour; it only
 //! yields unspecified bytes, as it would on an RNIC. What makes the bytes
@@ -55,7 +54,7 @@
 //! page; it fails with [`MemoryError::NoHugepages`] when none are free,
 //! and falls back to the heap only through [`Region::with_options`] when
 //! the caller asks), or memory the application owns (next section). All
-//! are read through the same atomic view.
+//! are reached through the same copy primitive.
 //!
 //! When a region is registered with a dataplane over a DPDK port, the
 //! port's queue registers its memory with EAL once
@@ -79,11 +78,9 @@
 //! [`Region::into_inner`] gives it back once nothing refers to it any
 //! more; [`Region::from_raw_parts`] (`unsafe`, with its contract) takes
 //! memory the application mapped itself and runs a release callback when
-//! the dataplane is done with it. Such memory starts and ends anywhere:
-//! its whole 8-byte words are reached as atomic words like any region's,
-//! and the bytes before the first and after the last whole word as atomic
-//! bytes — each byte always at the same width, so no mixed-size access is
-//! made, and no access reaches outside the region's bytes.
+//! the dataplane is done with it. Such memory starts and ends anywhere;
+//! it is reached byte by byte like any region's, and no access reaches
+//! outside the region's bytes.
 //!
 //! `rte_extmem_register` takes whole pages, and two vectors from the
 //! allocator may share one, so registering "the enclosing pages" of each
@@ -112,8 +109,10 @@
 //! A registration keeps EAL alive (unregistering needs it): EAL is cleaned
 //! up only once every region a DPDK port registered is gone too.
 
+mod shared;
+
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::AtomicU64;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -343,14 +342,6 @@ struct Storage {
     /// Byte 0, valid for `len` bytes while `backing` is.
     ptr: NonNull<u8>,
     len: usize,
-    /// Bytes `[0, lead)` (fewer than a word, where byte 0 is not
-    /// word-aligned) are reached as single atomic bytes; so are the bytes
-    /// after the last whole word, `[lead + 8 * words, len)`. Each byte is
-    /// always reached at one width, never at two.
-    lead: usize,
-    /// The first whole word (at byte `lead`); `words` of them.
-    word_base: NonNull<AtomicU64>,
-    words: usize,
     /// The memory the region owns whole pages of (`[start, start + len)`,
     /// page-aligned) or, for application memory, only the bytes of the
     /// region: what a DPDK registration covers.
@@ -360,9 +351,9 @@ struct Storage {
     handle: RegionHandle,
 }
 
-// SAFETY: `ptr` and `word_base` point into memory `backing` owns (or, for
-// application memory, that the application vouched for); every access
-// through them is atomic (see the module documentation). `backing` is
+// SAFETY: `ptr` points into memory `backing` owns (or, for application
+// memory, that the application vouched for); every access through it is
+// made by `shared::copy` (see the module documentation). `backing` is
 // touched only when the storage is dropped or taken apart through
 // `&mut`/ownership (a foreign release callback is `Send` and runs then),
 // and the rest is `Send`/`Sync` on its own.
@@ -781,21 +772,12 @@ impl Region {
             }
         };
         let addr = ptr.as_ptr() as usize;
-        let lead = ((WORD - addr % WORD) % WORD).min(len);
-        let words = (len - lead) / WORD;
-        // `lead` bytes on is word-aligned and inside the memory (or, with
-        // no whole word, one past its end, never dereferenced).
-        let word_base = NonNull::new(ptr.as_ptr().wrapping_add(lead).cast::<AtomicU64>())
-            .unwrap_or(NonNull::dangling());
         Ok(Region {
             inner: Arc::new(Storage {
                 dpdk: OnceLock::new(),
                 dpdk_lock: Mutex::new(()),
                 ptr,
                 len,
-                lead,
-                word_base,
-                words,
                 extent: (addr, len),
                 page_size: PAGE_SIZE,
                 backing,
@@ -818,9 +800,6 @@ impl Region {
                 dpdk_lock: Mutex::new(()),
                 ptr: base.cast(),
                 len,
-                lead: 0,
-                word_base: base,
-                words,
                 extent: (base.as_ptr() as usize, words * WORD),
                 page_size,
                 backing,
@@ -997,104 +976,28 @@ impl Region {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    fn words(&self) -> &[AtomicU64] {
-        if self.inner.words == 0 {
-            return &[];
-        }
-        // SAFETY: `word_base` points at `words` initialised, contiguous,
-        // 8-aligned words inside the region's memory: for a heap region,
-        // boxed pages (`Page` is `repr(C)` around
-        // `[AtomicU64; WORDS_PER_PAGE]` and its size equals its alignment,
-        // asserted above, so there is no padding); for a hugepage region, a
-        // private anonymous mapping of that many bytes, zero-filled by the
-        // kernel; for application memory, the whole words of its
-        // initialised bytes (`from_user` aligned the base up and rounded
-        // the count down). Any bit pattern is a valid `AtomicU64`. The
-        // slice borrows `self`, which keeps the `Arc<Storage>` (and its
-        // backing) alive; only shared references to atomics are created,
-        // so any number may coexist across threads.
-        unsafe { core::slice::from_raw_parts(self.inner.word_base.as_ptr(), self.inner.words) }
-    }
-
-    /// The bytes `[from, to)` of the region as single atomic bytes; only
-    /// ever called for the bytes outside the whole words (see
-    /// `Storage::lead`), so no byte is reached at two widths.
-    fn edge_bytes(&self, from: usize, to: usize) -> &[AtomicU8] {
-        debug_assert!(from <= to && to <= self.inner.len);
-        if from >= to {
-            return &[];
-        }
-        // SAFETY: `[from, to)` lies inside the region's `len` initialised
-        // bytes (checked by every caller against `len`), which stay valid
-        // while `self` keeps the storage alive; `AtomicU8` has the size and
-        // alignment of `u8`, and only shared references to atomics are
-        // made.
-        unsafe {
-            core::slice::from_raw_parts(
-                self.inner.ptr.as_ptr().add(from).cast::<AtomicU8>(),
-                to - from,
-            )
-        }
-    }
-
-    /// Where the whole words end (a byte offset), capped at `len`.
-    fn words_end(&self) -> usize {
-        (self.inner.lead + self.inner.words * WORD).min(self.inner.len)
-    }
-
     /// Stores `src` at `offset`; the caller checked bounds.
     fn store_at(&self, offset: usize, src: &[u8]) {
-        let end = offset + src.len();
-        let (lead, wend) = (self.inner.lead, self.words_end());
-        let mut at = offset;
-        let mut src = src;
-        if at < lead && !src.is_empty() {
-            let n = (lead - at).min(src.len());
-            for (slot, &b) in self.edge_bytes(at, at + n).iter().zip(&src[..n]) {
-                slot.store(b, Ordering::Relaxed);
-            }
-            at += n;
-            src = &src[n..];
-        }
-        if at < wend && !src.is_empty() {
-            let n = (wend - at).min(src.len());
-            store(self.words(), at - lead, &src[..n]);
-            at += n;
-            src = &src[n..];
-        }
-        if !src.is_empty() {
-            for (slot, &b) in self.edge_bytes(at, end).iter().zip(src) {
-                slot.store(b, Ordering::Relaxed);
-            }
-        }
+        debug_assert!(offset + src.len() <= self.inner.len);
+        // SAFETY: `[offset, offset + src.len())` lies inside the region's
+        // `len` bytes (checked by every caller), valid while `self` keeps
+        // the storage alive; `src` is the caller's own buffer, not region
+        // memory (a `&[u8]` cannot point into a region), so the two do
+        // not overlap; every other access to region memory goes through
+        // `shared::copy` too.
+        unsafe { shared::copy(self.inner.ptr.as_ptr().add(offset), src.as_ptr(), src.len()) }
     }
 
     /// Loads `dst.len()` bytes from `offset`; the caller checked bounds.
     fn load_at(&self, offset: usize, dst: &mut [u8]) {
-        let end = offset + dst.len();
-        let (lead, wend) = (self.inner.lead, self.words_end());
-        let mut at = offset;
-        let mut dst = dst;
-        if at < lead && !dst.is_empty() {
-            let n = (lead - at).min(dst.len());
-            let (head, rest) = dst.split_at_mut(n);
-            for (slot, b) in self.edge_bytes(at, at + n).iter().zip(head) {
-                *b = slot.load(Ordering::Relaxed);
-            }
-            at += n;
-            dst = rest;
-        }
-        if at < wend && !dst.is_empty() {
-            let n = (wend - at).min(dst.len());
-            let (body, rest) = dst.split_at_mut(n);
-            load(self.words(), at - lead, body);
-            at += n;
-            dst = rest;
-        }
-        if !dst.is_empty() {
-            for (slot, b) in self.edge_bytes(at, end).iter().zip(dst) {
-                *b = slot.load(Ordering::Relaxed);
-            }
+        debug_assert!(offset + dst.len() <= self.inner.len);
+        // SAFETY: as in `store_at`, with the roles swapped.
+        unsafe {
+            shared::copy(
+                dst.as_mut_ptr(),
+                self.inner.ptr.as_ptr().add(offset),
+                dst.len(),
+            )
         }
     }
 
@@ -1208,80 +1111,6 @@ impl Region {
         if self.read(offset, dst).is_err() {
             debug_assert!(false, "copy outside the region");
         }
-    }
-}
-
-/// Builds the word holding `bytes` at `[at, at + bytes.len())` of an
-/// 8-byte word, and the mask of those positions (native byte order: byte
-/// `k` of the array is byte `k` of the word in memory).
-fn partial(at: usize, bytes: &[u8]) -> (u64, u64) {
-    let mut v = [0u8; WORD];
-    let mut m = [0u8; WORD];
-    v[at..at + bytes.len()].copy_from_slice(bytes);
-    m[at..at + bytes.len()].fill(0xff);
-    (u64::from_ne_bytes(v), u64::from_ne_bytes(m))
-}
-
-/// Merges `value` into the bytes of `word` selected by `mask`, without
-/// disturbing a concurrent writer of the other bytes.
-fn merge(word: &AtomicU64, value: u64, mask: u64) {
-    let mut cur = word.load(Ordering::Relaxed);
-    loop {
-        let new = (cur & !mask) | (value & mask);
-        match word.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return,
-            Err(seen) => cur = seen,
-        }
-    }
-}
-
-/// Stores `src` at byte `offset` of `words`; the caller checked bounds.
-fn store(words: &[AtomicU64], offset: usize, src: &[u8]) {
-    let mut w = offset / WORD;
-    let mut src = src;
-    let head = offset % WORD;
-    if head != 0 && !src.is_empty() {
-        let n = (WORD - head).min(src.len());
-        let (v, m) = partial(head, &src[..n]);
-        merge(&words[w], v, m);
-        src = &src[n..];
-        w += 1;
-    }
-    let mut chunks = src.chunks_exact(WORD);
-    for (slot, c) in words[w..].iter().zip(&mut chunks) {
-        let bytes = [c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]];
-        slot.store(u64::from_ne_bytes(bytes), Ordering::Relaxed);
-    }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let last = w + (src.len() - rest.len()) / WORD;
-        let (v, m) = partial(0, rest);
-        merge(&words[last], v, m);
-    }
-}
-
-/// Loads `dst.len()` bytes from byte `offset` of `words`; the caller
-/// checked bounds.
-fn load(words: &[AtomicU64], offset: usize, dst: &mut [u8]) {
-    let mut w = offset / WORD;
-    let mut dst = dst;
-    let head = offset % WORD;
-    if head != 0 && !dst.is_empty() {
-        let n = (WORD - head).min(dst.len());
-        let bytes = words[w].load(Ordering::Relaxed).to_ne_bytes();
-        dst[..n].copy_from_slice(&bytes[head..head + n]);
-        dst = &mut dst[n..];
-        w += 1;
-    }
-    let full = dst.len() / WORD;
-    let (body, rest) = dst.split_at_mut(full * WORD);
-    for (slot, c) in words[w..].iter().zip(body.chunks_exact_mut(WORD)) {
-        c.copy_from_slice(&slot.load(Ordering::Relaxed).to_ne_bytes());
-    }
-    if !rest.is_empty() {
-        let bytes = words[w + full].load(Ordering::Relaxed).to_ne_bytes();
-        let n = rest.len();
-        rest.copy_from_slice(&bytes[..n]);
     }
 }
 
@@ -1544,6 +1373,7 @@ impl Placement for MemoryTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::sync::atomic::Ordering;
 
     #[test]
     fn region_is_page_aligned_zeroed_and_bounded() {
