@@ -68,10 +68,15 @@ fn partial_tx_bursts_are_retried_until_sent() {
                 id += 1;
             }
         }
-        // Long enough for both workers to back off into their idle sleep.
-        std::thread::sleep(Duration::from_millis(50));
+        // Until the worker has backed off into its idle sleep (a few
+        // milliseconds when it has a core; a loaded machine may take
+        // longer to schedule it).
+        let t0 = std::time::Instant::now();
+        while p.a.stats()[0].idle_sleeps == 0 && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let slept = p.a.stats()[0].idle_sleeps;
-        assert!(slept > 0, "the idle back-off never slept");
+        assert!(slept > 0, "the idle back-off never slept in 10 s");
         let done = window(&p, &mut a, &b, 16, 64 * 1024, 2000);
         println!(
             "{max} frame(s) per burst: after idling ({slept} sleeps), {done} more Writes completed"

@@ -20,6 +20,7 @@
 //!   and the send path (FPDU records with payload by reference).
 #![forbid(unsafe_code)]
 
+pub mod crc;
 pub mod engine;
 pub mod error;
 pub mod mpa;

@@ -240,7 +240,7 @@ pub trait Placement {
                 break;
             };
             self.read(front, &mut buf[..n]);
-            crc = crc32c::crc32c_append(crc, &buf[..n]);
+            crc = crate::crc::append(crc, &buf[..n]);
         }
         crc
     }
@@ -415,7 +415,7 @@ impl Placement for VecMemory {
 
     fn crc32c_append(&self, crc: u32, src: CheckedRange<'_>) -> u32 {
         let slot = self.slot(&src);
-        crc32c::crc32c_append(crc, &self.regions[src.region.0 as usize][slot])
+        crate::crc::append(crc, &self.regions[src.region.0 as usize][slot])
     }
 
     /// Yes: the simulator's ports offload nothing, and tests check the sum.
@@ -431,7 +431,7 @@ impl Placement for VecMemory {
         let bytes = &self.regions[src.region.0 as usize][slot];
         let (mut crc, mut sum) = (crc, 0u32);
         for c in bytes.chunks(CHUNK) {
-            crc = crc32c::crc32c_append(crc, c);
+            crc = crate::crc::append(crc, c);
             sum = sum_combine(sum, internet_sum(c));
         }
         (crc, sum)

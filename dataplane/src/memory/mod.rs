@@ -129,8 +129,9 @@ pub const PAGE_SIZE: usize = 4096;
 const WORD: usize = 8;
 const WORDS_PER_PAGE: usize = PAGE_SIZE / WORD;
 
-/// Bytes read into a stack buffer at a time by the CRC and checksum passes.
-const PASS_CHUNK: usize = 2048;
+/// Bytes read into a stack buffer at a time by the CRC and checksum passes:
+/// a jumbo frame's FPDU payload in one piece, for the CRC's speed.
+const PASS_CHUNK: usize = 9216;
 
 /// The largest region: what a `u32` page count with room to spare allows,
 /// and far beyond what a machine of this project's size would register.
@@ -1067,7 +1068,7 @@ impl Region {
     /// an FPDU whose payload stays here).
     pub fn crc32c_append(&self, crc: u32, offset: usize, len: usize) -> u32 {
         let mut crc = crc;
-        self.for_chunks(offset, len, |b| crc = crc32c::crc32c_append(crc, b));
+        self.for_chunks(offset, len, |b| crc = rdmap::crc::append(crc, b));
         crc
     }
 
@@ -1099,7 +1100,7 @@ impl Region {
         // PASS_CHUNK is even: every chunk starts at an even offset of the
         // range, so sums add without a byte swap.
         self.for_chunks(offset, len, |b| {
-            crc = crc32c::crc32c_append(crc, b);
+            crc = rdmap::crc::append(crc, b);
             acc = checksum::combine(acc, checksum::sum(b));
         });
         (crc, acc)

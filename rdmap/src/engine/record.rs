@@ -373,8 +373,8 @@ pub(super) fn fpdu_crc<M: Placement + ?Sized>(record: &OutRecord, mem: &M) -> (u
     let want_sum = mem.sum_with_crc();
     for piece in Pieces::new(record, true) {
         crc = match piece {
-            Piece::Bytes(b) => crc32c::crc32c_append(crc, b),
-            Piece::Marker(m) => crc32c::crc32c_append(crc, &m),
+            Piece::Bytes(b) => crate::crc::append(crc, b),
+            Piece::Marker(m) => crate::crc::append(crc, &m),
             Piece::Payload(r) if want_sum => {
                 payload_pieces += 1;
                 let (c, s) = mem.crc32c_and_sum(crc, r);

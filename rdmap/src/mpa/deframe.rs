@@ -306,7 +306,7 @@ impl Deframer {
     fn consume(&mut self, input: &mut &[u8], n: usize, covered: bool) {
         let (taken, rest) = input.split_at(n);
         if covered && self.crc_enabled {
-            self.crc = crc32c::crc32c_append(self.crc, taken);
+            self.crc = crate::crc::append(self.crc, taken);
         }
         *input = rest;
         self.pos = self.pos.wrapping_add(n as u32);

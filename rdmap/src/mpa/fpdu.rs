@@ -241,7 +241,7 @@ impl FpduLayout {
         let prefix = self.prefix();
         let pad = [0u8; 3];
         self.walk(&prefix, ulpdu, &pad[..self.pad_len()], None, &mut |bytes| {
-            crc = crc32c::crc32c_append(crc, bytes)
+            crc = crate::crc::append(crc, bytes)
         })?;
         Ok(crc)
     }
@@ -445,11 +445,11 @@ impl Framer {
             let pad = [0u8; 3];
             let pieces = core::iter::once(header).chain(payload.iter().copied());
             if layout.marker_count() == 0 {
-                crc = crc32c::crc32c_append(crc, &prefix);
+                crc = crate::crc::append(crc, &prefix);
                 for p in pieces {
-                    crc = crc32c::crc32c_append(crc, p);
+                    crc = crate::crc::append(crc, p);
                 }
-                crc32c::crc32c_append(crc, &pad[..layout.pad_len()])
+                crate::crc::append(crc, &pad[..layout.pad_len()])
             } else {
                 // Rare (markers): gather the piece list on the stack.
                 let mut list: [&[u8]; 17] = [&[]; 17];
