@@ -490,6 +490,12 @@ impl DpdkLink {
         let needs_dma = dpdk_bindings::port_bus_name(port.id()).is_some_and(|b| b != "vdev");
         let mut qs = Vec::with_capacity(usize::from(queues));
         for q in 0..queues {
+            let ext = ExtBufPool::new(opts.ext_slots);
+            let frame_shared = Arc::new(FrameShared {
+                pool: pool.clone(),
+                ext: zero_copy.then(|| ext.clone()),
+                stats: stats.clone(),
+            });
             qs.push(Some(DpdkQueue {
                 index: q,
                 rx: port.rx_queue(q)?,
@@ -497,12 +503,13 @@ impl DpdkLink {
                 rx_burst: MbufBurst::new(),
                 rx_pending: VecDeque::with_capacity(BURST),
                 tx_burst: MbufBurst::new(),
+                tx_cache: MbufBurst::new(),
+                frame_shared,
                 in_flight: VecDeque::with_capacity(opts.ext_slots),
-                ext: ExtBufPool::new(opts.ext_slots),
+                ext,
                 pool: pool.clone(),
                 frame_cap,
                 multi_seg: setup.multi_seg_tx(),
-                zero_copy,
                 iova_is_va,
                 needs_dma,
                 port_id: port.id(),
@@ -620,13 +627,19 @@ pub struct DpdkQueue {
     /// than a burst).
     rx_pending: VecDeque<Mbuf>,
     tx_burst: MbufBurst,
+    /// Mbufs taken from the pool a burst at a time, handed out one per
+    /// frame ([`LinkQueue::alloc_tx`]): one pool call per burst, not per
+    /// frame.
+    tx_cache: MbufBurst,
+    /// What every frame of this queue needs while it is built, behind one
+    /// reference count (one increment per frame, not one per field).
+    frame_shared: Arc<FrameShared>,
     /// Pins of sent frames, oldest first, until their mbufs are freed.
     in_flight: VecDeque<ExtPin>,
     ext: ExtBufPool,
     pool: Mempool,
     frame_cap: usize,
     multi_seg: bool,
-    zero_copy: bool,
     /// EAL runs with IOVA-as-VA: an unregistered region's address is its
     /// IOVA.
     iova_is_va: bool,
@@ -818,14 +831,16 @@ impl LinkQueue for DpdkQueue {
         if self.in_flight.len() > self.ext.capacity() / 2 {
             self.reap(true);
         }
-        let head = self.pool.alloc()?;
+        if self.tx_cache.is_empty() {
+            // All or nothing: near exhaustion, one at a time below.
+            self.pool.alloc_bulk(&mut self.tx_cache, BURST);
+        }
+        let head = self.tx_cache.pop().or_else(|| self.pool.alloc())?;
         Some(DpdkFrame {
             head: Some(head),
             pins: [const { None }; MAX_PINS],
-            pool: self.pool.clone(),
-            ext: self.zero_copy.then(|| self.ext.clone()),
+            shared: self.frame_shared.clone(),
             iova_is_va: self.iova_is_va,
-            stats: self.stats.clone(),
             len: 0,
             cap: self.frame_cap,
             multi_seg: self.multi_seg,
@@ -950,15 +965,22 @@ impl LinkQueue for DpdkQueue {
 pub struct DpdkFrame {
     head: Option<Mbuf>,
     pins: [Option<ExtPin>; MAX_PINS],
-    pool: Mempool,
-    /// The queue's slots, when payload may be attached.
-    ext: Option<ExtBufPool>,
+    shared: Arc<FrameShared>,
     /// An unregistered region may be attached by address.
     iova_is_va: bool,
-    stats: Arc<DpdkLinkStats>,
     len: usize,
     cap: usize,
     multi_seg: bool,
+}
+
+/// What the frames of one queue share: the pool their segments come
+/// from, the queue's external-buffer slots (when payload may be
+/// attached), the link's counters.
+#[derive(Debug)]
+struct FrameShared {
+    pool: Mempool,
+    ext: Option<ExtBufPool>,
+    stats: Arc<DpdkLinkStats>,
 }
 
 impl DpdkFrame {
@@ -994,7 +1016,7 @@ impl DpdkFrame {
             if !self.multi_seg || usize::from(head.nb_segs()) >= MAX_SEGMENTS {
                 return Err(FrameFull);
             }
-            let seg = self.pool.alloc().ok_or(FrameFull)?;
+            let seg = self.shared.pool.alloc().ok_or(FrameFull)?;
             head.chain(seg).map_err(|_| FrameFull)?;
         }
         self.len += len;
@@ -1005,7 +1027,7 @@ impl DpdkFrame {
     /// run, [`MAX_SPLIT`] at most); `false` if it could not (no IOVA, no
     /// slot, no pin room, no mbuf), leaving the frame unchanged.
     fn try_attach(&mut self, slice: &RegionSlice) -> bool {
-        let Some(ext) = &self.ext else {
+        let Some(ext) = &self.shared.ext else {
             return false;
         };
         // The runs, planned before anything is taken.
@@ -1045,7 +1067,7 @@ impl DpdkFrame {
             let Some(buf) = ext.acquire() else {
                 return false;
             };
-            let Some(mut m) = self.pool.alloc() else {
+            let Some(mut m) = self.shared.pool.alloc() else {
                 return false;
             };
             let piece = RegionSlice {
@@ -1075,7 +1097,7 @@ impl DpdkFrame {
             }
         }
         if n > 1 {
-            self.stats.tx_split.fetch_add(1, Ordering::Relaxed);
+            self.shared.stats.tx_split.fetch_add(1, Ordering::Relaxed);
         }
         self.len += slice.len;
         true
@@ -1118,12 +1140,12 @@ impl TxFrame for DpdkFrame {
         {
             return Err(FrameFull);
         }
-        if slice.len >= ATTACH_MIN && self.ext.is_some() {
+        if slice.len >= ATTACH_MIN && self.shared.ext.is_some() {
             if self.try_attach(&slice) {
-                self.stats.tx_attached.fetch_add(1, Ordering::Relaxed);
+                self.shared.stats.tx_attached.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
-            self.stats.tx_copied.fetch_add(1, Ordering::Relaxed);
+            self.shared.stats.tx_copied.fetch_add(1, Ordering::Relaxed);
         }
         self.append_copy(&slice.region, slice.offset, slice.len)
     }
