@@ -1142,7 +1142,10 @@ impl TxFrame for DpdkFrame {
         }
         if slice.len >= ATTACH_MIN && self.shared.ext.is_some() {
             if self.try_attach(&slice) {
-                self.shared.stats.tx_attached.fetch_add(1, Ordering::Relaxed);
+                self.shared
+                    .stats
+                    .tx_attached
+                    .fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
             self.shared.stats.tx_copied.fetch_add(1, Ordering::Relaxed);

@@ -8,7 +8,9 @@
 //! READs and SENDs of 256 KiB run while allocations are counted. Then the
 //! same with two workers per side over a link that delivers every frame
 //! on queue 0, so that the software dispatcher hands most frames from one
-//! worker to the other.
+//! worker to the other. Then over a link that loses 1 % of the frames:
+//! retransmissions, SACK, the out-of-order assembler and loss recovery
+//! allocate nothing either once they have reached their working size.
 
 mod alloc_common;
 mod runtime_common;
@@ -42,22 +44,44 @@ fn steady_state_allocates_nothing_per_packet() {
             ..PairOptions::default()
         },
     );
-    assert!(dispatched > 1000, "only {dispatched} frames dispatched");
+    assert!(
+        dispatched.0 > 1000,
+        "only {} frames dispatched",
+        dispatched.0
+    );
+    let lossy = measure(
+        "one worker, 1 % of frames lost",
+        &PairOptions {
+            static_arp: true,
+            link: MemLinkConfig {
+                loss: 0.01,
+                seed: 7,
+                ..MemLinkConfig::default()
+            },
+            ..PairOptions::default()
+        },
+    );
+    assert!(
+        lossy.1 > 20,
+        "only {} retransmissions while measuring: the loss was not exercised",
+        lossy.1
+    );
 }
 
-/// Frames received, and frames handed from one worker to another, over
-/// both sides' workers.
-fn frames(p: &Pair) -> (u64, u64) {
+/// Frames received, frames handed from one worker to another, and
+/// retransmissions, over both sides' workers.
+fn frames(p: &Pair) -> (u64, u64, u64) {
     let all: Vec<WorkerStats> = p.a.stats().into_iter().chain(p.b.stats()).collect();
     (
         all.iter().map(|w| w.rx_packets).sum(),
         all.iter().map(|w| w.dispatched_out).sum(),
+        all.iter().map(|w| w.retransmits).sum(),
     )
 }
 
 /// Runs the measured rounds over a pair made with `o`; returns the frames
-/// dispatched while measuring.
-fn measure(label: &str, o: &PairOptions) -> u64 {
+/// dispatched and the retransmissions while measuring.
+fn measure(label: &str, o: &PairOptions) -> (u64, u64) {
     let p = Pair::new(o);
     let (a, b) = if o.workers > 1 {
         // Connections go to a's workers in turn: the second is worker 1's,
@@ -100,9 +124,11 @@ fn measure(label: &str, o: &PairOptions) -> u64 {
     let allocs = ALLOCS.load(Ordering::Relaxed) - allocs0;
     let bytes = BYTES.load(Ordering::Relaxed) - bytes0;
     let after = frames(&p);
-    let (packets, dispatched) = (after.0 - before.0, after.1 - before.1);
+    let (packets, dispatched, retransmits) =
+        (after.0 - before.0, after.1 - before.1, after.2 - before.2);
     println!(
-        "steady state, {label}: {moved} bytes moved in {packets} frames ({dispatched} dispatched); {allocs} allocations ({bytes} bytes)"
+        "steady state, {label}: {moved} bytes moved in {packets} frames ({dispatched} \
+         dispatched, {retransmits} retransmitted); {allocs} allocations ({bytes} bytes)"
     );
     assert!(packets > 1000, "only {packets} frames");
     assert!(bufs[1].bytes() == bufs[0].bytes() && bufs[3].bytes() == bufs[2].bytes());
@@ -110,5 +136,5 @@ fn measure(label: &str, o: &PairOptions) -> u64 {
         allocs, 0,
         "{label}: allocations in the steady state (ALLOC_TRACE=1 shows where)"
     );
-    dispatched
+    (dispatched, retransmits)
 }

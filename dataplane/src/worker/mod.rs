@@ -49,7 +49,8 @@
 //!
 //! A record is queued in TCP until acknowledged; retransmissions rebuild
 //! their frames from it (the region stays pinned). Records TCP drops on a
-//! reset come back through [`FpduRecord`]'s `Drop` and return their pins.
+//! reset, an abort or a timeout come out of the TCP engine's
+//! `poll_dropped` and return their pins to the QP engine.
 //! Without checksum offload a retransmission sums its payload again from
 //! the region rather than reuse the record's stored sum, so that a buffer
 //! the application changed before its completion reaches the peer's MPA
