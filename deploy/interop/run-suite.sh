@@ -463,7 +463,7 @@ guest_log_ok() {
 # start with a space or a dash; our stderr and EAL's lines do not), in a
 # form both roles share: values that must differ masked (addresses, QPN,
 # PSN, RKey, VAddr, GID digits, figures with the padding their widths
-# decide, the device and what it decides: PCIe relaxed ordering,
+# decide (a last figure's padding trails the line), the device and what it decides: PCIe relaxed ordering,
 # outstanding reads), lines only one role prints
 # dropped (the server's banner and rdma_cm waiting lines, the client's TX
 # depth, a send server's RX depth, and the read latency table, which only
@@ -479,7 +479,7 @@ perftest_lines() {
             -e 's/^\( Outstand reads  : \).*/\1<reads>/' \
             -e '/ address: /s/\(LID\|QPN\|PSN\|OUT\|RKey\|VAddr\) [0-9a-fA-Fx]*/\1 <v>/g' \
             -e '/^ GID: /s/[0-9][0-9]*/N/g' \
-            -e '/^ [0-9]/{s/-\{0,1\}\(inf\|nan\|[0-9][0-9.]*\)/#/g; s/ *\t/\t/g; s/  */ /g}' |
+            -e '/^ [0-9]/{s/-\{0,1\}\(inf\|nan\|[0-9][0-9.]*\)/#/g; s/ *\t/\t/g; s/  */ /g; s/ *$//}' |
         if [ "$TEST" = read_lat ]; then grep -v '^ #bytes\|^ [#0-9]'; else cat; fi |
         uniq
 }
