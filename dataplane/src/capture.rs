@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_queue::ArrayQueue;
 use pcap_format::{LinkType, Writer};
-use tcp_offload::tcp::Record;
+use tcp_offload::tcp::RecordBytes;
 
 pub use pcap_format::Precision;
 
@@ -252,7 +252,7 @@ impl Ring {
     /// (Ethernet, IPv4 and TCP headers), the bytes `range` of `record`
     /// (read through the record, so attached payload comes from its
     /// region), then `pad` zero bytes.
-    pub(crate) fn record_segment<R: Record>(
+    pub(crate) fn record_segment<R: RecordBytes>(
         &self,
         ts_ns: u64,
         head: &[u8],

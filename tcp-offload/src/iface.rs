@@ -42,7 +42,7 @@ use core::ops::Range;
 use core::time::Duration;
 use std::collections::VecDeque;
 
-use crate::tcp::{Config, FourTuple, Payload, Record, Segment, Stack};
+use crate::tcp::{Config, FourTuple, Payload, Record, RecordBytes, Segment, Stack};
 use crate::time::Instant;
 use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, Checksum, EtherType, EthernetAddress, EthernetFrame,
@@ -752,7 +752,10 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
     /// then TCP segments. A segment whose frame would exceed the MTU or
     /// `buf` is dropped and counted; one to an address not yet resolved is
     /// held (see the module documentation) and the next one is tried.
-    pub fn poll_frame(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+    pub fn poll_frame(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize>
+    where
+        R: RecordBytes,
+    {
         loop {
             if let Some(f) = self.slow.pop_front() {
                 match self.emit_slow(f, buf) {
@@ -777,7 +780,7 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
                 self.stats.tx_too_large += 1;
                 continue;
             }
-            frame.emit_whole(&seg, buf);
+            frame.emit_whole(&seg, buf, |r, at, dst| r.copy_to(at, dst));
             buf[len..len.max(MIN_FRAME)].fill(0);
             self.ident = ident;
             if frame.dst_mac.is_none() {
@@ -817,15 +820,18 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
     /// when the device computes the checksum, in which case the field holds
     /// the pseudo-header sum as devices with transmit checksum offload
     /// expect. A segment whose next hop is not resolved is built whole
-    /// (copying the record) and held as [`Interface::poll_frame`] holds it.
-    pub fn poll_frame_parts<F>(
+    /// (its record bytes written by `copy(record, offset, dst)`) and held
+    /// as [`Interface::poll_frame`] holds it.
+    pub fn poll_frame_parts<F, C>(
         &mut self,
         now: Instant,
         hdr: &mut [u8],
         mut payload_sum: F,
+        copy: C,
     ) -> Option<FrameParts<'_, R>>
     where
         F: FnMut(&R, Range<usize>) -> Option<u32>,
+        C: FnMut(&R, usize, &mut [u8]),
     {
         self.flush_pending_hold(now);
         let ident = self.ident.wrapping_add(1);
@@ -849,7 +855,7 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
             let buf = &mut self.hold_scratch;
             buf.clear();
             buf.resize(frame_len.max(MIN_FRAME), 0);
-            frame.emit_whole(&seg, buf);
+            frame.emit_whole(&seg, buf, copy);
             self.pending_hold = Some(ip.dst_addr);
             return Some(FrameParts::Consumed);
         }
@@ -1014,13 +1020,18 @@ impl TcpFrame {
         self.ip.emit(&mut buf[self.eth.header_len()..]);
     }
 
-    /// Writes the whole frame, record copied, into the first
-    /// [`TcpFrame::len`] bytes of `buf`.
-    fn emit_whole<R: Record>(&self, seg: &Segment<'_, R>, buf: &mut [u8]) {
+    /// Writes the whole frame, record copied by `copy(record, offset,
+    /// dst)`, into the first [`TcpFrame::len`] bytes of `buf`.
+    fn emit_whole<R: Record>(
+        &self,
+        seg: &Segment<'_, R>,
+        buf: &mut [u8],
+        mut copy: impl FnMut(&R, usize, &mut [u8]),
+    ) {
         self.emit_headers(buf);
         let (head, rest) = buf[self.tcp_at()..self.len()].split_at_mut(seg.repr.header_len());
         if let Some((record, range)) = &seg.payload {
-            record.copy_to(range.start, rest);
+            copy(record, range.start, rest);
         }
         seg.repr
             .emit(head, self.ip.src_addr, self.ip.dst_addr, rest);
@@ -1630,14 +1641,20 @@ mod tests {
         assert_eq!(a.stats().drops, [0; 7]);
     }
 
+    /// How a driver whose records hold their bytes copies them.
+    fn copy_vec(r: &Vec<u8>, at: usize, dst: &mut [u8]) {
+        r.copy_to(at, dst)
+    }
+
     /// Assembles what `poll_frame_parts` hands out into one frame, the way
     /// a copying driver would; `offload` asks for the device's checksum.
     fn parts_frame(i: &mut Iface, now: Instant, offload: bool) -> Option<Vec<u8>> {
         let mut hdr = [0u8; 160];
         loop {
-            match i.poll_frame_parts(now, &mut hdr, |r: &Vec<u8>, range| {
+            let sum = |r: &Vec<u8>, range: core::ops::Range<usize>| {
                 (!offload).then(|| crate::wire::checksum::sum(&r[range]))
-            })? {
+            };
+            match i.poll_frame_parts(now, &mut hdr, sum, copy_vec)? {
                 FrameParts::Consumed => continue,
                 FrameParts::Segment {
                     header_len,
@@ -1733,9 +1750,11 @@ mod tests {
             .connect(now, IP_B, SocketAddrV4::new(IP_A, 7000))
             .unwrap();
         let mut hdr = [0u8; 160];
-        let first = a.poll_frame_parts(now, &mut hdr, |_: &Vec<u8>, _| Some(0));
+        let first = a.poll_frame_parts(now, &mut hdr, |_: &Vec<u8>, _| Some(0), copy_vec);
         assert!(matches!(first, Some(FrameParts::Consumed)));
-        assert!(a.poll_frame_parts(now, &mut hdr, |_, _| Some(0)).is_none());
+        assert!(a
+            .poll_frame_parts(now, &mut hdr, |_, _| Some(0), copy_vec)
+            .is_none());
         let mut buf = [0u8; 1600];
         let n = a.poll_slow_frame(now, &mut buf).unwrap();
         let (e, _) = arp_of(&buf[..n]);

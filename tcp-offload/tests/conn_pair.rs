@@ -11,7 +11,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use tcp_offload::tcp::connection::SendError;
-use tcp_offload::tcp::{Config, Connection, Event, Payload, Record, State};
+use tcp_offload::tcp::{Config, Connection, Event, Payload, RecordBytes, State};
 use tcp_offload::wire::{TcpFlags, TcpRepr, TcpTimestamp};
 use tcp_offload::{Instant, SeqNumber};
 

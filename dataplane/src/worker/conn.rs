@@ -28,6 +28,7 @@ use crate::memory::MemoryTable;
 
 use super::clock::engine_time;
 use super::counters::{bump, WorkerCounters};
+use super::records::{RecordRef, Records};
 use super::rx::RxFrame;
 use super::stag_mesh::{prepare_local, Hold, LocalOp, MrSyncLinks};
 use super::tx::{return_dropped, FpduRecord};
@@ -264,7 +265,8 @@ impl Conn {
 /// What a connection's service needs from its worker.
 pub(super) struct Cx<'a, B> {
     pub(super) now: Instant,
-    pub(super) stack: &'a mut Stack<RxFrame<B>, FpduRecord>,
+    pub(super) stack: &'a mut Stack<RxFrame<B>, RecordRef>,
+    pub(super) records: &'a mut Records,
     pub(super) device: &'a mut Device,
     pub(super) mem: &'a mut MemoryTable,
     pub(super) counters: &'a WorkerCounters,
@@ -329,7 +331,8 @@ impl Conn {
             match ev {
                 Event::Connected => self.tcp_connected(cx),
                 Event::RecordAcked(r) => {
-                    if let (Some(rec), Some(ep)) = (r.take(), self.ep.as_mut()) {
+                    let rec = cx.records.remove(r).and_then(FpduRecord::take);
+                    if let (Some(rec), Some(ep)) = (rec, self.ep.as_mut()) {
                         ep.record_acked(
                             rec,
                             &mut env(cx.device, cx.mem, &mut self.cq, &mut self.rcq),
@@ -375,7 +378,7 @@ impl Conn {
         }
         // Records TCP gave up (a reset or timeout among the events above)
         // give their pins back before the engine learns the stream ended.
-        return_dropped(cx.stack, cx.device, self.tcp, self.ep.as_mut());
+        return_dropped(cx.stack, cx.records, cx.device, self.tcp, self.ep.as_mut());
         if let Some(ep) = self.ep.as_mut() {
             // The stream's end, once the bytes before it are taken (a
             // reset has nothing more to give).
@@ -776,6 +779,7 @@ impl<Q: LinkQueue> Worker<Q> {
             let mut cx = Cx {
                 now,
                 stack: self.iface.stack_mut(),
+                records: &mut self.records,
                 device: &mut self.device,
                 mem: &mut self.mem,
                 counters: &self.counters,
@@ -829,6 +833,7 @@ impl<Q: LinkQueue> Worker<Q> {
         let mut cx = Cx {
             now,
             stack: self.iface.stack_mut(),
+            records: &mut self.records,
             device: &mut self.device,
             mem: &mut self.mem,
             counters: &self.counters,
@@ -866,7 +871,7 @@ impl<Q: LinkQueue> Worker<Q> {
                         t.abort(now);
                     }
                 }
-                return_dropped(cx.stack, cx.device, conn.tcp, conn.ep.as_mut());
+                return_dropped(cx.stack, cx.records, cx.device, conn.tcp, conn.ep.as_mut());
                 let _ = cx.stack.remove(now, conn.tcp);
                 if let Some(c) = cx.stack.conn(conn.tcp) {
                     self.retransmits_closed += c.stats().retransmits;

@@ -136,14 +136,17 @@ mod control;
 mod counters;
 mod idle;
 mod ready;
+mod records;
 mod rx;
 mod stag_mesh;
 mod tx;
 
 use self::conn::{is_open, Conn};
 use self::counters::bump;
+use self::records::Records;
 pub use clock::{Clock, ManualTime};
 pub use counters::{WorkerCounters, WorkerStats};
+pub use records::RecordRef;
 pub use rx::RxFrame;
 pub(crate) use stag_mesh::MrSyncLinks;
 pub use tx::{fpdu_records_leaked, FpduRecord};
@@ -181,6 +184,10 @@ pub const ACCEPT_PER_POLL: usize = 16;
 /// The pause between polls of a stopping worker with nothing to do while
 /// it waits for its connections' FIN exchanges to finish.
 const SHUTDOWN_NAP: Duration = Duration::from_micros(50);
+
+/// Records in flight a worker has room for before its table first grows
+/// (a window of 64 KiB in 1448-byte FPDUs on each of 32 connections).
+const RECORDS_AT_START: usize = 1536;
 
 /// How often the counters that are sums over connections (retransmits,
 /// drops) are published.
@@ -238,7 +245,9 @@ pub struct Worker<Q: LinkQueue> {
     dispatch: Arc<DispatchRings<Q::RxBuf>>,
     queue: Q,
     caps: LinkCaps,
-    iface: Interface<RxFrame<Q::RxBuf>, FpduRecord>,
+    iface: Interface<RxFrame<Q::RxBuf>, RecordRef>,
+    /// The records TCP holds handles on (see [`records`]).
+    records: Records,
     device: Device,
     mem: MemoryTable,
     conns: Vec<Option<Conn>>,
@@ -332,6 +341,7 @@ impl<Q: LinkQueue> Worker<Q> {
             device,
             mem: MemoryTable::with_sum_with_crc(sum_with_crc),
             conns: Vec::new(),
+            records: Records::with_capacity(RECORDS_AT_START),
             ready: ready::ReadyList::new(s.config.tcp.max_connections),
             timed: Vec::with_capacity(s.config.tcp.max_connections),
             visits: 0,
@@ -431,7 +441,13 @@ impl<Q: LinkQueue> Worker<Q> {
             }
             // The records the aborts gave up return their pins now: the
             // connections are not serviced again.
-            tx::return_dropped(stack, &mut self.device, c.tcp, c.ep.as_mut());
+            tx::return_dropped(
+                stack,
+                &mut self.records,
+                &mut self.device,
+                c.tcp,
+                c.ep.as_mut(),
+            );
         }
         bump(&self.counters.shutdown_resets, reset);
         self.transmit(now);

@@ -13,7 +13,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use rdmap::engine::{Endpoint, OutRecord, Piece};
 use tcp_offload::iface::FrameParts;
-use tcp_offload::tcp::{ConnId, Record, Stack};
+use tcp_offload::tcp::{ConnId, Record, RecordBytes, Stack};
 use tcp_offload::wire::checksum;
 use tcp_offload::Instant;
 
@@ -22,6 +22,7 @@ use crate::memory::{MemoryTable, Region, RegionSlice};
 
 use super::conn::{env, Conn, Cx};
 use super::counters::bump;
+use super::records::{RecordRef, Records};
 use super::{Worker, MAX_FPDUS_PER_POLL, TX_BURST};
 
 /// Room for the Ethernet, IPv4 and TCP headers of one segment (14 + 60 +
@@ -109,6 +110,19 @@ impl FpduRecord {
             rec: Some(rec),
             region,
             markers,
+            stored_sum_spent: Cell::new(false),
+        }
+    }
+
+    /// A record of `len` bytes holding no engine record (the records
+    /// table's tests).
+    #[cfg(test)]
+    pub(super) fn empty_for_test(len: usize) -> FpduRecord {
+        FpduRecord {
+            rec: None,
+            len,
+            region: None,
+            markers: false,
             stored_sum_spent: Cell::new(false),
         }
     }
@@ -271,7 +285,9 @@ impl Record for FpduRecord {
     fn len(&self) -> usize {
         self.len
     }
+}
 
+impl RecordBytes for FpduRecord {
     fn copy_to(&self, offset: usize, dst: &mut [u8]) {
         let end = offset.saturating_add(dst.len());
         let _ = self.walk::<()>(offset..end, |rel, c| {
@@ -302,7 +318,8 @@ impl Drop for FpduRecord {
 /// reset, an abort, a timeout) back to its endpoint. Without an endpoint
 /// they stay in TCP until there is one.
 pub(super) fn return_dropped<B: AsRef<[u8]>>(
-    stack: &mut Stack<B, FpduRecord>,
+    stack: &mut Stack<B, RecordRef>,
+    records: &mut Records,
     device: &mut rdmap::verbs::Device,
     tcp: ConnId,
     ep: Option<&mut Endpoint>,
@@ -311,7 +328,7 @@ pub(super) fn return_dropped<B: AsRef<[u8]>>(
         return;
     };
     while let Some(r) = stack.poll_dropped(tcp) {
-        if let Some(rec) = r.take() {
+        if let Some(rec) = records.remove(r).and_then(FpduRecord::take) {
             ep.record_dropped(rec, device);
         }
     }
@@ -337,11 +354,11 @@ impl Conn {
                 break;
             };
             n += 1;
-            let rec = FpduRecord::new(rec, cx.mem);
-            if let Err((_, rec)) = conn.send_record(cx.now, rec) {
+            let r = cx.records.insert(FpduRecord::new(rec, cx.mem));
+            if let Err((_, r)) = conn.send_record(cx.now, r) {
                 // Cannot happen (the record fits the capacity asked for);
                 // its pin goes back all the same.
-                if let Some(r) = rec.take() {
+                if let Some(r) = cx.records.remove(r).and_then(FpduRecord::take) {
                     ep.record_dropped(r, cx.device);
                 }
                 break;
@@ -383,12 +400,21 @@ impl<Q: LinkQueue> Worker<Q> {
             }
             let mut hdr = [0u8; HDR_BUF];
             let mut seg = SegmentSum::default();
-            let parts = self.iface.poll_frame_parts(now, &mut hdr, |r, range| {
-                (!offload).then(|| {
-                    seg = r.tx_sum(range);
-                    seg.sum
-                })
-            });
+            let records = &self.records;
+            let parts = self.iface.poll_frame_parts(
+                now,
+                &mut hdr,
+                |r, range| {
+                    (!offload).then(|| {
+                        seg = records.get(r).map(|r| r.tx_sum(range)).unwrap_or_default();
+                        seg.sum
+                    })
+                },
+                |r, at, dst| match records.get(r) {
+                    Some(rec) => rec.copy_to(at, dst),
+                    None => dst.fill(0),
+                },
+            );
             if seg.read > 0 {
                 bump(&self.counters.tx_summed_bytes, seg.read as u64);
             }
@@ -410,14 +436,18 @@ impl<Q: LinkQueue> Worker<Q> {
                     pad,
                     ..
                 }) => {
+                    // The record behind TCP's handle, in place.
+                    let payload = payload.map(|(r, range)| (records.get(r), range));
                     let captured = capture_ts.map(|ts| (ts, payload.clone()));
                     let has_payload = payload.is_some();
                     let ok = frame.append(&hdr[..header_len]).is_ok()
-                        && payload
-                            .map_or(true, |(r, range)| r.emit(&mut frame, range, attach).is_ok())
+                        && payload.map_or(true, |(r, range)| {
+                            r.is_some_and(|r| r.emit(&mut frame, range, attach).is_ok())
+                        })
                         && frame.append_zeros(pad).is_ok();
                     if ok {
                         if let (Some(ring), Some((ts, p))) = (self.capture.ring(), captured) {
+                            let p = p.and_then(|(r, range)| r.map(|r| (r, range)));
                             ring.record_segment(ts, &hdr[..header_len], p, pad);
                         }
                         self.tx_batch.push(frame);

@@ -36,7 +36,7 @@ use rdmap::verbs::{
     RegOptions, SendWr, Stag, WorkCompletion, WrSeq,
 };
 use tcp_offload::iface::{Interface, InterfaceConfig};
-use tcp_offload::tcp::{Config as TcpConfig, ConnId, Event, Record, Stack, State};
+use tcp_offload::tcp::{Config as TcpConfig, ConnId, Event, Record, RecordBytes, Stack, State};
 use tcp_offload::Instant;
 use tcp_sim::{self as sim, Host, Link, LinkConfig, Network, NodeId, SimError};
 
@@ -87,7 +87,9 @@ impl Record for SimRecord {
     fn len(&self) -> usize {
         self.len
     }
+}
 
+impl RecordBytes for SimRecord {
     fn copy_to(&self, offset: usize, dst: &mut [u8]) {
         let record = self.inner.as_ref().expect("record still held");
         let mem = self.shared.mem.borrow();

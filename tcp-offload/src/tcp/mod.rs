@@ -166,7 +166,11 @@ impl<B: AsRef<[u8]>> Payload<B> {
 /// One record handed to [`Connection::send_record`]: in iWARP, one MPA FPDU.
 /// The engine does not need the bytes themselves, only the length; it keeps
 /// the record until it is acknowledged and hands it back then, so that a
-/// zero-copy sender can keep its memory referenced for retransmissions.
+/// zero-copy sender can keep its memory referenced for retransmissions. A
+/// record may be a small handle on bytes the driver keeps elsewhere (the
+/// dataplane's records stay in place in a table of its own while TCP moves
+/// only the handle); drivers that build whole frames from the record itself
+/// use [`RecordBytes`].
 pub trait Record {
     /// Length of the record in bytes (sequence space it occupies).
     fn len(&self) -> usize;
@@ -176,10 +180,14 @@ pub trait Record {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
 
+/// A record that holds its bytes, for drivers that build whole frames
+/// from it ([`crate::iface::Interface::poll_frame`]: the simulator, the
+/// kernel-interop test).
+pub trait RecordBytes: Record {
     /// Copies `dst.len()` bytes of the record, starting at `offset`, into
-    /// `dst`. Used by drivers that build whole frames (the simulator, the
-    /// kernel-interop test, ports without multi-segment transmit).
+    /// `dst`.
     fn copy_to(&self, offset: usize, dst: &mut [u8]);
 }
 
@@ -187,6 +195,9 @@ impl Record for Vec<u8> {
     fn len(&self) -> usize {
         Vec::len(self)
     }
+}
+
+impl RecordBytes for Vec<u8> {
     fn copy_to(&self, offset: usize, dst: &mut [u8]) {
         dst.copy_from_slice(&self[offset..offset + dst.len()]);
     }
@@ -196,6 +207,9 @@ impl Record for Box<[u8]> {
     fn len(&self) -> usize {
         <[u8]>::len(self)
     }
+}
+
+impl RecordBytes for Box<[u8]> {
     fn copy_to(&self, offset: usize, dst: &mut [u8]) {
         dst.copy_from_slice(&self[offset..offset + dst.len()]);
     }
@@ -205,6 +219,9 @@ impl Record for &'static [u8] {
     fn len(&self) -> usize {
         <[u8]>::len(self)
     }
+}
+
+impl RecordBytes for &'static [u8] {
     fn copy_to(&self, offset: usize, dst: &mut [u8]) {
         dst.copy_from_slice(&self[offset..offset + dst.len()]);
     }

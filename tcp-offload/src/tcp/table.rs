@@ -961,6 +961,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tcp::RecordBytes;
     use core::time::Duration;
 
     type TestStack = Stack<Vec<u8>, Vec<u8>>;

@@ -1,0 +1,112 @@
+//! Records in flight: where each record a connection queues into TCP (an
+//! FPDU or MPA frame bytes, [`FpduRecord`]) lives from the moment the QP
+//! engine builds it until TCP reports it acknowledged or gives it up.
+//!
+//! TCP holds only a handle ([`RecordRef`], 8 bytes) in its send queue and
+//! its events; the record itself (some 190 bytes: the engine's record with
+//! its headers and pin, the region) is written once into a slot here and
+//! never moves while it waits, is retransmitted and is reported. The
+//! transmit path reads it in place through the handle; the acknowledgement
+//! and `poll_dropped` take it out once. Slots are reused through a free
+//! list; the table grows only when more records are in flight on the
+//! worker than ever before, never in the steady state.
+
+use tcp_offload::tcp::Record;
+
+use super::tx::FpduRecord;
+
+/// TCP's handle on a record kept in [`Records`]: its slot and length.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RecordRef {
+    slot: u32,
+    len: u32,
+}
+
+impl Record for RecordRef {
+    fn len(&self) -> usize {
+        self.len as usize
+    }
+}
+
+/// The worker's records in flight.
+#[derive(Debug, Default)]
+pub(super) struct Records {
+    slots: Vec<Option<FpduRecord>>,
+    free: Vec<u32>,
+}
+
+impl Records {
+    /// Room for `n` records in flight before the table grows.
+    pub(super) fn with_capacity(n: usize) -> Records {
+        Records {
+            slots: Vec::with_capacity(n),
+            free: Vec::with_capacity(n),
+        }
+    }
+
+    /// Keeps `rec`; the handle TCP queues for it.
+    pub(super) fn insert(&mut self, rec: FpduRecord) -> RecordRef {
+        let len = u32::try_from(Record::len(&rec)).unwrap_or(u32::MAX);
+        if let Some(slot) = self.free.pop() {
+            self.slots[slot as usize] = Some(rec);
+            return RecordRef { slot, len };
+        }
+        let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+        self.slots.push(Some(rec));
+        // The free list can then hold every slot: returning one never
+        // allocates.
+        self.free
+            .reserve(self.slots.len().saturating_sub(self.free.len()));
+        RecordRef { slot, len }
+    }
+
+    /// The record behind `r`, in place.
+    pub(super) fn get(&self, r: &RecordRef) -> Option<&FpduRecord> {
+        self.slots.get(r.slot as usize)?.as_ref()
+    }
+
+    /// Takes the record behind `r` out (TCP is done with it); its slot is
+    /// free again.
+    pub(super) fn remove(&mut self, r: RecordRef) -> Option<FpduRecord> {
+        let rec = self.slots.get_mut(r.slot as usize)?.take()?;
+        self.free.push(r.slot);
+        Some(rec)
+    }
+
+    /// Records in flight.
+    #[cfg(test)]
+    pub(super) fn in_flight(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_reused_and_the_table_grows_only_past_its_high_water() {
+        let mut t = Records::with_capacity(2);
+        let a = t.insert(FpduRecord::empty_for_test(100));
+        let b = t.insert(FpduRecord::empty_for_test(200));
+        assert_eq!((Record::len(&a), Record::len(&b)), (100, 200));
+        assert_eq!(t.get(&b).map(Record::len), Some(200));
+        assert_eq!(t.in_flight(), 2);
+        let cap = (t.slots.capacity(), t.free.capacity());
+        assert!(t.remove(a).is_some());
+        let c = t.insert(FpduRecord::empty_for_test(300));
+        assert_eq!(c.slot, 0, "the freed slot is reused");
+        assert_eq!((t.slots.capacity(), t.free.capacity()), cap);
+        assert!(t.remove(b).is_some());
+        assert!(t.remove(c).is_some());
+        assert_eq!(t.in_flight(), 0);
+        // A handle taken out twice finds nothing the second time.
+        let d = t.insert(FpduRecord::empty_for_test(1));
+        let again = RecordRef {
+            slot: d.slot,
+            len: d.len,
+        };
+        assert!(t.remove(d).is_some());
+        assert!(t.remove(again).is_none());
+    }
+}
