@@ -15,7 +15,8 @@ use tcp_offload::tcp::Record;
 
 use super::tx::FpduRecord;
 
-/// TCP's handle on a record kept in [`Records`]: its slot and length.
+/// TCP's handle on a record kept in the worker's table of records in
+/// flight: its slot and length.
 #[derive(Debug, PartialEq, Eq)]
 pub struct RecordRef {
     slot: u32,
