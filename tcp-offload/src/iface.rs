@@ -18,8 +18,8 @@
 //! Received TCP payload stays in the frame it arrived in: the stack gets a
 //! [`Payload`] over the frame buffer `B`. Outgoing frames are built into a
 //! buffer the driver lends, with the record bytes copied in by
-//! [`Record::copy_to`] (the dataplane's zero-copy transmit path attaches
-//! them instead).
+//! [`RecordBytes::copy_to`] (the dataplane's transmit path builds frames in
+//! parts instead, attaching or copying payload from its own records).
 //!
 //! A device that verifies checksums on receive spares the software check:
 //! a checksum it found good is trusted, one it found bad drops the frame
