@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use dataplane::api::{CmEvent, Dataplane, DriveMode};
 use dataplane::config::{Config, Neighbor};
-use dataplane::link::{Link, LinkQueue, MemLink, MemLinkConfig, MemQueue, TxFrame};
+use dataplane::link::{Link, MemLink, MemLinkConfig};
 use runtime_common::*;
 use tcp_offload::iface::{Interface, InterfaceConfig};
 use tcp_offload::tcp::{ConnId, Event};
@@ -33,8 +33,7 @@ enum End {
 /// The initiator: connects to the dataplane's listener and sends what the
 /// test scripts, in segments of at most `chunk` bytes.
 struct ScriptedInitiator {
-    iface: SimInterface,
-    queue: MemQueue,
+    engine: ScriptedEnd,
     start: Instant,
     conn: ConnId,
     to_send: Vec<u8>,
@@ -58,8 +57,7 @@ impl ScriptedInitiator {
             )
             .expect("connect");
         ScriptedInitiator {
-            iface,
-            queue,
+            engine: ScriptedEnd { iface, queue },
             start,
             conn,
             to_send,
@@ -75,19 +73,15 @@ impl ScriptedInitiator {
 
     fn pump(&mut self) {
         let now = self.now();
-        let mut bufs = Vec::new();
-        self.queue.rx_burst(&mut bufs, 64);
-        for b in bufs {
-            self.iface.handle_frame(now, b.as_ref().to_vec());
-        }
+        self.engine.receive(now);
         let id = self.conn;
         let mut connected = false;
-        while let Some(e) = self.iface.stack_mut().poll_event(id) {
+        while let Some(e) = self.engine.iface.stack_mut().poll_event(id) {
             match e {
                 Event::Connected => connected = true,
                 Event::PeerClosed => {
                     self.end.get_or_insert(End::Fin);
-                    if let Some(c) = self.iface.stack_mut().conn_mut(id) {
+                    if let Some(c) = self.engine.iface.stack_mut().conn_mut(id) {
                         c.close(now);
                     }
                 }
@@ -95,7 +89,7 @@ impl ScriptedInitiator {
                 _ => {}
             }
         }
-        if let Some(c) = self.iface.stack_mut().conn_mut(id) {
+        if let Some(c) = self.engine.iface.stack_mut().conn_mut(id) {
             if connected || c.state() == tcp_offload::tcp::State::Established {
                 while !self.to_send.is_empty() {
                     let n = self.chunk.min(self.to_send.len());
@@ -109,19 +103,7 @@ impl ScriptedInitiator {
                 self.rx.extend_from_slice(p.bytes());
             }
         }
-        if self.iface.poll_timeout().is_some_and(|t| t <= now) {
-            self.iface.handle_timeout(now);
-        }
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 1600];
-        while let Some(n) = self.iface.poll_frame(now, &mut buf) {
-            let mut f = self.queue.alloc_tx().expect("a frame");
-            f.append(&buf[..n]).expect("a frame fits");
-            out.push(f);
-        }
-        while !out.is_empty() {
-            self.queue.tx_burst(&mut out);
-        }
+        self.engine.transmit(now);
     }
 }
 

@@ -26,7 +26,7 @@ use dataplane::api::{
     QpStatus, RefusedRequest, RejectReason,
 };
 use dataplane::config::{Config, CrcPolicy, Neighbor};
-use dataplane::link::{Link, LinkQueue, MemLink, MemLinkConfig, MemQueue, TxFrame};
+use dataplane::link::{Link, MemLink, MemLinkConfig};
 use rdmap::verbs::VerbsError;
 use rdmap_testkit::message::rule_broken;
 use runtime_common::*;
@@ -42,8 +42,7 @@ const REP_KEY: &[u8; 16] = b"MPA ID Rep Frame";
 /// The other end of the link: a TCP engine of its own that answers an MPA
 /// request with a scripted reply, then records what comes back.
 struct ScriptedResponder {
-    iface: SimInterface,
-    queue: MemQueue,
+    engine: ScriptedEnd,
     start: Instant,
     conn: Option<ConnId>,
     /// The request as it arrived, then everything after it.
@@ -62,8 +61,7 @@ impl ScriptedResponder {
             .listen(SocketAddrV4::new(IP_B, PORT), 4)
             .expect("listen");
         ScriptedResponder {
-            iface,
-            queue,
+            engine: ScriptedEnd { iface, queue },
             start: Instant::now(),
             conn: None,
             rx: Vec::new(),
@@ -80,25 +78,21 @@ impl ScriptedResponder {
     /// builds the reply from the request.
     fn pump(&mut self, reply: &dyn Fn(&[u8]) -> Vec<u8>) {
         let now = self.now();
-        let mut bufs = Vec::new();
-        self.queue.rx_burst(&mut bufs, 64);
-        for b in bufs {
-            self.iface.handle_frame(now, b.as_ref().to_vec());
-        }
+        self.engine.receive(now);
         if self.conn.is_none() {
-            self.conn = self.iface.stack_mut().accept(PORT);
+            self.conn = self.engine.iface.stack_mut().accept(PORT);
         }
         if let Some(id) = self.conn {
-            while let Some(e) = self.iface.stack_mut().poll_event(id) {
+            while let Some(e) = self.engine.iface.stack_mut().poll_event(id) {
                 if matches!(e, Event::PeerClosed) && !self.peer_closed {
                     self.peer_closed = true;
                     // Close our half too, as siw does after a Terminate.
-                    if let Some(c) = self.iface.stack_mut().conn_mut(id) {
+                    if let Some(c) = self.engine.iface.stack_mut().conn_mut(id) {
                         c.close(now);
                     }
                 }
             }
-            if let Some(c) = self.iface.stack_mut().conn_mut(id) {
+            if let Some(c) = self.engine.iface.stack_mut().conn_mut(id) {
                 while let Some(p) = c.recv() {
                     self.rx.extend_from_slice(p.bytes());
                 }
@@ -112,19 +106,7 @@ impl ScriptedResponder {
                 }
             }
         }
-        if self.iface.poll_timeout().is_some_and(|t| t <= now) {
-            self.iface.handle_timeout(now);
-        }
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 1600];
-        while let Some(n) = self.iface.poll_frame(now, &mut buf) {
-            let mut f = self.queue.alloc_tx().expect("a frame");
-            f.append(&buf[..n]).expect("a frame fits");
-            out.push(f);
-        }
-        while !out.is_empty() {
-            self.queue.tx_burst(&mut out);
-        }
+        self.engine.transmit(now);
     }
 }
 
