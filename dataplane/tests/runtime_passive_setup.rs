@@ -8,6 +8,7 @@
 //! and a peer that failed setup is reset, leaving nothing on the worker.
 
 mod runtime_common;
+mod scripted_common;
 
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use dataplane::api::{CmEvent, Dataplane, DriveMode};
 use dataplane::config::{Config, Neighbor};
 use dataplane::link::{Link, MemLink, MemLinkConfig};
 use runtime_common::*;
+use scripted_common::ScriptedEnd;
 use tcp_offload::iface::{Interface, InterfaceConfig};
 use tcp_offload::tcp::{ConnId, Event};
 use tcp_offload::time::Instant as TcpInstant;

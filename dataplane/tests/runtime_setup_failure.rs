@@ -17,6 +17,7 @@
 //! of `rdmap_testkit::message` at the end.
 
 mod runtime_common;
+mod scripted_common;
 
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
@@ -30,6 +31,7 @@ use dataplane::link::{Link, MemLink, MemLinkConfig};
 use rdmap::verbs::VerbsError;
 use rdmap_testkit::message::rule_broken;
 use runtime_common::*;
+use scripted_common::ScriptedEnd;
 use tcp_offload::iface::{Interface, InterfaceConfig};
 use tcp_offload::tcp::{ConnId, Event, StackError};
 use tcp_offload::time::Instant as TcpInstant;
