@@ -569,10 +569,8 @@ impl Endpoint {
         if self.role != Role::Responder || self.negotiator.peer_request().is_none() {
             return Err(SetupError::NoPendingRequest);
         }
-        let attr = qp.attr();
-        let cap = |v: u16, max: u32| v.min(u16::try_from(max).unwrap_or(u16::MAX));
-        self.negotiator
-            .set_depths(cap(ird, attr.max_ird), cap(ord, attr.max_ord));
+        let (ird, ord) = cap_depths(ird, ord, &qp);
+        self.negotiator.set_depths(ird, ord);
         self.qp = qp;
         self.accept(private_data)
     }
@@ -983,12 +981,13 @@ fn unbound_qp() -> QueuePair {
 }
 
 fn cap_config(mut config: Config, qp: &QueuePair) -> Config {
-    let attr = qp.attr();
-    config.ird = config
-        .ird
-        .min(u16::try_from(attr.max_ird).unwrap_or(u16::MAX));
-    config.ord = config
-        .ord
-        .min(u16::try_from(attr.max_ord).unwrap_or(u16::MAX));
+    (config.ird, config.ord) = cap_depths(config.ird, config.ord, qp);
     config
+}
+
+/// `ird` and `ord` capped at the queue pair's limits.
+fn cap_depths(ird: u16, ord: u16, qp: &QueuePair) -> (u16, u16) {
+    let attr = qp.attr();
+    let cap = |v: u16, max: u32| v.min(u16::try_from(max).unwrap_or(u16::MAX));
+    (cap(ird, attr.max_ird), cap(ord, attr.max_ord))
 }
