@@ -194,6 +194,13 @@ pub fn eal_runtime_dir(config: &Config) -> Option<PathBuf> {
             a.strip_prefix("--file-prefix=").map(String::from)
         }
     })?;
+    Some(eal_prefix_dir(&prefix))
+}
+
+/// Where EAL keeps the runtime files of file prefix `prefix`: under
+/// `/var/run/dpdk` for root, `$XDG_RUNTIME_DIR/dpdk` or `/tmp/dpdk`
+/// otherwise.
+pub fn eal_prefix_dir(prefix: &str) -> PathBuf {
     // The effective user id is the second on the `Uid:` line.
     let root = std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -210,7 +217,7 @@ pub fn eal_runtime_dir(config: &Config) -> Option<PathBuf> {
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("/tmp"))
     };
-    Some(base.join("dpdk").join(prefix))
+    base.join("dpdk").join(prefix)
 }
 
 /// A minimal TOML rendering of a one-port configuration, so that

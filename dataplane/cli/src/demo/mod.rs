@@ -32,6 +32,7 @@ use clap::Args;
 use serde::Serialize;
 use tcp_offload::wire::EthernetAddress;
 
+use super::common::eal_prefix_dir;
 use super::report::to_json;
 use super::runner::{
     connect_direct, Progress, RemoteBuf, Resources, Role, RunResult, RunSpec, TestKind, MB,
@@ -224,26 +225,6 @@ pub struct DemoReport {
     pub data_check: &'static str,
 }
 
-/// The runtime directory EAL makes for `prefix`.
-fn runtime_dir(prefix: &str) -> PathBuf {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false);
-    let base = if root {
-        PathBuf::from("/var/run")
-    } else {
-        std::env::var_os("XDG_RUNTIME_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/tmp"))
-    };
-    base.join("dpdk").join(prefix)
-}
-
 /// Removes the EAL runtime directory when dropped: after EAL's own
 /// cleanup it is already gone; after a failure it may not be.
 struct RuntimeDir(PathBuf);
@@ -269,7 +250,7 @@ pub fn run(args: &DemoArgs) -> Result<(), ToolError> {
         )));
     }
     let prefix = format!("iwarp-demo-{}", std::process::id());
-    let guard = RuntimeDir(runtime_dir(&prefix));
+    let guard = RuntimeDir(eal_prefix_dir(&prefix));
     let report = {
         let eal = start_eal(&default_eal_args(&prefix, &[]))
             .map_err(|e| ToolError::Dataplane(Error::Device(format!("EAL: {e}"))))?;
