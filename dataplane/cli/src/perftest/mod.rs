@@ -637,7 +637,16 @@ impl<'dp> Session<'dp> {
             if self.poll_ctrl(what)? {
                 return Ok(());
             }
-            self.idle(what, Some(deadline))?;
+            if let Err(e) = self.idle(what, Some(deadline)) {
+                // The worker completes the Send before it reports the
+                // peer's close; both may land between our CQ poll and the
+                // event check, so look at the CQ once more.
+                return if self.poll_ctrl(what)? {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
+            }
         }
     }
 
@@ -655,7 +664,11 @@ impl<'dp> Session<'dp> {
             if let Some(m) = self.ctrl.received.pop_front() {
                 return Ok(m);
             }
-            self.idle(what, deadline)?;
+            if let Err(e) = self.idle(what, deadline) {
+                // A message that came just before the close still counts.
+                self.poll_ctrl(what)?;
+                return self.ctrl.received.pop_front().ok_or(e);
+            }
         }
     }
 
