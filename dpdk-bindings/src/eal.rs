@@ -42,6 +42,11 @@ impl Eal {
     /// Every process should pass its own `--file-prefix`: a second process on
     /// the same prefix fails on DPDK's runtime config file. Succeeds once per
     /// process; any later call returns an `EALREADY` error.
+    ///
+    /// The calling thread keeps the CPUs it may run on: `rte_eal_init` pins
+    /// it to the main lcore, and threads started from it later would all
+    /// inherit that one core. Threads that should own a core pin
+    /// themselves.
     pub fn init(args: &[&str]) -> Result<Eal, DpdkError> {
         if STARTED
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
@@ -72,9 +77,17 @@ impl Eal {
         let argc = i32::try_from(argv.len()).map_err(|_| {
             DpdkError::with_message("rte_eal_init", libc::E2BIG, "too many EAL arguments")
         })?;
+        let affinity = CpuAffinity::of_this_thread();
         // SAFETY: argv holds argc valid NUL-terminated strings that outlive
         // the process; STARTED guarantees this is the only call.
         let ret = unsafe { sys::rte_eal_init(argc, argv.as_mut_ptr()) };
+        // EAL pins the calling thread to its main lcore. Here that thread
+        // is the application's, which runs no DPDK loop, and every thread
+        // it starts afterwards (the dataplane's workers among them) would
+        // inherit the one core: it gets back the CPUs it had.
+        if let Some(a) = affinity {
+            a.restore();
+        }
         if ret < 0 {
             return Err(DpdkError::from_rte_errno("rte_eal_init"));
         }
@@ -220,4 +233,29 @@ pub fn lcore_id() -> Option<u32> {
 pub fn tsc() -> u64 {
     // SAFETY: reads the TSC; no preconditions.
     unsafe { sys::shim_get_tsc_cycles() }
+}
+
+/// The CPUs a thread may run on, saved to be put back.
+struct CpuAffinity(libc::cpu_set_t);
+
+impl CpuAffinity {
+    /// The calling thread's CPU set, if the kernel reports it.
+    fn of_this_thread() -> Option<CpuAffinity> {
+        // SAFETY: an all-zero cpu_set_t is a valid (empty) set.
+        let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
+        // SAFETY: pid 0 is the calling thread; the size is the set's own.
+        let rc = unsafe {
+            libc::sched_getaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &mut set)
+        };
+        (rc == 0).then_some(CpuAffinity(set))
+    }
+
+    /// Gives the calling thread this CPU set again (best effort: a set the
+    /// kernel refuses leaves the thread as it is).
+    fn restore(&self) {
+        // SAFETY: pid 0 is the calling thread; the set was read by
+        // sched_getaffinity and is passed with its own size.
+        let _ =
+            unsafe { libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &self.0) };
+    }
 }

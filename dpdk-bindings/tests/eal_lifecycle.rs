@@ -9,7 +9,15 @@ use dpdk_bindings::{
 
 #[test]
 fn eal_pool_mbuf_ring_lifecycle() {
+    let cpus_before = allowed_cpus();
     let (guard, eal) = common::start("lifecycle", &["net_null0"]);
+    // EAL pins the thread that starts it to lcore 0 ("-l 0"); the thread
+    // gets its CPUs back, or every thread it starts would share one core.
+    assert_eq!(
+        allowed_cpus(),
+        cpus_before,
+        "the thread that started EAL keeps the CPUs it had"
+    );
     let runtime_dir = eal
         .runtime_dir()
         .expect("EAL reports its runtime dir")
@@ -54,6 +62,17 @@ fn eal_pool_mbuf_ring_lifecycle() {
         runtime_dir.display()
     );
     println!("runtime dir {} removed at cleanup", runtime_dir.display());
+}
+
+/// The calling thread's CPU list as the kernel prints it ("0-1").
+fn allowed_cpus() -> String {
+    let status = std::fs::read_to_string("/proc/thread-self/status").expect("thread status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list in /proc/thread-self/status")
+        .trim()
+        .to_string()
 }
 
 fn pools_and_mbufs(eal: &Eal) {
