@@ -447,7 +447,19 @@ impl DpdkLink {
             16383
         });
         let name = format!("iwarp{}", POOL_SEQ.fetch_add(1, Ordering::Relaxed));
-        let pool = Mempool::new(eal, &name, pool_size, 256, data_room, port.socket_id())?;
+        // A LIFO pool where the driver is there: a recycled mbuf is one
+        // freed lately, still in cache, instead of the least recently used
+        // of thousands.
+        let pool = Mempool::with_ops(
+            eal,
+            &name,
+            pool_size,
+            256,
+            data_room,
+            port.socket_id(),
+            Some("stack"),
+        )
+        .or_else(|_| Mempool::new(eal, &name, pool_size, 256, data_room, port.socket_id()))?;
         let own_mac = EthernetAddress(port.mac_addr()?);
         let mac = opts.mac.unwrap_or(own_mac);
         let conf = PortConfig {
@@ -505,6 +517,7 @@ impl DpdkLink {
                 tx_burst: MbufBurst::new(),
                 tx_cache: MbufBurst::new(),
                 frame_shared,
+                spare_ext: Vec::with_capacity(4 * BURST),
                 in_flight: VecDeque::with_capacity(opts.ext_slots),
                 ext,
                 pool: pool.clone(),
@@ -590,6 +603,13 @@ impl DpdkLink {
     pub fn stats(&self) -> Arc<DpdkLinkStats> {
         self.stats.clone()
     }
+
+    /// The driver behind the link's mbuf pool: `"stack"` (mbufs freed
+    /// last are reused first, while still in cache) where DPDK has it,
+    /// its default ring otherwise.
+    pub fn pool_ops(&self) -> String {
+        self.pool.ops_name()
+    }
 }
 
 impl Link for DpdkLink {
@@ -632,8 +652,13 @@ pub struct DpdkQueue {
     /// frame.
     tx_cache: MbufBurst,
     /// What every frame of this queue needs while it is built, behind one
-    /// reference count (one increment per frame, not one per field).
+    /// reference count (one increment per recycled frame part, at start-up).
     frame_shared: Arc<FrameShared>,
+    /// Out-of-line parts of sent frames, for the next ones
+    /// ([`DpdkFrame`]); boxed, as frames hold them, so that recycling one
+    /// moves a pointer.
+    #[allow(clippy::vec_box, reason = "the boxes move into frames and back")]
+    spare_ext: Vec<Box<FrameExt>>,
     /// Pins of sent frames, oldest first, until their mbufs are freed.
     in_flight: VecDeque<ExtPin>,
     ext: ExtBufPool,
@@ -836,14 +861,21 @@ impl LinkQueue for DpdkQueue {
             self.pool.alloc_bulk(&mut self.tx_cache, BURST);
         }
         let head = self.tx_cache.pop().or_else(|| self.pool.alloc())?;
+        // A new one only while more frames are out than ever before
+        // (start-up).
+        let ext = self.spare_ext.pop().unwrap_or_else(|| {
+            Box::new(FrameExt {
+                pins: [const { None }; MAX_PINS],
+                shared: self.frame_shared.clone(),
+                iova_is_va: self.iova_is_va,
+                multi_seg: self.multi_seg,
+            })
+        });
         Some(DpdkFrame {
             head: Some(head),
-            pins: [const { None }; MAX_PINS],
-            shared: self.frame_shared.clone(),
-            iova_is_va: self.iova_is_va,
             len: 0,
             cap: self.frame_cap,
-            multi_seg: self.multi_seg,
+            ext,
         })
     }
 
@@ -875,17 +907,22 @@ impl LinkQueue for DpdkQueue {
                 frames[index[n + j]].head = Some(head);
             }
             // Frames without a head were taken by the device: keep their
-            // pins until it frees the mbufs.
-            let in_flight = &mut self.in_flight;
-            frames.retain_mut(|f| {
-                if f.head.is_some() {
-                    return true;
+            // pins until it frees the mbufs, and their out-of-line part for
+            // the next frames. The unsent keep their order at the front.
+            let mut kept = 0;
+            for i in 0..frames.len() {
+                if frames[i].head.is_some() {
+                    frames.swap(kept, i);
+                    kept += 1;
                 }
-                for p in f.pins.iter_mut().filter_map(Option::take) {
-                    in_flight.push_back(p);
+            }
+            for f in frames.drain(kept..) {
+                let DpdkFrame { mut ext, .. } = f;
+                for p in ext.pins.iter_mut().filter_map(Option::take) {
+                    self.in_flight.push_back(p);
                 }
-                false
-            });
+                self.spare_ext.push(ext);
+            }
             sent += n;
             if n < m {
                 break;
@@ -964,12 +1001,22 @@ impl LinkQueue for DpdkQueue {
 #[derive(Debug)]
 pub struct DpdkFrame {
     head: Option<Mbuf>,
+    len: usize,
+    cap: usize,
+    /// The rest, out of line: a frame moves by value (into the transmit
+    /// batch) right after it is built, and a small one moves cheaply.
+    /// Each queue recycles these ([`DpdkQueue::spare_ext`]), so a frame
+    /// costs neither an allocation nor a reference count.
+    ext: Box<FrameExt>,
+}
+
+/// The part of a [`DpdkFrame`] kept from one frame to the next.
+#[derive(Debug)]
+struct FrameExt {
     pins: [Option<ExtPin>; MAX_PINS],
     shared: Arc<FrameShared>,
     /// An unregistered region may be attached by address.
     iova_is_va: bool,
-    len: usize,
-    cap: usize,
     multi_seg: bool,
 }
 
@@ -1013,10 +1060,10 @@ impl DpdkFrame {
                     continue;
                 }
             }
-            if !self.multi_seg || usize::from(head.nb_segs()) >= MAX_SEGMENTS {
+            if !self.ext.multi_seg || usize::from(head.nb_segs()) >= MAX_SEGMENTS {
                 return Err(FrameFull);
             }
-            let seg = self.shared.pool.alloc().ok_or(FrameFull)?;
+            let seg = self.ext.shared.pool.alloc().ok_or(FrameFull)?;
             head.chain(seg).map_err(|_| FrameFull)?;
         }
         self.len += len;
@@ -1027,7 +1074,7 @@ impl DpdkFrame {
     /// run, [`MAX_SPLIT`] at most); `false` if it could not (no IOVA, no
     /// slot, no pin room, no mbuf), leaving the frame unchanged.
     fn try_attach(&mut self, slice: &RegionSlice) -> bool {
-        let Some(ext) = &self.shared.ext else {
+        let Some(ext) = &self.ext.shared.ext else {
             return false;
         };
         // The runs, planned before anything is taken.
@@ -1041,7 +1088,7 @@ impl DpdkFrame {
             let Some((iova, run)) =
                 slice
                     .region
-                    .dma_run(slice.offset + at, slice.len - at, self.iova_is_va)
+                    .dma_run(slice.offset + at, slice.len - at, self.ext.iova_is_va)
             else {
                 return false;
             };
@@ -1052,7 +1099,7 @@ impl DpdkFrame {
             n += 1;
             at += run;
         }
-        let free = self.pins.iter().filter(|p| p.is_none()).count();
+        let free = self.ext.pins.iter().filter(|p| p.is_none()).count();
         let Some(head) = self.head.as_ref() else {
             return false;
         };
@@ -1067,7 +1114,7 @@ impl DpdkFrame {
             let Some(buf) = ext.acquire() else {
                 return false;
             };
-            let Some(mut m) = self.shared.pool.alloc() else {
+            let Some(mut m) = self.ext.shared.pool.alloc() else {
                 return false;
             };
             let piece = RegionSlice {
@@ -1092,12 +1139,16 @@ impl DpdkFrame {
                 debug_assert!(false, "chain of a checked length failed");
                 continue;
             }
-            if let Some(p) = self.pins.iter_mut().find(|p| p.is_none()) {
+            if let Some(p) = self.ext.pins.iter_mut().find(|p| p.is_none()) {
                 *p = Some(pin);
             }
         }
         if n > 1 {
-            self.shared.stats.tx_split.fetch_add(1, Ordering::Relaxed);
+            self.ext
+                .shared
+                .stats
+                .tx_split
+                .fetch_add(1, Ordering::Relaxed);
         }
         self.len += slice.len;
         true
@@ -1140,15 +1191,20 @@ impl TxFrame for DpdkFrame {
         {
             return Err(FrameFull);
         }
-        if slice.len >= ATTACH_MIN && self.shared.ext.is_some() {
+        if slice.len >= ATTACH_MIN && self.ext.shared.ext.is_some() {
             if self.try_attach(&slice) {
-                self.shared
+                self.ext
+                    .shared
                     .stats
                     .tx_attached
                     .fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
-            self.shared.stats.tx_copied.fetch_add(1, Ordering::Relaxed);
+            self.ext
+                .shared
+                .stats
+                .tx_copied
+                .fetch_add(1, Ordering::Relaxed);
         }
         self.append_copy(&slice.region, slice.offset, slice.len)
     }

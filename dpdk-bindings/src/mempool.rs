@@ -54,15 +54,50 @@ impl Mempool {
         data_room: u16,
         socket_id: i32,
     ) -> Result<Mempool, DpdkError> {
-        let cname = CString::new(name).map_err(|_| {
-            DpdkError::with_message("rte_pktmbuf_pool_create", libc::EINVAL, "name has a NUL")
-        })?;
-        // SAFETY: EAL is running (`eal`); the name is copied by DPDK.
-        let ptr = unsafe {
-            sys::rte_pktmbuf_pool_create(cname.as_ptr(), n, cache_size, 0, data_room, socket_id)
+        Mempool::with_ops(eal, name, n, cache_size, data_room, socket_id, None)
+    }
+
+    /// [`Mempool::new`] with the pool's backing store named: `"stack"`
+    /// hands out the mbufs freed last first, so that buffers come back
+    /// while their lines are still in cache; DPDK's default (`"ring_mp_mc"`)
+    /// cycles through the whole pool. `None` takes the default. A name no
+    /// loaded driver provides fails (`ENOENT`, or `EINVAL` in some
+    /// releases).
+    pub fn with_ops(
+        eal: &Eal,
+        name: &str,
+        n: u32,
+        cache_size: u32,
+        data_room: u16,
+        socket_id: i32,
+        ops: Option<&str>,
+    ) -> Result<Mempool, DpdkError> {
+        let what = "rte_pktmbuf_pool_create";
+        let cname = CString::new(name)
+            .map_err(|_| DpdkError::with_message(what, libc::EINVAL, "name has a NUL"))?;
+        let cops = ops
+            .map(CString::new)
+            .transpose()
+            .map_err(|_| DpdkError::with_message(what, libc::EINVAL, "ops name has a NUL"))?;
+        let ptr = match &cops {
+            // SAFETY: EAL is running (`eal`); the names are copied by DPDK.
+            Some(o) => unsafe {
+                sys::rte_pktmbuf_pool_create_by_ops(
+                    cname.as_ptr(),
+                    n,
+                    cache_size,
+                    0,
+                    data_room,
+                    socket_id,
+                    o.as_ptr(),
+                )
+            },
+            // SAFETY: as above.
+            None => unsafe {
+                sys::rte_pktmbuf_pool_create(cname.as_ptr(), n, cache_size, 0, data_room, socket_id)
+            },
         };
-        let ptr = NonNull::new(ptr)
-            .ok_or_else(|| DpdkError::from_rte_errno("rte_pktmbuf_pool_create"))?;
+        let ptr = NonNull::new(ptr).ok_or_else(|| DpdkError::from_rte_errno(what))?;
         Ok(Mempool {
             inner: Arc::new(MempoolInner {
                 ptr,
@@ -98,6 +133,21 @@ impl Mempool {
         // SAFETY: DPDK wrote `want` valid mbufs into the spare slots.
         unsafe { burst.commit(want) };
         true
+    }
+
+    /// The driver behind the pool: `"ring_mp_mc"` by default, `"stack"`
+    /// for a LIFO pool ([`Mempool::with_ops`]).
+    pub fn ops_name(&self) -> String {
+        // SAFETY: the pool is alive; its ops entry names a driver with a
+        // static NUL-terminated string.
+        let name = unsafe { sys::shim_mempool_ops_name(self.as_ptr()) };
+        if name.is_null() {
+            return String::new();
+        }
+        // SAFETY: non-null and NUL-terminated, as above.
+        unsafe { std::ffi::CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned()
     }
 
     /// Mbufs currently in the pool (caches included).

@@ -37,6 +37,11 @@ int shim_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs,
 	return rte_pktmbuf_alloc_bulk(mp, mbufs, count);
 }
 
+const char *shim_mempool_ops_name(const struct rte_mempool *mp)
+{
+	return rte_mempool_get_ops(mp->ops_index)->name;
+}
+
 void shim_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
 void *shim_pktmbuf_mtod(struct rte_mbuf *m) { return rte_pktmbuf_mtod(m, void *); }
 uint16_t shim_pktmbuf_headroom(const struct rte_mbuf *m) { return rte_pktmbuf_headroom(m); }

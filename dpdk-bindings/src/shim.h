@@ -59,6 +59,8 @@ uint16_t shim_eth_tx_prepare(uint16_t port_id, uint16_t queue_id,
 struct rte_mbuf *shim_pktmbuf_alloc(struct rte_mempool *mp);
 int shim_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs,
 			    unsigned int count);
+/* The name of the driver behind the pool ("ring_mp_mc", "stack", ...). */
+const char *shim_mempool_ops_name(const struct rte_mempool *mp);
 void shim_pktmbuf_free(struct rte_mbuf *m);
 void *shim_pktmbuf_mtod(struct rte_mbuf *m);
 uint16_t shim_pktmbuf_headroom(const struct rte_mbuf *m);

@@ -75,11 +75,33 @@ fn allowed_cpus() -> String {
         .to_string()
 }
 
+/// A pool on the stack driver hands out the mbuf freed last; a driver
+/// nobody loaded is an error.
+fn stack_pool(eal: &Eal) {
+    // No per-lcore cache: the driver itself answers every call.
+    let pool = Mempool::with_ops(eal, "lc_stack", 63, 0, 2176, -1, Some("stack")).expect("stack");
+    assert_eq!(pool.ops_name(), "stack");
+    let (a, b) = (pool.alloc().unwrap(), pool.alloc().unwrap());
+    let last = b.as_ptr();
+    drop(a);
+    drop(b);
+    assert_eq!(
+        pool.alloc().unwrap().as_ptr(),
+        last,
+        "the last freed comes first"
+    );
+    let err = Mempool::with_ops(eal, "lc_none", 63, 0, 2176, -1, Some("no-such-driver"))
+        .expect_err("an unknown driver");
+    println!("unknown mempool driver: {err}");
+}
+
 fn pools_and_mbufs(eal: &Eal) {
     let pool = Mempool::new(eal, "lc_pool", 1023, 32, 2176, -1).expect("pool");
     assert_eq!(pool.size(), 1023);
     assert_eq!(pool.avail_count(), 1023);
     assert_eq!(pool.data_room(), 2176);
+    assert_eq!(pool.ops_name(), "ring_mp_mc", "DPDK's default driver");
+    stack_pool(eal);
 
     let mut held: Vec<Mbuf> = (0..300).map(|_| pool.alloc().expect("mbuf")).collect();
     assert_eq!(pool.in_use_count(), 300);
