@@ -1178,6 +1178,36 @@ impl TxFrame for DpdkFrame {
         })
     }
 
+    fn append_copy_inspect(
+        &mut self,
+        region: &Region,
+        offset: usize,
+        len: usize,
+        inspect: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), FrameFull> {
+        if offset
+            .checked_add(len)
+            .map_or(true, |end| end > region.len())
+        {
+            return Err(FrameFull);
+        }
+        self.extend(len, |at, dst| {
+            // In bounds: checked above.
+            let _ = region.read(offset + at, dst);
+            inspect(dst);
+        })
+    }
+
+    fn patch(&mut self, at: usize, bytes: &[u8]) -> Result<(), FrameFull> {
+        let head = self.head.as_mut().ok_or(FrameFull)?;
+        let data = head.data_mut().ok_or(FrameFull)?;
+        let end = at.checked_add(bytes.len()).ok_or(FrameFull)?;
+        data.get_mut(at..end)
+            .ok_or(FrameFull)?
+            .copy_from_slice(bytes);
+        Ok(())
+    }
+
     fn attach(&mut self, slice: RegionSlice) -> Result<(), FrameFull> {
         if self
             .len

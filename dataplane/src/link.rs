@@ -193,6 +193,24 @@ pub trait TxFrame: Send {
     /// ports without multi-segment transmit).
     fn append_copy(&mut self, region: &Region, offset: usize, len: usize) -> Result<(), FrameFull>;
 
+    /// [`TxFrame::append_copy`], handing each run of the copied bytes, as
+    /// they now sit in the frame, to `inspect` in order: the one pass over
+    /// the payload in which the transmit path also computes the MPA CRC and
+    /// the TCP checksum, over the frame's own bytes (which nothing else
+    /// writes) while they are in L1.
+    fn append_copy_inspect(
+        &mut self,
+        region: &Region,
+        offset: usize,
+        len: usize,
+        inspect: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), FrameFull>;
+
+    /// Overwrites bytes already in the frame from `at` (the headers, written
+    /// after the payload they checksum); they must lie in its first buffer,
+    /// as the headers do.
+    fn patch(&mut self, at: usize, bytes: &[u8]) -> Result<(), FrameFull>;
+
     /// Appends `slice` by reference (zero-copy). The frame keeps the memory
     /// alive until the device has sent it. On a port without multi-segment
     /// transmit this copies instead.
@@ -855,6 +873,35 @@ impl TxFrame for MemFrame {
         self.bytes.resize(at + len, 0);
         region.copy_out(offset, &mut self.bytes[at..]);
         self.grew(len)
+    }
+
+    fn append_copy_inspect(
+        &mut self,
+        region: &Region,
+        offset: usize,
+        len: usize,
+        inspect: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), FrameFull> {
+        let at = self.bytes.len();
+        self.append_copy(region, offset, len)?;
+        inspect(&self.bytes[at..]);
+        Ok(())
+    }
+
+    fn patch(&mut self, at: usize, bytes: &[u8]) -> Result<(), FrameFull> {
+        // The first piece holds the bytes appended first.
+        match self.pieces.first() {
+            Some(Piece::Bytes(start, end))
+                if at
+                    .checked_add(bytes.len())
+                    .is_some_and(|e| start + e <= *end) =>
+            {
+                let from = start + at;
+                self.bytes[from..from + bytes.len()].copy_from_slice(bytes);
+                Ok(())
+            }
+            _ => Err(FrameFull),
+        }
     }
 
     fn attach(&mut self, slice: RegionSlice) -> Result<(), FrameFull> {

@@ -254,6 +254,17 @@ pub trait Placement {
         false
     }
 
+    /// Whether the driver computes the MPA CRC of an FPDU with payload
+    /// itself, in the pass that copies the payload into the frame (a port
+    /// that takes no payload by reference), so that the send path leaves
+    /// it out ([`OutRecord::crc_pending`]) instead of reading the payload
+    /// once more. The default says no: the send path computes every CRC.
+    ///
+    /// [`OutRecord::crc_pending`]: crate::engine::OutRecord::crc_pending
+    fn crc_at_transmit(&self) -> bool {
+        false
+    }
+
     /// Extends the CRC32c `crc` over the bytes of `src` and returns it with
     /// the Internet checksum's partial sum of the same bytes (RFC 1071,
     /// see [`internet_sum`]), taken as if they started at an even offset.
@@ -341,12 +352,19 @@ fn fold64(mut s: u64) -> u16 {
 #[derive(Debug, Default, Clone)]
 pub struct VecMemory {
     regions: Vec<Vec<u8>>,
+    crc_at_transmit: bool,
 }
 
 impl VecMemory {
     /// No regions yet.
     pub fn new() -> VecMemory {
         VecMemory::default()
+    }
+
+    /// Whether to say that the driver computes the CRC of FPDUs with
+    /// payload ([`Placement::crc_at_transmit`]); off at first.
+    pub fn set_crc_at_transmit(&mut self, on: bool) {
+        self.crc_at_transmit = on;
     }
 
     /// Adds a zeroed region of `len` bytes.
@@ -421,6 +439,10 @@ impl Placement for VecMemory {
     /// Yes: the simulator's ports offload nothing, and tests check the sum.
     fn sum_with_crc(&self) -> bool {
         true
+    }
+
+    fn crc_at_transmit(&self) -> bool {
+        self.crc_at_transmit
     }
 
     fn crc32c_and_sum(&self, crc: u32, src: CheckedRange<'_>) -> (u32, u32) {

@@ -204,8 +204,16 @@ fn check_plan(x: &Side, y: &Side, plan: &Plan, what: &str) {
 }
 
 fn run(seed: u64, setup: Setup, mss: usize, sizes: &[usize]) -> Pair {
-    let what = format!("seed {seed} mss {mss} {setup:?}");
+    run_with(seed, setup, mss, sizes, false)
+}
+
+/// [`run`], with both sides' memory saying whether the driver computes
+/// the CRC of FPDUs with payload ([`Placement::crc_at_transmit`]).
+fn run_with(seed: u64, setup: Setup, mss: usize, sizes: &[usize], crc_at_transmit: bool) -> Pair {
+    let what = format!("seed {seed} mss {mss} {setup:?} crc at transmit {crc_at_transmit}");
     let mut p = Pair::new(seed, setup, mss);
+    p.a.mem.set_crc_at_transmit(crc_at_transmit);
+    p.b.mem.set_crc_at_transmit(crc_at_transmit);
     let (_, total) = layout(sizes);
     let mut rng = engine_common::Rng::new(seed * 7 + 1);
     let ab = make_bufs(&mut p.a, &mut rng, total, 0x7f00_0000_0000);
@@ -281,6 +289,41 @@ fn every_framing_and_rtr_every_size() {
                     }
                     seed += 1;
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_crc_left_to_the_driver_is_checked_by_the_peer() {
+    // The engine leaves the CRC of FPDUs with payload to the driver where
+    // the memory says so; the harness computes it over the octets before
+    // the field, and the peer's deframer checks every one (a wrong CRC
+    // would end the run in a Terminate). An FPDU with a marker inside
+    // keeps it in the engine (most of them, with markers on).
+    for (seed, markers) in [(41, false), (42, true)] {
+        let setup = Setup {
+            markers,
+            ..Setup::default()
+        };
+        let p = run_with(seed, setup, 1448, &SIZES, true);
+        for s in [&p.a, &p.b] {
+            if markers {
+                // FPDUs a marker cuts keep the engine's CRC pass (the
+                // others are left to the driver).
+                assert!(
+                    s.payload_sums > 0 && s.crcs_at_transmit > 0,
+                    "markers: {} engine CRCs with a payload sum, {} at transmit",
+                    s.payload_sums,
+                    s.crcs_at_transmit
+                );
+            } else {
+                assert!(
+                    s.crcs_at_transmit > (3 << 20) / 1448,
+                    "{}",
+                    s.crcs_at_transmit
+                );
+                assert_eq!(s.payload_sums, 0, "no CRC pass in the engine");
             }
         }
     }

@@ -815,11 +815,17 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
     /// the payload from registered memory instead of copying it.
     ///
     /// The TCP checksum covers the payload, which is not at hand here:
-    /// `payload_sum` returns the Internet checksum's partial sum of the
-    /// record bytes in the range (see [`crate::wire::checksum`]), or `None`
-    /// when the device computes the checksum, in which case the field holds
-    /// the pseudo-header sum as devices with transmit checksum offload
-    /// expect. A segment whose next hop is not resolved is built whole
+    /// `payload_sum(record, range, header_len)` returns the Internet
+    /// checksum's partial sum of the record bytes in the range (see
+    /// [`crate::wire::checksum`]), or `None` when the device computes the
+    /// checksum, in which case the field holds the pseudo-header sum as
+    /// devices with transmit checksum offload expect. `header_len` is the
+    /// length the headers will have (where the payload starts in the
+    /// frame): a driver that copies the payload into its frame can do so
+    /// right there, summing the bytes as it copies them, and write the
+    /// headers in front afterwards. It is called at most once per call,
+    /// and only for a segment that is then returned as
+    /// [`FrameParts::Segment`]. A segment whose next hop is not resolved is built whole
     /// (its record bytes written by `copy(record, offset, dst)`) and held
     /// as [`Interface::poll_frame`] holds it.
     pub fn poll_frame_parts<F, C>(
@@ -830,7 +836,7 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
         copy: C,
     ) -> Option<FrameParts<'_, R>>
     where
-        F: FnMut(&R, Range<usize>) -> Option<u32>,
+        F: FnMut(&R, Range<usize>, usize) -> Option<u32>,
         C: FnMut(&R, usize, &mut [u8]),
     {
         self.flush_pending_hold(now);
@@ -860,7 +866,7 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
             return Some(FrameParts::Consumed);
         }
         let sum = match &seg.payload {
-            Some((record, range)) => payload_sum(record, range.clone()),
+            Some((record, range)) => payload_sum(record, range.clone(), header_len),
             None => Some(0),
         };
         let head = &mut hdr[tcp_at..header_len];
@@ -1651,7 +1657,7 @@ mod tests {
     fn parts_frame(i: &mut Iface, now: Instant, offload: bool) -> Option<Vec<u8>> {
         let mut hdr = [0u8; 160];
         loop {
-            let sum = |r: &Vec<u8>, range: core::ops::Range<usize>| {
+            let sum = |r: &Vec<u8>, range: core::ops::Range<usize>, _| {
                 (!offload).then(|| crate::wire::checksum::sum(&r[range]))
             };
             match i.poll_frame_parts(now, &mut hdr, sum, copy_vec)? {
@@ -1750,10 +1756,10 @@ mod tests {
             .connect(now, IP_B, SocketAddrV4::new(IP_A, 7000))
             .unwrap();
         let mut hdr = [0u8; 160];
-        let first = a.poll_frame_parts(now, &mut hdr, |_: &Vec<u8>, _| Some(0), copy_vec);
+        let first = a.poll_frame_parts(now, &mut hdr, |_: &Vec<u8>, _, _| Some(0), copy_vec);
         assert!(matches!(first, Some(FrameParts::Consumed)));
         assert!(a
-            .poll_frame_parts(now, &mut hdr, |_, _| Some(0), copy_vec)
+            .poll_frame_parts(now, &mut hdr, |_, _, _| Some(0), copy_vec)
             .is_none());
         let mut buf = [0u8; 1600];
         let n = a.poll_slow_frame(now, &mut buf).unwrap();

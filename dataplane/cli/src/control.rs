@@ -219,6 +219,7 @@ fn worker_json(i: usize, s: &WorkerStats) -> Value {
         "tx_resummed_bytes": s.tx_resummed_bytes,
         "tx_payload_changed": s.tx_payload_changed,
         "tx_copied_frames": s.tx_copied_frames,
+        "tx_fused_frames": s.tx_fused_frames,
         "idle_wakeups": s.idle_wakeups,
         "dispatched_out": s.dispatched_out,
         "dispatched_in": s.dispatched_in,

@@ -187,7 +187,7 @@ type WorkerCounter = (&'static str, &'static str, fn(&WorkerStats) -> u64);
 /// can say; the service adds its responders).
 pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
     let stats = dp.stats();
-    let counters: [WorkerCounter; 18] = [
+    let counters: [WorkerCounter; 19] = [
         ("iwarp_rx_packets_total", "Frames received.", |s| {
             s.rx_packets
         }),
@@ -258,6 +258,11 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             "iwarp_tx_copied_frames_total",
             "Frames whose payload was copied into the frame because the port lacks multi-segment transmit.",
             |s| s.tx_copied_frames,
+        ),
+        (
+            "iwarp_tx_fused_frames_total",
+            "Frames whose payload copy, MPA CRC and TCP checksum were one pass.",
+            |s| s.tx_fused_frames,
         ),
         ("iwarp_loops_total", "Poll-loop iterations.", |s| s.loops),
         (

@@ -189,6 +189,10 @@ impl Scenario {
         }
         world.link = link;
         world.static_arp = r.chance(0.5);
+        // From the seed, not the generator, so that the rest of the
+        // scenario stays as it was: every mix of copying and attaching
+        // ports.
+        world.copy_tx = [seed % 2 == 1, seed % 4 >= 2];
         if r.chance(0.2) {
             world.tx_burst_max = r.range_inclusive(1, 4) as usize;
         }

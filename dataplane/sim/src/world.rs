@@ -45,6 +45,10 @@ pub struct WorldSpec {
     /// Frames one transmit burst of a port takes at most (0: all), the
     /// rest left with the worker as a device with a full ring leaves them.
     pub tx_burst_max: usize,
+    /// Side A's and side B's ports copy every payload into the frame (no
+    /// multi-segment transmit): the MPA CRC and the TCP checksum are then
+    /// computed in that copy's pass.
+    pub copy_tx: [bool; 2],
 }
 
 impl WorldSpec {
@@ -59,6 +63,7 @@ impl WorldSpec {
             link: LinkConfig::perfect(),
             static_arp: false,
             tx_burst_max: 0,
+            copy_tx: [false, false],
         }
     }
 }
@@ -99,6 +104,7 @@ impl World {
                 queues: spec.workers[side] as u16,
                 mtu: spec.mtu,
                 tx_burst_max: spec.tx_burst_max,
+                multi_seg_tx: !spec.copy_tx[side],
                 ..MemLinkConfig::default()
             };
             let (link, port) = MemLink::external(&link, mac);

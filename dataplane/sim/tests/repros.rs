@@ -72,7 +72,14 @@ struct Changed {
 /// operation has completed and (when `expect_end`) both sides reported
 /// the end of the connection.
 fn changed_buffer(crc: CrcPolicy, op: Op, expect_end: bool) -> Changed {
+    changed_buffer_on(crc, op, expect_end, false)
+}
+
+/// [`changed_buffer`]; with `copy_tx`, both ports copy payload into their
+/// frames (the CRC computed in the copy's pass at transmit).
+fn changed_buffer_on(crc: CrcPolicy, op: Op, expect_end: bool, copy_tx: bool) -> Changed {
     let mut spec = WorldSpec::new(3);
+    spec.copy_tx = [copy_tx, copy_tx];
     spec.mpa[0].crc = crc;
     spec.mpa[1].crc = crc;
     let (mut w, ends) = connected(&spec);
@@ -191,6 +198,15 @@ fn a_changed_write_ends_in_the_crc_terminate() {
     ));
     assert!(c.after < Duration::from_secs(2), "{:?}", c.after);
     // After a Terminate the sink's bytes are undefined, but never torn.
+    assert!(c.got == vec![0x99; LEN] || c.got == vec![0x11; LEN]);
+}
+
+#[test]
+fn a_changed_write_ends_in_the_crc_terminate_on_a_copying_port() {
+    // The first transmission's CRC goes out again with the changed bytes.
+    let c = changed_buffer_on(CrcPolicy::Requested, Op::Write, true, true);
+    assert_eq!(c.ended, crc_terminate(1));
+    assert!(c.source_changed >= 1);
     assert!(c.got == vec![0x99; LEN] || c.got == vec![0x11; LEN]);
 }
 

@@ -1256,6 +1256,9 @@ pub struct MemoryTable {
     /// Take the TCP checksum's payload sum in the CRC pass (a port
     /// without checksum offload).
     sum_with_crc: bool,
+    /// The transmit path copies payload into frames and computes the CRC
+    /// there ([`Placement::crc_at_transmit`]).
+    crc_at_transmit: bool,
 }
 
 impl MemoryTable {
@@ -1272,6 +1275,14 @@ impl MemoryTable {
             sum_with_crc,
             ..MemoryTable::default()
         }
+    }
+
+    /// Says whether the transmit path computes the MPA CRC of FPDUs with
+    /// payload itself, in the pass that copies the payload into the frame
+    /// (a port that takes no payload by reference; see
+    /// [`Placement::crc_at_transmit`]).
+    pub fn set_crc_at_transmit(&mut self, on: bool) {
+        self.crc_at_transmit = on;
     }
 
     /// Records one more registration of `region` (the first one makes it
@@ -1369,6 +1380,10 @@ impl Placement for MemoryTable {
 
     fn sum_with_crc(&self) -> bool {
         self.sum_with_crc
+    }
+
+    fn crc_at_transmit(&self) -> bool {
+        self.crc_at_transmit
     }
 
     fn crc32c_and_sum(&self, crc: u32, src: CheckedRange<'_>) -> (u32, u32) {

@@ -73,6 +73,11 @@ pub struct WorkerCounters {
     ///
     /// [`LinkCaps::multi_seg_tx`]: crate::link::LinkCaps::multi_seg_tx
     pub tx_copied_frames: AtomicU64,
+    /// Frames whose payload was copied into the frame, the MPA CRC and the
+    /// TCP checksum computed over the copy in the same pass
+    /// ([`rdmap::placement::Placement::crc_at_transmit`]): every copied
+    /// FPDU with payload, the CRC on and no markers.
+    pub tx_fused_frames: AtomicU64,
     /// Received TCP frames handed to the worker that owns their connection
     /// (on a port that cannot steer flows to queues, the software
     /// dispatcher).
@@ -146,6 +151,8 @@ pub struct WorkerStats {
     pub tx_payload_changed: u64,
     /// See [`WorkerCounters::tx_copied_frames`].
     pub tx_copied_frames: u64,
+    /// See [`WorkerCounters::tx_fused_frames`].
+    pub tx_fused_frames: u64,
     /// See [`WorkerCounters::dispatched_out`].
     pub dispatched_out: u64,
     /// See [`WorkerCounters::dispatched_in`].
@@ -204,6 +211,7 @@ impl WorkerCounters {
             tx_resummed_bytes: g(&self.tx_resummed_bytes),
             tx_payload_changed: g(&self.tx_payload_changed),
             tx_copied_frames: g(&self.tx_copied_frames),
+            tx_fused_frames: g(&self.tx_fused_frames),
             dispatched_out: g(&self.dispatched_out),
             dispatched_in: g(&self.dispatched_in),
             dispatch_drops: g(&self.dispatch_drops),

@@ -333,13 +333,17 @@ impl<Q: LinkQueue> Worker<Q> {
         // The TCP checksum's payload sum rides on the CRC pass only where
         // the port cannot compute the checksum itself.
         let sum_with_crc = !s.caps.tx_checksum_offload;
+        let mut mem = MemoryTable::with_sum_with_crc(sum_with_crc);
+        // Where the payload is copied into each frame anyway, that copy is
+        // the CRC's pass too.
+        mem.set_crc_at_transmit(!s.caps.multi_seg_tx);
         Worker {
             index: s.index,
             caps: s.caps,
             queue: s.queue,
             iface,
             device,
-            mem: MemoryTable::with_sum_with_crc(sum_with_crc),
+            mem,
             conns: Vec::new(),
             records: Records::with_capacity(RECORDS_AT_START),
             ready: ready::ReadyList::new(s.config.tcp.max_connections),

@@ -12,6 +12,7 @@ use core::ops::Range;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use rdmap::engine::{Endpoint, OutRecord, Piece};
+use rdmap::mpa::fpdu::CRC_LEN;
 use tcp_offload::iface::FrameParts;
 use tcp_offload::tcp::{ConnId, Record, RecordBytes, Stack};
 use tcp_offload::wire::checksum;
@@ -69,6 +70,27 @@ pub struct FpduRecord {
     /// into a segment's checksum once; later segments sum the payload
     /// from memory ([`FpduRecord::tx_sum`]).
     stored_sum_spent: Cell<bool>,
+    /// The engine left the MPA CRC to us ([`OutRecord::crc_pending`]):
+    /// the first transmission computes it over the bytes it copies into
+    /// the frame ([`FpduRecord::emit_fused`]) and keeps it here.
+    crc_pending: bool,
+    crc: Cell<Option<u32>>,
+}
+
+/// What [`FpduRecord::emit_fused`] found in its pass over the record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct FusedSum {
+    /// The Internet checksum's partial sum of the record's bytes.
+    pub(super) sum: u32,
+    /// Payload bytes copied (and summed) again for a record sent before:
+    /// a retransmission ([`WorkerCounters::tx_resummed_bytes`]).
+    ///
+    /// [`WorkerCounters::tx_resummed_bytes`]: super::counters::WorkerCounters::tx_resummed_bytes
+    pub(super) resummed: usize,
+    /// The bytes copied again no longer have the CRC of the first
+    /// transmission, which the segment carries all the same (the peer's
+    /// CRC check then ends the stream).
+    pub(super) changed: bool,
 }
 
 /// The payload sum of one TCP segment cut from a record, and where it came
@@ -107,10 +129,12 @@ impl FpduRecord {
         let markers = rec.layout().is_some_and(|l| l.markers().next().is_some());
         FpduRecord {
             len: rec.len(),
+            crc_pending: rec.crc_pending(),
             rec: Some(rec),
             region,
             markers,
             stored_sum_spent: Cell::new(false),
+            crc: Cell::new(None),
         }
     }
 
@@ -124,6 +148,8 @@ impl FpduRecord {
             region: None,
             markers: false,
             stored_sum_spent: Cell::new(false),
+            crc_pending: false,
+            crc: Cell::new(None),
         }
     }
 
@@ -149,6 +175,16 @@ impl FpduRecord {
             if lo < hi {
                 let (from, n, rel) = (lo - at, hi - lo, lo - range.start);
                 match piece {
+                    // The pad and CRC of a record whose CRC is ours: with
+                    // the CRC in it.
+                    Piece::Bytes(b) if self.crc_pending && at + len == self.len => {
+                        match rec.trailer_with(self.crc_value()) {
+                            Some(t) if t.as_bytes().len() == b.len() => {
+                                f(rel, Chunk::Bytes(&t.as_bytes()[from..from + n]))?
+                            }
+                            _ => f(rel, Chunk::Bytes(&b[from..from + n]))?,
+                        }
+                    }
                     Piece::Bytes(b) => f(rel, Chunk::Bytes(&b[from..from + n]))?,
                     Piece::Marker(m) => f(rel, Chunk::Bytes(&m[from..from + n]))?,
                     Piece::Payload(r) => f(
@@ -166,6 +202,122 @@ impl FpduRecord {
             }
         }
         Ok(())
+    }
+
+    /// The MPA CRC of a record whose CRC is ours: the one its first
+    /// transmission computed, or (should the record be read before it is
+    /// sent, as a frame held for an address is) computed now from the
+    /// region and kept.
+    fn crc_value(&self) -> u32 {
+        if let Some(c) = self.crc.get() {
+            return c;
+        }
+        let Some(rec) = &self.rec else {
+            return 0;
+        };
+        let mut crc = 0u32;
+        let mut at = 0usize;
+        for piece in rec.pieces() {
+            let len = piece.len();
+            crc = match piece {
+                // The trailer: its pad only.
+                Piece::Bytes(b) if at + len == self.len => {
+                    rdmap::crc::append(crc, &b[..b.len().saturating_sub(CRC_LEN)])
+                }
+                Piece::Bytes(b) => rdmap::crc::append(crc, b),
+                Piece::Marker(m) => rdmap::crc::append(crc, &m),
+                Piece::Payload(r) => self.region.as_ref().map_or(crc, |region| {
+                    region.crc32c_append(crc, r.offset() as usize, r.len() as usize)
+                }),
+            };
+            at += len;
+        }
+        self.crc.set(Some(crc));
+        crc
+    }
+
+    /// Whether [`FpduRecord::emit_fused`] can send the record bytes in
+    /// `range`: the whole record, its CRC ours, its payload in a region.
+    pub(super) fn fusable(&self, range: &Range<usize>) -> bool {
+        self.crc_pending && self.region.is_some() && *range == (0..self.len)
+    }
+
+    /// Appends `header_len` zero bytes (the headers, patched in later) and
+    /// the whole record to `frame` in one pass over the payload: copied
+    /// from the region into the frame, and the MPA CRC and (with
+    /// `want_sum`) the TCP checksum's partial sum computed over the copy.
+    /// The first transmission keeps the CRC; a retransmission sends that
+    /// one, whatever the buffer holds now (see [`FpduRecord::tx_sum`] for
+    /// why: the peer's CRC check ends the stream), and says whether the
+    /// bytes still match it.
+    pub(super) fn emit_fused<F: TxFrame>(
+        &self,
+        frame: &mut F,
+        header_len: usize,
+        want_sum: bool,
+    ) -> Result<FusedSum, FrameFull> {
+        let (Some(rec), Some(region)) = (&self.rec, &self.region) else {
+            return Err(FrameFull);
+        };
+        frame.append_zeros(header_len)?;
+        let mut crc = 0u32;
+        let mut sum = 0u32;
+        let mut at = 0usize;
+        let mut out = FusedSum::default();
+        let mut trailer_at = None;
+        for piece in rec.pieces() {
+            match piece {
+                Piece::Payload(r) => {
+                    let (offset, len) = (r.offset() as usize, r.len() as usize);
+                    frame.append_copy_inspect(region, offset, len, &mut |b| {
+                        crc = rdmap::crc::append(crc, b);
+                        if want_sum {
+                            sum = checksum::combine_at(sum, checksum::sum(b), at);
+                        }
+                        at += b.len();
+                    })?;
+                    if self.crc.get().is_some() {
+                        out.resummed += len;
+                    }
+                }
+                Piece::Bytes(b) if at + b.len() == self.len => {
+                    // The trailer: the pad is covered, the CRC field is
+                    // written below.
+                    crc = rdmap::crc::append(crc, &b[..b.len().saturating_sub(CRC_LEN)]);
+                    trailer_at = Some(at);
+                    at += b.len();
+                }
+                Piece::Bytes(b) => {
+                    frame.append(b)?;
+                    crc = rdmap::crc::append(crc, b);
+                    if want_sum {
+                        sum = checksum::combine_at(sum, checksum::sum(b), at);
+                    }
+                    at += b.len();
+                }
+                // Not fusable with markers.
+                Piece::Marker(_) => return Err(FrameFull),
+            }
+        }
+        let crc = match self.crc.get() {
+            Some(first) => {
+                out.changed = first != crc;
+                first
+            }
+            None => {
+                self.crc.set(Some(crc));
+                crc
+            }
+        };
+        let (Some(t), Some(t_at)) = (rec.trailer_with(crc), trailer_at) else {
+            return Err(FrameFull);
+        };
+        frame.append(t.as_bytes())?;
+        if want_sum {
+            sum = checksum::combine_at(sum, checksum::sum(t.as_bytes()), t_at);
+        }
+        out.sum = sum;
+        Ok(out)
     }
 
     /// The Internet checksum's partial sum of the record bytes in `range`
@@ -400,13 +552,23 @@ impl<Q: LinkQueue> Worker<Q> {
             }
             let mut hdr = [0u8; HDR_BUF];
             let mut seg = SegmentSum::default();
+            // The record went into the frame in the checksum's pass
+            // (`Some`): copied, its CRC and sum computed over the copy.
+            let mut fused: Option<Result<FusedSum, FrameFull>> = None;
             let records = &self.records;
             let parts = self.iface.poll_frame_parts(
                 now,
                 &mut hdr,
-                |r, range| {
+                |r, range, header_len| {
+                    let rec = records.get(r);
+                    if let Some(rec) = rec.filter(|rec| rec.fusable(&range)) {
+                        let f = rec.emit_fused(&mut frame, header_len, !offload);
+                        let sum = f.as_ref().map_or(0, |f| f.sum);
+                        fused = Some(f);
+                        return (!offload).then_some(sum);
+                    }
                     (!offload).then(|| {
-                        seg = records.get(r).map(|r| r.tx_sum(range)).unwrap_or_default();
+                        seg = rec.map(|r| r.tx_sum(range)).unwrap_or_default();
                         seg.sum
                     })
                 },
@@ -415,6 +577,15 @@ impl<Q: LinkQueue> Worker<Q> {
                     None => dst.fill(0),
                 },
             );
+            if let Some(Ok(f)) = &fused {
+                bump(&self.counters.tx_fused_frames, 1);
+                if f.resummed > 0 {
+                    bump(&self.counters.tx_resummed_bytes, f.resummed as u64);
+                    if f.changed {
+                        bump(&self.counters.tx_payload_changed, 1);
+                    }
+                }
+            }
             if seg.read > 0 {
                 bump(&self.counters.tx_summed_bytes, seg.read as u64);
             }
@@ -440,11 +611,21 @@ impl<Q: LinkQueue> Worker<Q> {
                     let payload = payload.map(|(r, range)| (records.get(r), range));
                     let captured = capture_ts.map(|ts| (ts, payload.clone()));
                     let has_payload = payload.is_some();
-                    let ok = frame.append(&hdr[..header_len]).is_ok()
-                        && payload.map_or(true, |(r, range)| {
-                            r.is_some_and(|r| r.emit(&mut frame, range, attach).is_ok())
-                        })
-                        && frame.append_zeros(pad).is_ok();
+                    let ok = match fused {
+                        // Headers in front of the record already there.
+                        Some(f) => {
+                            f.is_ok()
+                                && frame.patch(0, &hdr[..header_len]).is_ok()
+                                && frame.append_zeros(pad).is_ok()
+                        }
+                        None => {
+                            frame.append(&hdr[..header_len]).is_ok()
+                                && payload.map_or(true, |(r, range)| {
+                                    r.is_some_and(|r| r.emit(&mut frame, range, attach).is_ok())
+                                })
+                                && frame.append_zeros(pad).is_ok()
+                        }
+                    };
                     if ok {
                         if let (Some(ring), Some((ts, p))) = (self.capture.ring(), captured) {
                             let p = p.and_then(|(r, range)| r.map(|r| (r, range)));

@@ -119,6 +119,8 @@ pub(super) struct Fpdu {
     /// The payload's Internet checksum partial sum, when the CRC pass
     /// computed it (see [`OutRecord::payload_sum`]).
     pub(super) payload_sum: Option<u32>,
+    /// The CRC is the driver's to compute ([`OutRecord::crc_pending`]).
+    pub(super) crc_pending: bool,
 }
 
 impl OutRecord {
@@ -183,6 +185,28 @@ impl OutRecord {
         match &self.body {
             Body::Setup(_) => None,
             Body::Fpdu(f) => f.payload_sum,
+        }
+    }
+
+    /// Whether the record's CRC field is left for the driver
+    /// ([`Placement::crc_at_transmit`]): the pieces then end in the pad and
+    /// a zero CRC, and the driver computes the CRC over the octets before
+    /// it as it copies the payload into the frame, and sends
+    /// [`OutRecord::trailer_with`] that CRC. Only FPDUs with payload and
+    /// without markers are left so.
+    pub fn crc_pending(&self) -> bool {
+        match &self.body {
+            Body::Setup(_) => false,
+            Body::Fpdu(f) => f.crc_pending,
+        }
+    }
+
+    /// The FPDU's pad and CRC field with `crc` in it (for a record whose
+    /// CRC is pending); `None` for setup bytes.
+    pub fn trailer_with(&self, crc: u32) -> Option<Trailer> {
+        match &self.body {
+            Body::Setup(_) => None,
+            Body::Fpdu(f) => Some(f.layout.trailer(crc)),
         }
     }
 

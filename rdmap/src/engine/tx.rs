@@ -481,9 +481,18 @@ impl Endpoint {
                 payload,
                 trailer: layout.trailer(0),
                 payload_sum: None,
+                crc_pending: false,
             }),
         };
-        if self.framer.crc_enabled() {
+        let deferred = self.framer.crc_enabled()
+            && plen > 0
+            && env.mem.crc_at_transmit()
+            && layout.markers().next().is_none();
+        if deferred {
+            if let Body::Fpdu(f) = &mut record.body {
+                f.crc_pending = true;
+            }
+        } else if self.framer.crc_enabled() {
             let (crc, sum) = fpdu_crc(&record, &*env.mem);
             if let Body::Fpdu(f) = &mut record.body {
                 f.trailer = layout.trailer(crc);

@@ -101,6 +101,9 @@ pub struct Side {
     /// A responder made with [`Endpoint::awaiting_request`]: the queue
     /// pair its acceptance hands over, with the IRD and ORD to offer.
     pub pending_qp: Option<(QueuePair, u16, u16)>,
+    /// Records whose CRC this side's "driver" computed
+    /// ([`OutRecord::crc_pending`]).
+    pub crcs_at_transmit: u64,
 }
 
 pub fn qp_attr(pd: PdId, cq: &CompletionQueue) -> QpInitAttr {
@@ -195,6 +198,7 @@ impl Side {
             auto_accept: true,
             payload_sums: 0,
             pending_qp: None,
+            crcs_at_transmit: 0,
         }
     }
 
@@ -292,7 +296,24 @@ impl Side {
                 r.len()
             );
             assert!(!r.is_empty());
-            let bytes = r.to_vec(&self.mem);
+            let mut bytes = r.to_vec(&self.mem);
+            if r.crc_pending() {
+                // The driver's part: the CRC over every octet before the
+                // CRC field, the field left zero until then.
+                let n = bytes.len();
+                assert_eq!(
+                    bytes[n - 4..],
+                    [0; 4],
+                    "{}: a pending CRC is zero",
+                    self.name
+                );
+                assert_eq!(r.payload_sum(), None, "no CRC pass, no stored sum");
+                let crc = rdmap::crc::append(0, &bytes[..n - 4]);
+                let t = r.trailer_with(crc).expect("an FPDU");
+                let t = t.as_bytes();
+                bytes[n - t.len()..].copy_from_slice(t);
+                self.crcs_at_transmit += 1;
+            }
             // The payload's checksum sum kept from the CRC pass is the
             // sum of the payload bytes.
             if let (Some(p), Some(sum)) = (r.payload(), r.payload_sum()) {
