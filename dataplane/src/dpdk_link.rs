@@ -452,9 +452,24 @@ impl DpdkLink {
         // of thousands. Not for af_xdp, which builds its UMEM over the
         // pool's memory and stalled on the stack driver (its two-process
         // test moved nothing).
-        let ops = (info.driver_name != "net_af_xdp").then_some("stack");
-        let pool = Mempool::with_ops(eal, &name, pool_size, 256, data_room, port.socket_id(), ops)
-            .or_else(|_| Mempool::new(eal, &name, pool_size, 256, data_room, port.socket_id()))?;
+        let lifo = info.driver_name != "net_af_xdp";
+        let default = || Mempool::new(eal, &name, pool_size, 256, data_room, port.socket_id());
+        let pool = if lifo {
+            // Where the driver is missing, DPDK's default ring.
+            let stack = Some("stack");
+            Mempool::with_ops(
+                eal,
+                &name,
+                pool_size,
+                256,
+                data_room,
+                port.socket_id(),
+                stack,
+            )
+            .or_else(|_| default())?
+        } else {
+            default()?
+        };
         let own_mac = EthernetAddress(port.mac_addr()?);
         let mac = opts.mac.unwrap_or(own_mac);
         let conf = PortConfig {
@@ -1065,6 +1080,28 @@ impl DpdkFrame {
         Ok(())
     }
 
+    /// Appends `len` bytes of `region` from `offset`, copied, handing each
+    /// run as it now sits in the frame to `after`.
+    fn copy_in(
+        &mut self,
+        region: &Region,
+        offset: usize,
+        len: usize,
+        mut after: impl FnMut(&[u8]),
+    ) -> Result<(), FrameFull> {
+        if offset
+            .checked_add(len)
+            .map_or(true, |end| end > region.len())
+        {
+            return Err(FrameFull);
+        }
+        self.extend(len, |at, dst| {
+            // In bounds: checked above.
+            let _ = region.read(offset + at, dst);
+            after(dst);
+        })
+    }
+
     /// Attaches `slice` as external segments (one per IOVA-contiguous
     /// run, [`MAX_SPLIT`] at most); `false` if it could not (no IOVA, no
     /// slot, no pin room, no mbuf), leaving the frame unchanged.
@@ -1166,16 +1203,7 @@ impl TxFrame for DpdkFrame {
     }
 
     fn append_copy(&mut self, region: &Region, offset: usize, len: usize) -> Result<(), FrameFull> {
-        if offset
-            .checked_add(len)
-            .map_or(true, |end| end > region.len())
-        {
-            return Err(FrameFull);
-        }
-        self.extend(len, |at, dst| {
-            // In bounds: checked above.
-            let _ = region.read(offset + at, dst);
-        })
+        self.copy_in(region, offset, len, |_| {})
     }
 
     fn append_copy_inspect(
@@ -1185,17 +1213,7 @@ impl TxFrame for DpdkFrame {
         len: usize,
         inspect: &mut dyn FnMut(&[u8]),
     ) -> Result<(), FrameFull> {
-        if offset
-            .checked_add(len)
-            .map_or(true, |end| end > region.len())
-        {
-            return Err(FrameFull);
-        }
-        self.extend(len, |at, dst| {
-            // In bounds: checked above.
-            let _ = region.read(offset + at, dst);
-            inspect(dst);
-        })
+        self.copy_in(region, offset, len, inspect)
     }
 
     fn patch(&mut self, at: usize, bytes: &[u8]) -> Result<(), FrameFull> {
