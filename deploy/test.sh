@@ -22,7 +22,7 @@ fi
 # over namespaces, veths, raw and AF_XDP sockets; tests named *_over_veth
 # or *_over_af_packet (the `iwarp` tool as two processes on a veth pair);
 # and the hugepage test. A new root-only test joins one of these.
-ROOT_TESTS='binary(kernel_tcp) | binary(dpdk_kernel) | binary(dpdk_afpacket) | binary(dpdk_afxdp)
+ROOT_TESTS='binary(kernel_tcp) | binary(dpdk_kernel) | binary(dpdk_afpacket) | binary(dpdk_afxdp) | binary(dpdk_tap)
     | binary(afxdp_port) | test(/_over_veth$/) | test(/_over_af_packet$/)
     | test(=registered_hugepage_regions_over_net_ring)'
 

@@ -8,10 +8,11 @@ mod exchange_common;
 mod netns_common;
 mod runtime_common;
 
-use dataplane::worker::WorkerStats;
+use dataplane::api::Dataplane;
 use exchange_common::{run, Exchange};
 
-fn nothing_copied(side: &str, stats: &[WorkerStats]) {
+fn nothing_copied(side: &str, dp: &Dataplane) {
+    let stats = dp.stats();
     let copied: u64 = stats.iter().map(|s| s.tx_copied_frames).sum();
     assert_eq!(copied, 0, "{side}: frames copied on a multi-segment port");
 }
@@ -22,6 +23,7 @@ fn afpacket_two_processes_write_read_send() {
         test: "afpacket_two_processes_write_read_send",
         pmd: "net_af_packet",
         device: |iface| format!("net_af_packet0,iface={iface}"),
+        attach: None,
         check: nothing_copied,
     });
 }

@@ -26,7 +26,7 @@ mod exchange_common;
 mod netns_common;
 mod runtime_common;
 
-use dataplane::worker::WorkerStats;
+use dataplane::api::Dataplane;
 use exchange_common::{run, total, Exchange};
 
 /// Payload bytes one frame carries at most (MTU 1500 less the IP and TCP
@@ -35,7 +35,8 @@ const MAX_PAYLOAD: usize = 1460;
 
 /// The client's WRITE and SEND payloads and the server's READ responses
 /// all went out through the copy path.
-fn copied_everything(side: &str, stats: &[WorkerStats]) {
+fn copied_everything(side: &str, dp: &Dataplane) {
+    let stats = dp.stats();
     let copied: u64 = stats.iter().map(|s| s.tx_copied_frames).sum();
     let sent: u64 = stats.iter().map(|s| s.tx_packets).sum();
     // The client sends WRITE and SEND payloads, the server READ responses.
@@ -62,6 +63,7 @@ fn afxdp_two_processes_write_read_send() {
         test: "afxdp_two_processes_write_read_send",
         pmd: "net_af_xdp",
         device: |iface| format!("net_af_xdp0,iface={iface},start_queue=0,queue_count=1"),
+        attach: None,
         check: copied_everything,
     });
 }

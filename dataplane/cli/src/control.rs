@@ -220,6 +220,7 @@ fn worker_json(i: usize, s: &WorkerStats) -> Value {
         "tx_payload_changed": s.tx_payload_changed,
         "tx_copied_frames": s.tx_copied_frames,
         "tx_fused_frames": s.tx_fused_frames,
+        "rx_cksum_trusted": s.rx_cksum_trusted,
         "idle_wakeups": s.idle_wakeups,
         "dispatched_out": s.dispatched_out,
         "dispatched_in": s.dispatched_in,

@@ -187,7 +187,7 @@ type WorkerCounter = (&'static str, &'static str, fn(&WorkerStats) -> u64);
 /// can say; the service adds its responders).
 pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
     let stats = dp.stats();
-    let counters: [WorkerCounter; 19] = [
+    let counters: [WorkerCounter; 20] = [
         ("iwarp_rx_packets_total", "Frames received.", |s| {
             s.rx_packets
         }),
@@ -263,6 +263,11 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             "iwarp_tx_fused_frames_total",
             "Frames whose payload copy, MPA CRC and TCP checksum were one pass.",
             |s| s.tx_fused_frames,
+        ),
+        (
+            "iwarp_rx_cksum_trusted_total",
+            "Received frames whose checksums the port had verified, not summed again.",
+            |s| s.rx_cksum_trusted,
         ),
         ("iwarp_loops_total", "Poll-loop iterations.", |s| s.loops),
         (

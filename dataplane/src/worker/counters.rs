@@ -98,6 +98,10 @@ pub struct WorkerCounters {
     /// ARP frames it sent: requests and replies (published every stats
     /// period).
     pub arp_out: AtomicU64,
+    /// Received frames whose IPv4 or TCP checksum the port had verified,
+    /// so that the interface did not sum them again (published every
+    /// stats period; 0 on ports without checksum verdicts).
+    pub rx_cksum_trusted: AtomicU64,
     /// The EAL lcore id of the worker's thread plus one, recorded when the
     /// thread starts; 0 when it has none (see [`WorkerStats::lcore`]).
     lcore: AtomicU32,
@@ -165,6 +169,8 @@ pub struct WorkerStats {
     pub arp_in: u64,
     /// See [`WorkerCounters::arp_out`].
     pub arp_out: u64,
+    /// See [`WorkerCounters::rx_cksum_trusted`].
+    pub rx_cksum_trusted: u64,
     /// The EAL lcore id its thread runs as (`rte_lcore_id()`), recorded
     /// when a worker thread starts (`DriveMode::Threads`); `None` for a
     /// thread EAL does not know and for workers the application drives.
@@ -217,6 +223,7 @@ impl WorkerCounters {
             dispatch_drops: g(&self.dispatch_drops),
             conn_visits: g(&self.conn_visits),
             arp_in: g(&self.arp_in),
+            rx_cksum_trusted: g(&self.rx_cksum_trusted),
             arp_out: g(&self.arp_out),
             lcore: self.lcore.load(Ordering::Relaxed).checked_sub(1),
             thread_id: Some(self.thread_id.load(Ordering::Relaxed)).filter(|&t| t != 0),

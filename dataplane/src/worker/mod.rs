@@ -541,6 +541,9 @@ impl<Q: LinkQueue> Worker<Q> {
         self.counters.drops.store(drops, Ordering::Relaxed);
         self.counters.arp_in.store(s.arp_in, Ordering::Relaxed);
         self.counters.arp_out.store(s.arp_out, Ordering::Relaxed);
+        self.counters
+            .rx_cksum_trusted
+            .store(s.rx_cksum_trusted, Ordering::Relaxed);
     }
 }
 

@@ -26,7 +26,6 @@ use dataplane::api::{
     Stag, WcOpcode, WcStatus, WorkCompletion,
 };
 use dataplane::config::Config;
-use dataplane::worker::WorkerStats;
 
 use crate::netns_common::{require_root, NsChild, TwoNs};
 use crate::runtime_common::pattern;
@@ -46,9 +45,14 @@ pub struct Exchange {
     pub pmd: &'static str,
     /// The DPDK device on veth end `iface`.
     pub device: fn(iface: &str) -> String,
-    /// Checks a side's worker counters (`side`: "server" or "client")
-    /// once its transfers are done; panics to fail it.
-    pub check: fn(side: &str, stats: &[WorkerStats]),
+    /// Runs in the child's namespace once its dataplane is open, with the
+    /// veth end's name: joins a port the PMD created itself (a tap) to
+    /// the veth. `None` for PMDs that open the veth end directly.
+    pub attach: Option<fn(iface: &str)>,
+    /// Checks a side's counters (`side`: "server" or "client") once its
+    /// transfers are done: the workers' ([`Dataplane::stats`]) and the
+    /// port's ([`Dataplane::link_stats`]); panics to fail it.
+    pub check: fn(side: &str, dp: &Dataplane),
 }
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 1);
@@ -280,7 +284,12 @@ fn open(x: &Exchange, ip: Ipv4Addr, mac: EthernetAddress) -> Dataplane {
     // Both processes and the kernel share two cores: back off when idle.
     c.idle.spin = 200;
     c.idle.sleep_us = 20;
-    Dataplane::open(&c).unwrap_or_else(|e| panic!("opening the dataplane on {}: {e}", x.pmd))
+    let dp =
+        Dataplane::open(&c).unwrap_or_else(|e| panic!("opening the dataplane on {}: {e}", x.pmd));
+    if let Some(attach) = x.attach {
+        attach(&iface);
+    }
+    dp
 }
 
 fn wait_wc(cq: &Cq, what: &str) -> WorkCompletion {
@@ -394,7 +403,7 @@ fn server(x: &Exchange) {
         other => panic!("server: unexpected {other:?}"),
     }
     println!("server: {:?}", dp.stats());
-    (x.check)("server", &dp.stats());
+    (x.check)("server", &dp);
     println!("SERVER DONE {verified}");
 }
 
@@ -504,6 +513,6 @@ fn client(x: &Exchange) {
         other => panic!("client: unexpected {other:?}"),
     }
     println!("client: {:?}", dp.stats());
-    (x.check)("client", &dp.stats());
+    (x.check)("client", &dp);
     println!("CLIENT DONE {verified}");
 }
