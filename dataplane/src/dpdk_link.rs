@@ -924,6 +924,7 @@ impl LinkQueue for DpdkQueue {
     fn tx_burst(&mut self, frames: &mut Vec<DpdkFrame>) -> usize {
         self.reap(false);
         let mut sent = 0;
+        let mut offloaded = 0u64;
         while !frames.is_empty() {
             let k = frames.len().min(BURST);
             let mut index = [0usize; BURST];
@@ -931,9 +932,7 @@ impl LinkQueue for DpdkQueue {
             for (i, f) in frames[..k].iter_mut().enumerate() {
                 if let Some(mut head) = f.head.take() {
                     if self.tx_cksum && DpdkQueue::offload_cksum(&mut head) {
-                        self.stats
-                            .tx_cksum_offloaded
-                            .fetch_add(1, Ordering::Relaxed);
+                        offloaded += 1;
                     }
                     // Room for BURST: the burst is empty here.
                     if let Err(head) = self.tx_burst.push(head) {
@@ -969,6 +968,13 @@ impl LinkQueue for DpdkQueue {
             if n < m {
                 break;
             }
+        }
+        if offloaded > 0 {
+            // Once per call, not per frame: the counter is read by other
+            // threads.
+            self.stats
+                .tx_cksum_offloaded
+                .fetch_add(offloaded, Ordering::Relaxed);
         }
         sent
     }
