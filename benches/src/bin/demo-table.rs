@@ -2,7 +2,8 @@
 //! documents, per MTU and bandwidth test, as one table: our bandwidth,
 //! the kernel's TCP over loopback measured in the same runs and the ratio
 //! of the two, the ratio to one core copying and CRC32c-summing the same
-//! bytes, and each side's worker CPU time per byte. `benches/demo-bw.sh`
+//! bytes, the ratio to one core handing the bytes to another, and each
+//! side's worker CPU time per byte. `benches/demo-bw.sh`
 //! runs the demos and calls it.
 
 use std::collections::BTreeMap;
@@ -11,11 +12,12 @@ use std::process::ExitCode;
 use serde_json::Value;
 
 /// The figures of one bandwidth row that the table shows, in order.
-const FIGURES: [(&str, &[&str]); 8] = [
+const FIGURES: [(&str, &[&str]); 9] = [
     ("BW MB/s", &["bw_avg_mbps"]),
     ("kernel MB/s", &["kernel_tcp_mbps"]),
     ("x kernel", &["kernel_ratio"]),
     ("x copy+CRC", &["ratio"]),
+    ("x cross-core", &["cross_core_ratio"]),
     ("src ns/B", &["source_workers", "ns_per_byte"]),
     ("sink ns/B", &["sink_workers", "ns_per_byte"]),
     ("kern tx ns/B", &["kernel_sender", "ns_per_byte"]),

@@ -83,6 +83,8 @@ fn demo_json_has_every_figure_and_leaves_nothing_behind() {
             "kernel_tcp_bytes",
             "kernel_tcp_seconds",
             "kernel_ratio",
+            "cross_core_mbps",
+            "cross_core_ratio",
             "verified_bytes",
         ] {
             positive(&r[f], &format!("{t} {f}"));
@@ -91,6 +93,8 @@ fn demo_json_has_every_figure_and_leaves_nothing_behind() {
         assert!((ratio - r["ratio"].as_f64().unwrap()).abs() < 1e-9);
         let vs_kernel = r["bw_avg_mbps"].as_f64().unwrap() / r["kernel_tcp_mbps"].as_f64().unwrap();
         assert!((vs_kernel - r["kernel_ratio"].as_f64().unwrap()).abs() < 1e-9);
+        let vs_cross = r["bw_avg_mbps"].as_f64().unwrap() / r["cross_core_mbps"].as_f64().unwrap();
+        assert!((vs_cross - r["cross_core_ratio"].as_f64().unwrap()).abs() < 1e-9);
         // Every side's CPU time was read (worker threads through their
         // ids, the kernel stream's threads themselves).
         for side in [

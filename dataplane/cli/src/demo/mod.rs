@@ -12,6 +12,8 @@
 //! the two, so that a reader sees how close the pipeline comes. Beside it
 //! stands the kernel's own TCP over loopback with the same message size,
 //! measured in the same run just before the endpoints start (`demo/kernel.rs`),
+//! one core handing each message to another that reads it once, the
+//! machine's ceiling for two endpoints on two cores (`demo/handoff.rs`),
 //! and each side's worker CPU time per byte moved (`demo/cpu.rs`), so that
 //! efficiency per core shows apart from how the threads were scheduled.
 //!
@@ -26,6 +28,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod cpu;
+mod handoff;
 mod kernel;
 
 use clap::Args;
@@ -161,6 +164,13 @@ pub struct BwRow {
     pub kernel_tcp_seconds: f64,
     /// `bw_avg_mbps / kernel_tcp_mbps`.
     pub kernel_ratio: f64,
+    /// One thread writing each message of the same size and another
+    /// reading every byte of it once, MiB/s (the same figure in every
+    /// row): what crossing from one core to the other costs on this
+    /// machine, a ceiling for two endpoints on two cores.
+    pub cross_core_mbps: f64,
+    /// `bw_avg_mbps / cross_core_mbps`.
+    pub cross_core_ratio: f64,
     /// CPU time of the workers of the side the data leaves (the client for
     /// WRITE and SEND, the server for READ), over the whole round
     /// (connection setup and the data check included).
@@ -294,6 +304,7 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
     // The kernel's baseline first, while no worker of ours polls the
     // machine's cores.
     let k = kernel_baseline(args)?;
+    let cross_core = cross_core_baseline(args)?;
     let a = Dataplane::open_with_link(&config(IP_A, MAC_A), la, DriveMode::Threads)?;
     let b = Dataplane::open_with_link(&config(IP_B, MAC_B), lb, DriveMode::Threads)?;
     say(
@@ -336,6 +347,8 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
             kernel_tcp_bytes: k.bytes,
             kernel_tcp_seconds: k.seconds,
             kernel_ratio: ratio(c.bw_avg_mbps, k.mbps),
+            cross_core_mbps: cross_core,
+            cross_core_ratio: ratio(c.bw_avg_mbps, cross_core),
             source_workers: CpuUse::new(source_cpu, c.bytes, seconds),
             sink_workers: CpuUse::new(sink_cpu, c.bytes, seconds),
             kernel_sender: k.sender,
@@ -347,12 +360,15 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
             args,
             &format!(
                 "  {test}: {:.1} MB/s; one core copying + CRC32c: {:.1} MB/s (ratio {:.2}); \
-                 kernel TCP over loopback: {:.1} MB/s (ratio {:.2}); {} bytes verified",
+                 kernel TCP over loopback: {:.1} MB/s (ratio {:.2}); one core to another: \
+                 {:.1} MB/s (ratio {:.2}); {} bytes verified",
                 row.bw_avg_mbps,
                 row.copy_crc_mbps,
                 row.ratio,
                 row.kernel_tcp_mbps,
                 row.kernel_ratio,
+                row.cross_core_mbps,
+                row.cross_core_ratio,
                 row.verified_bytes
             ),
         );
@@ -403,6 +419,28 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
         verified_bytes,
         data_check: "passed",
     })
+}
+
+/// One core handing each message to another (see [`handoff`]): the
+/// median of three, each half as long as a round (a quarter second with
+/// `--iterations`).
+fn cross_core_baseline(args: &DemoArgs) -> Result<f64, ToolError> {
+    let limit = match args.iterations {
+        Some(_) => Duration::from_millis(250),
+        None => Duration::from_secs_f64((args.seconds / 2.0).clamp(0.05, 30.0)),
+    };
+    let r = handoff::handoff_median(args.size, limit, 3).ok_or_else(|| {
+        ToolError::Peer("the cross-core baseline could not start its thread".into())
+    })?;
+    say(
+        args,
+        &format!(
+            "  one core to another: {r:.1} MB/s ({} bytes per message written by one \
+             thread, read once by another)",
+            args.size
+        ),
+    );
+    Ok(r)
 }
 
 /// The kernel's TCP over loopback with the bandwidth rounds' message
@@ -639,6 +677,14 @@ pub fn table(r: &DemoReport) -> String {
             b.kernel_receiver.ns_per_byte,
         ));
     }
+    for b in &r.bandwidth {
+        out.push_str(&format!(
+            " {:<10} one core to another: {:.1} MB/s, ratio {:.3}\n",
+            b.test.to_string(),
+            b.cross_core_mbps,
+            b.cross_core_ratio,
+        ));
+    }
     out.push_str(&rule);
     out.push('\n');
     out.push_str(&format!(
@@ -671,8 +717,9 @@ pub fn table(r: &DemoReport) -> String {
     }
     out.push_str(&format!(
         " (latency in microseconds; MB = 2^20 bytes; ratio = pipeline / one core copying and \
-         CRC32c-summing the same bytes, and / the kernel's TCP over loopback with the same \
-         message size; CPU = worker threads' time per byte moved over the round, and the kernel \
+         CRC32c-summing the same bytes, / the kernel's TCP over loopback with the same \
+         message size, and / one thread handing each message to another that reads it once, \
+         the ceiling of two endpoints on two cores; CPU = worker threads' time per byte moved over the round, and the kernel \
          stream's two threads')\n{rule}\n data check: passed ({} bytes verified)\n",
         r.verified_bytes
     ));
@@ -724,6 +771,8 @@ mod tests {
                 kernel_tcp_bytes: 1 << 28,
                 kernel_tcp_seconds: 5.12,
                 kernel_ratio: 0.125,
+                cross_core_mbps: 80.0,
+                cross_core_ratio: 0.078,
                 source_workers: CpuUse {
                     ns_per_byte: 1.5,
                     busy: 0.9,
@@ -773,6 +822,8 @@ mod tests {
         assert_eq!(j["bandwidth"][0]["test"], "write-bw");
         assert_eq!(j["latency"][0]["p99_us"], 20.0);
         assert_eq!(j["bandwidth"][0]["kernel_ratio"], 0.125);
+        assert_eq!(j["bandwidth"][0]["cross_core_ratio"], 0.078);
+        assert!(t.contains("80.0 MB/s") && t.contains("0.078"), "{t}");
         assert_eq!(j["bandwidth"][0]["sink_workers"]["ns_per_byte"], 2.25);
         assert_eq!(j["bandwidth"][0]["kernel_sender"]["busy"], 1.0);
     }
