@@ -23,9 +23,10 @@ struct Cli {
 enum Command {
     /// Bring up two endpoints on virtual devices in this process and run
     /// WRITE, READ and SEND bandwidth and latency rounds with the data
-    /// verified, next to what one core does copying and CRC32c-summing
-    /// the same bytes (the default with no arguments; needs no NIC and no
-    /// hugepages).
+    /// verified, next to same-run baselines: one core copying and
+    /// CRC32c-summing the same bytes, the kernel's TCP over loopback, and
+    /// one core handing each message to another (the default with no
+    /// arguments; needs no NIC and no hugepages).
     Demo(demo::DemoArgs),
     /// A perftest-compatible test (`ib_write_bw -R` and friends): server
     /// without a peer address, client with one.
