@@ -82,8 +82,8 @@ use std::time::{Duration, Instant};
 
 use dataplane::api::{
     Access, CmEvent, ConnectFailure, ConnectParams, ConnectRequest, Cq, Dataplane,
-    MemoryRegistration, Qp, QpOptions, QpStatus, RecvWr, Region, SendWr, SgeList, WcOpcode,
-    WcStatus,
+    MemoryRegistration, PostError, Qp, QpOptions, QpStatus, RecvWr, Region, SendWr, SgeList,
+    WcOpcode, WcStatus,
 };
 
 use super::runner::{RemoteBuf, TestKind};
@@ -708,7 +708,14 @@ impl<'dp> Session<'dp> {
                         .to_vec(slot * SLOT, len)
                         .map_err(dataplane::api::Error::from)?;
                     self.ctrl.received.push_back(bytes);
-                    post_slot(&self.ctrl, slot)?;
+                    // The peer may close right after its last message
+                    // (perftest does): its slot cannot be posted again on
+                    // a connection that has ended, and needs not be. A
+                    // wait for a further message hears of the close.
+                    match recv_slot(&self.ctrl, slot) {
+                        Ok(()) | Err(PostError::InvalidState) => {}
+                        Err(e) => return Err(post_recv_err(e)),
+                    }
                 }
                 _ => sent |= wc.wr_id == SEND_ID,
             }
@@ -854,13 +861,20 @@ impl<'dp> Session<'dp> {
 }
 
 fn post_slot(ctrl: &Control, slot: usize) -> Result<(), ToolError> {
+    recv_slot(ctrl, slot).map_err(post_recv_err)
+}
+
+/// Posts receive slot `slot` of the control connection.
+fn recv_slot(ctrl: &Control, slot: usize) -> Result<(), PostError> {
     let wr = RecvWr {
         wr_id: slot as u64,
         sges: SgeList::single(ctrl.mr.sge((slot * SLOT) as u64, SLOT as u32)),
     };
-    ctrl.qp
-        .post_recv(&wr)
-        .map_err(|e| peer_err(format!("perftest control connection: post receive {e:?}")))
+    ctrl.qp.post_recv(&wr)
+}
+
+fn post_recv_err(e: PostError) -> ToolError {
+    peer_err(format!("perftest control connection: post receive {e:?}"))
 }
 
 /// The control connection's parameters: IRD/ORD 0/0, no private data,
