@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use super::MB;
 
-/// Buffers in flight between the two threads (each of the message size,
-/// at most 64 MiB in all).
+/// Buffers in flight between the two threads, each of the message size:
+/// at most 64 MiB in all, but never fewer than two.
 const DEPTH: usize = 64;
 
 /// MiB/s of messages of `size` bytes handed from one thread to another
