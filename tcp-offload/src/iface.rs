@@ -42,7 +42,7 @@ use core::ops::Range;
 use core::time::Duration;
 use std::collections::VecDeque;
 
-use crate::tcp::{Config, FourTuple, Payload, Record, RecordBytes, Segment, Stack};
+use crate::tcp::{Config, FourTuple, Payload, Record, RecordBytes, Segment, Stack, Train};
 use crate::time::Instant;
 use crate::wire::{
     ArpOperation, ArpPacket, ArpRepr, Checksum, EtherType, EthernetAddress, EthernetFrame,
@@ -310,6 +310,11 @@ pub enum FrameParts<'a, R> {
         header_len: usize,
         /// The record and the range of it this segment carries.
         payload: Option<(&'a R, Range<usize>)>,
+        /// Whole records after it, for the port to cut into segments of
+        /// one record each ([`crate::tcp::Segment::more`]): the headers
+        /// describe the whole train, the checksum is always left to the
+        /// device, and `pad` is zero.
+        more: Option<Train<'a, R>>,
         /// Zero bytes after the payload.
         pad: usize,
         /// The checksum field holds the pseudo-header sum for the device
@@ -849,12 +854,28 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
         let tcp_at = frame.tcp_at();
         let header_len = tcp_at + tcp_hl;
         let frame_len = frame.len();
-        if ip.buffer_len() > self.config.mtu || header_len > hdr.len() {
+        // A train's segments are each a record long; the whole of it must
+        // fit the IPv4 length field.
+        let cut_len = match &seg.more {
+            Some(t) => ip.header_len() + tcp_hl + t.seg_len(),
+            None => ip.buffer_len(),
+        };
+        if cut_len > self.config.mtu || ip.buffer_len() > 0xffff || header_len > hdr.len() {
             self.stats.tx_too_large += 1;
             return Some(FrameParts::Consumed);
         }
-        self.ident = ident;
+        // The port numbers the segments it cuts one after another.
+        let cuts = seg.more.as_ref().map_or(0, |t| t.count() as u16);
+        self.ident = ident.wrapping_add(cuts);
         frame.emit_headers(hdr);
+        if frame.dst_mac.is_none() && seg.more.is_some() {
+            // A train cannot wait whole for an address (it is larger than
+            // the MTU). Its records are not acknowledged and go again
+            // one per segment; new data only follows an exchange with the
+            // peer, so its address is known by then.
+            self.stats.tx_too_large += 1;
+            return Some(FrameParts::Consumed);
+        }
         if frame.dst_mac.is_none() {
             // The slow path: the whole frame, record copied, waits for the
             // address in the hold queue (on the next call).
@@ -866,6 +887,7 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
             return Some(FrameParts::Consumed);
         }
         let sum = match &seg.payload {
+            Some(_) if seg.more.is_some() => None,
             Some((record, range)) => payload_sum(record, range.clone(), header_len),
             None => Some(0),
         };
@@ -890,8 +912,13 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
         self.stats.tx_frames += 1;
         Some(FrameParts::Segment {
             header_len,
+            pad: if seg.more.is_some() {
+                0
+            } else {
+                MIN_FRAME.saturating_sub(frame_len)
+            },
             payload: seg.payload,
-            pad: MIN_FRAME.saturating_sub(frame_len),
+            more: seg.more,
             checksum_offloaded: sum.is_none(),
         })
     }
@@ -1667,6 +1694,7 @@ mod tests {
                     payload,
                     pad,
                     checksum_offloaded,
+                    ..
                 } => {
                     assert_eq!(checksum_offloaded, offload);
                     let mut f = hdr[..header_len].to_vec();
@@ -1746,6 +1774,160 @@ mod tests {
         assert_eq!(p[tcp_at + 18..], w[tcp_at + 18..]);
         assert!(poll_all(&mut whole, now).is_empty());
         assert!(parts_frame(&mut parts, now, false).is_none());
+    }
+
+    /// Cuts a train as a port with segmentation offload does: one frame
+    /// per `seg_len` bytes of payload, the headers copied and each frame's
+    /// IPv4 length, identifier and checksum, TCP sequence number, PSH
+    /// (the last only) and TCP checksum set.
+    fn cut_train(hdr: &[u8], payload: &[u8], seg_len: usize) -> Vec<Vec<u8>> {
+        let ihl = usize::from(hdr[14] & 0x0f) * 4;
+        let tcp_at = 14 + ihl;
+        let (src, dst) = (
+            Ipv4Addr::new(hdr[26], hdr[27], hdr[28], hdr[29]),
+            Ipv4Addr::new(hdr[30], hdr[31], hdr[32], hdr[33]),
+        );
+        let ident = u16::from_be_bytes([hdr[18], hdr[19]]);
+        let seq = TcpPacket::new_unchecked(&hdr[tcp_at..]).seq_number();
+        let pieces: Vec<&[u8]> = payload.chunks(seg_len).collect();
+        let last = pieces.len() - 1;
+        let mut out = Vec::new();
+        for (k, piece) in pieces.into_iter().enumerate() {
+            let mut f = hdr.to_vec();
+            f.extend_from_slice(piece);
+            let total = (f.len() - 14) as u16;
+            f[16..18].copy_from_slice(&total.to_be_bytes());
+            f[18..20].copy_from_slice(&ident.wrapping_add(k as u16).to_be_bytes());
+            Ipv4Packet::new_unchecked(&mut f[14..]).fill_checksum();
+            let mut t = TcpPacket::new_unchecked(&mut f[tcp_at..]);
+            t.set_seq_number(seq + k * seg_len);
+            if k < last {
+                t.set_flags(TcpFlags(t.flags().0 & !TcpFlags::PSH.0));
+            }
+            t.fill_checksum(src, dst);
+            out.push(f);
+        }
+        out
+    }
+
+    #[test]
+    fn trains_of_whole_records_are_cut_into_one_record_per_segment() {
+        let mut server = iface(MAC_A, IP_A);
+        let mut cfg = InterfaceConfig::new(MAC_B, IP_B, [3; 16]);
+        cfg.tcp.train_bytes = 8 * 1448;
+        cfg.tcp.train_records = 8;
+        cfg.tcp.train_shortfall = 14;
+        let mut client: Iface = Interface::new(cfg);
+        let mut now = Instant::from_millis(1);
+        client.add_static_arp(IP_A, MAC_A);
+        server.add_static_arp(IP_B, MAC_B);
+        server
+            .stack_mut()
+            .listen(SocketAddrV4::new(IP_A, 7000), 8)
+            .unwrap();
+        let cid = client
+            .stack_mut()
+            .connect(now, IP_B, SocketAddrV4::new(IP_A, 7000))
+            .unwrap();
+        run(
+            &mut server,
+            &mut client,
+            &mut now,
+            Instant::from_millis(100),
+        );
+        let sid = server.stack_mut().accept(7000).expect("accepted");
+        let conn = client.stack_mut().conn_mut(cid).unwrap();
+        // The shortfall comes off the records, not the MSS.
+        let rec_len = conn.max_record_len();
+        assert_eq!(rec_len, 1448 - 14);
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 13 + i / 251) as u8).collect();
+        let (mut sent, mut got) = (0usize, Vec::new());
+        let (mut trains, mut cut, mut singles) = (0usize, 0usize, 0usize);
+        let mut hdr = [0u8; 160];
+        let deadline = Instant::from_millis(30_000);
+        while got.len() < data.len() && now < deadline {
+            loop {
+                let conn = client.stack_mut().conn_mut(cid).unwrap();
+                let cap = conn.send_capacity().min(data.len() - sent);
+                if cap == 0 {
+                    break;
+                }
+                assert!(cap <= rec_len);
+                conn.send_record(now, data[sent..sent + cap].to_vec())
+                    .unwrap();
+                sent += cap;
+            }
+            let mut frames = Vec::new();
+            while let Some(p) = client.poll_frame_parts(now, &mut hdr, |_, _, _| None, copy_vec) {
+                let FrameParts::Segment {
+                    header_len,
+                    payload,
+                    more,
+                    pad,
+                    checksum_offloaded,
+                } = p
+                else {
+                    continue;
+                };
+                assert!(checksum_offloaded);
+                let mut body = Vec::new();
+                if let Some((r, range)) = payload {
+                    body.extend_from_slice(&r[range]);
+                }
+                match more {
+                    Some(t) => {
+                        assert_eq!(pad, 0);
+                        assert_eq!(t.seg_len(), body.len(), "cut at the first record");
+                        let recs: Vec<&Vec<u8>> = t.records().collect();
+                        assert_eq!(recs.len(), t.count());
+                        assert!(t.count() < 8 && body.len() + t.bytes() <= 8 * 1448);
+                        for (k, r) in recs.iter().enumerate() {
+                            // Every record but the last is a segment's worth.
+                            assert!(r.len() <= t.seg_len());
+                            assert!(k + 1 == recs.len() || r.len() == t.seg_len());
+                            body.extend_from_slice(r);
+                        }
+                        let seg_len = t.seg_len();
+                        let pieces = cut_train(&hdr[..header_len], &body, seg_len);
+                        assert_eq!(pieces.len(), t.count() + 1);
+                        trains += 1;
+                        cut += pieces.len();
+                        frames.extend(pieces);
+                    }
+                    None => {
+                        let mut f = hdr[..header_len].to_vec();
+                        f.extend_from_slice(&body);
+                        f.resize(f.len() + pad, 0);
+                        TcpPacket::new_unchecked(&mut f[14 + 20..]).fill_checksum(IP_B, IP_A);
+                        singles += 1;
+                        frames.push(f);
+                    }
+                }
+            }
+            for f in frames {
+                // Each cut segment verifies as the receiver checks it.
+                tcp_of(&f);
+                server.handle_frame(now, f);
+            }
+            let mut buf = vec![0u8; 2048];
+            while let Some(n) = server.poll_frame(now, &mut buf) {
+                client.handle_frame(now, buf[..n].to_vec());
+            }
+            while let Some(p) = server.stack_mut().conn_mut(sid).unwrap().recv() {
+                got.extend_from_slice(p.bytes());
+            }
+            now += Duration::from_millis(1);
+            server.handle_timeout(now);
+            client.handle_timeout(now);
+        }
+        assert!(got == data, "byte-exact");
+        assert!(trains > 10, "{trains} trains");
+        assert!(cut > 4 * trains, "{cut} segments cut from {trains} trains");
+        let c = client.stack().conn(cid).unwrap().stats();
+        assert_eq!(c.retransmits, 0);
+        // Every segment cut counts as sent, and the ident moved past them.
+        assert!(c.segments_out as usize >= cut + singles);
+        assert_eq!(server.stats().drops, [0; 7]);
     }
 
     #[test]

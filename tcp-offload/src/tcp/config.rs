@@ -48,6 +48,18 @@ pub struct Config {
     pub time_wait: Duration,
     /// Initial congestion window in segments (RFC 6928: 10).
     pub initial_window_segments: u32,
+    /// TCP segmentation offload: new records that follow one another,
+    /// each as long as the first (the last at most), leave as one segment
+    /// of up to this many payload bytes ([`crate::tcp::Segment::more`]),
+    /// for a port that cuts it into segments of one record each. 0: every
+    /// segment carries one record.
+    pub train_bytes: usize,
+    /// Most records in one such segment.
+    pub train_records: usize,
+    /// Bytes by which the port's largest cut segment falls short of the
+    /// MSS. While trains are on, records are at most this much shorter
+    /// than the MSS ([`crate::tcp::Connection::max_record_len`]).
+    pub train_shortfall: usize,
 }
 
 impl Default for Config {
@@ -70,6 +82,9 @@ impl Default for Config {
             keepalive_probes: 9,
             time_wait: Duration::from_secs(60),
             initial_window_segments: 10,
+            train_bytes: 0,
+            train_records: 0,
+            train_shortfall: 0,
         }
     }
 }

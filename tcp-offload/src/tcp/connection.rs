@@ -505,7 +505,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         if !matches!(self.state, State::Established | State::CloseWait) || self.fin_seq.is_some() {
             return 0;
         }
-        let mss = self.eff_mss;
+        let mss = self.record_mss();
         let end = self.sendq.end();
         let wnd_room = (self.snd_una + self.snd_wnd) - end;
         let used = (end - self.snd_una + self.sendq.spec_bytes())
@@ -526,10 +526,22 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         cap
     }
 
-    /// The effective MSS: the largest record a segment can ever carry on
-    /// this connection, whatever the windows.
+    /// The largest record a segment can ever carry on this connection,
+    /// whatever the windows: the effective MSS, less
+    /// [`Config::train_shortfall`] while trains are on.
     pub fn max_record_len(&self) -> usize {
-        self.eff_mss
+        self.record_mss()
+    }
+
+    /// [`Connection::max_record_len`].
+    pub(super) fn record_mss(&self) -> usize {
+        if self.config.train_bytes > 0 {
+            self.eff_mss
+                .saturating_sub(self.config.train_shortfall)
+                .max(64)
+        } else {
+            self.eff_mss
+        }
     }
 
     /// Queues one record, sent as exactly one segment. Its length must be

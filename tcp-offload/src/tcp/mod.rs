@@ -49,6 +49,7 @@ pub use assembler::Assembler;
 pub use config::Config;
 pub use connection::{ConnStats, Connection};
 pub use established::PAWS_WINDOW;
+pub use sendq::Train;
 pub use table::{ConnId, FourTuple, Stack, StackError};
 
 use crate::wire::TcpRepr;
@@ -175,6 +176,13 @@ pub trait Record {
     /// Length of the record in bytes (sequence space it occupies).
     fn len(&self) -> usize;
 
+    /// Whether the record may ride in a segment with others for the port
+    /// to cut apart ([`Segment::more`]); a record that must have a frame
+    /// of its own says no.
+    fn joins_train(&self) -> bool {
+        true
+    }
+
     /// Whether the record is empty (never true for a record the engine
     /// accepts).
     fn is_empty(&self) -> bool {
@@ -237,12 +245,27 @@ pub struct Segment<'a, R> {
     /// MSS shrank below the record's length carries a part (see
     /// [`Connection::send_record`]).
     pub payload: Option<(&'a R, Range<usize>)>,
+    /// Whole records after `payload` that the segment also carries, for a
+    /// port that cuts it into segments of one record each (TCP
+    /// segmentation offload, [`Config::train_bytes`]); only new data, and
+    /// only when `payload` is a whole record.
+    pub more: Option<Train<'a, R>>,
 }
 
-impl<R: Record> Segment<'_, R> {
-    /// Bytes of payload the segment carries.
+impl<'a, R: Record> Segment<'a, R> {
+    /// A segment with no payload.
+    pub fn bare(repr: TcpRepr) -> Segment<'a, R> {
+        Segment {
+            repr,
+            payload: None,
+            more: None,
+        }
+    }
+
+    /// Bytes of payload the segment carries (with a train, all of it).
     pub fn payload_len(&self) -> usize {
         self.payload.as_ref().map_or(0, |(_, r)| r.end - r.start)
+            + self.more.as_ref().map_or(0, Train::bytes)
     }
 }
 

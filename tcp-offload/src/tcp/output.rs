@@ -94,10 +94,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     pub(super) fn next_segment(&mut self, now: Instant) -> Option<Segment<'_, R>> {
         if let Some(rst) = self.rst_pending.take() {
             let repr = self.rst_repr(rst);
-            return Some(Segment {
-                repr,
-                payload: None,
-            });
+            return Some(Segment::bare(repr));
         }
         match self.state {
             State::Closed | State::Listen => return None,
@@ -106,37 +103,49 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                     return None;
                 }
                 let repr = self.syn_repr(now);
-                return Some(Segment {
-                    repr,
-                    payload: None,
-                });
+                return Some(Segment::bare(repr));
             }
             State::SynReceived => {
                 if !self.syn_pending && !self.ack_now {
                     return None;
                 }
                 let repr = self.syn_repr(now);
-                return Some(Segment {
-                    repr,
-                    payload: None,
-                });
+                return Some(Segment::bare(repr));
             }
             _ => {}
         }
         if let Some(snap) = self.ack_queue.pop_front() {
             let repr = self.snapshot_repr(now, snap);
-            return Some(Segment {
-                repr,
-                payload: None,
-            });
+            return Some(Segment::bare(repr));
         }
         let tx = self.pick(now)?;
         match tx {
             Tx::Data { idx, off, len, why } => {
-                let repr = self.data_repr(now, idx, off, len, why);
+                let whole = off == 0 && len == self.sendq.get(idx).len;
+                let (count, bytes) = if why == Send::New && whole {
+                    self.train_extent(idx, len)
+                } else {
+                    (0, 0)
+                };
+                let repr = if count == 0 {
+                    self.data_repr(now, idx, off, len, why)
+                } else {
+                    let (seq, _) = self.note_data(now, idx, 0, len, why);
+                    let mut flags = TcpFlags::ACK;
+                    for j in idx + 1..=idx + count {
+                        let l = self.sendq.get(j).len;
+                        flags = self.note_data(now, j, 0, l, Send::New).1;
+                    }
+                    // One header for all; each segment the port cuts
+                    // counts as one sent.
+                    self.stats.segments_out += count as u64;
+                    self.header(now, seq, flags, len)
+                };
+                let more = (count > 0).then(|| self.sendq.train(idx + 1, count, len, bytes));
                 let rec = &self.sendq.get(idx).record;
                 Some(Segment {
                     repr,
+                    more,
                     payload: Some((rec, off..off + len)),
                 })
             }
@@ -155,10 +164,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                     self.note_probe(now, Some((fin, fin + 1)));
                 }
                 let repr = self.header(now, fin, TcpFlags::FIN | TcpFlags::ACK, 0);
-                Some(Segment {
-                    repr,
-                    payload: None,
-                })
+                Some(Segment::bare(repr))
             }
             Tx::Probe => {
                 self.probe_pending = false;
@@ -166,25 +172,16 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 self.timers.persist_backoff += 1;
                 let repr = self.header(now, self.snd_una - 1, TcpFlags::ACK, 0);
                 self.update_persist(now);
-                Some(Segment {
-                    repr,
-                    payload: None,
-                })
+                Some(Segment::bare(repr))
             }
             Tx::Keepalive => {
                 self.keepalive_pending = false;
                 let repr = self.header(now, self.snd_nxt - 1, TcpFlags::ACK, 0);
-                Some(Segment {
-                    repr,
-                    payload: None,
-                })
+                Some(Segment::bare(repr))
             }
             Tx::Ack => {
                 let repr = self.header(now, self.snd_nxt, TcpFlags::ACK, 0);
-                Some(Segment {
-                    repr,
-                    payload: None,
-                })
+                Some(Segment::bare(repr))
             }
         }
     }
@@ -406,6 +403,48 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         })
     }
 
+    /// How many whole new records after record `idx` (sent whole, `seg_len`
+    /// bytes) can go out in the same segment for the port to cut
+    /// ([`Segment::more`]), and their bytes: each as long as the first (the
+    /// last at most), within the train limits of the configuration, the
+    /// peer's window and the congestion window; none during loss recovery
+    /// or F-RTO.
+    fn train_extent(&self, idx: usize, seg_len: usize) -> (usize, usize) {
+        let (max_bytes, max_records) = (self.config.train_bytes, self.config.train_records);
+        if max_bytes < 2 * seg_len
+            || max_records < 2
+            || self.cc.in_recovery
+            || self.frto_holds()
+            || self.frto_new_allowed()
+            || !self.sendq.get(idx).record.joins_train()
+        {
+            return (0, 0);
+        }
+        let wnd_end = self.snd_una + self.snd_wnd;
+        let cwnd_room = self.send_window().saturating_sub(self.pipe());
+        let (mut count, mut total) = (0usize, seg_len);
+        let mut j = idx + 1;
+        while j < self.sendq.len() && count + 1 < max_records {
+            let r = self.sendq.get(j);
+            let end = total + r.len;
+            if r.len > seg_len
+                || end > max_bytes
+                || end > cwnd_room
+                || self.snd_nxt + end > wnd_end
+                || !r.record.joins_train()
+            {
+                break;
+            }
+            count += 1;
+            total = end;
+            j += 1;
+            if r.len < seg_len {
+                break;
+            }
+        }
+        (count, total - seg_len)
+    }
+
     /// Header and bookkeeping for bytes `off..off + len` of record `idx`.
     fn data_repr(
         &mut self,
@@ -415,6 +454,20 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         len: usize,
         why: Send,
     ) -> TcpRepr {
+        let (seq, flags) = self.note_data(now, idx, off, len, why);
+        self.header(now, seq, flags, len)
+    }
+
+    /// The bookkeeping of sending bytes `off..off + len` of record `idx`:
+    /// their sequence number and the flags their segment carries.
+    fn note_data(
+        &mut self,
+        now: Instant,
+        idx: usize,
+        off: usize,
+        len: usize,
+        why: Send,
+    ) -> (SeqNumber, TcpFlags) {
         let (seq, rec_len) = {
             let r = self.sendq.get(idx);
             (r.seq + off, r.len)
@@ -467,7 +520,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             Send::ProbeNew => self.note_probe(now, None),
             Send::Probe | Send::ProbeRepair => self.note_probe(now, Some((seq, seq + len))),
         }
-        self.header(now, seq, flags, len)
+        (seq, flags)
     }
 
     /// Starts the retransmission timer if it is not running (RFC 6298 §5.1).

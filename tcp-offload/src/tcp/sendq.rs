@@ -108,6 +108,54 @@ impl Delivered {
     }
 }
 
+/// The records a segment carries after its first one, for a port that
+/// cuts the segment into segments of [`Train::seg_len`] payload bytes
+/// each (TCP segmentation offload): every record but the last of the run
+/// is exactly that long and the last at most, so that each segment the
+/// port cuts holds exactly one whole record.
+pub struct Train<'a, R> {
+    recs: &'a VecDeque<SentRecord<R>>,
+    first: usize,
+    count: usize,
+    seg_len: usize,
+    bytes: usize,
+}
+
+impl<'a, R> Train<'a, R> {
+    /// Payload bytes of each segment the port cuts (the first record's
+    /// length); the last may be shorter.
+    pub fn seg_len(&self) -> usize {
+        self.seg_len
+    }
+
+    /// Records after the first.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Bytes of those records.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Those records, in sequence order.
+    pub fn records(&self) -> impl Iterator<Item = &'a R> + '_ {
+        self.recs
+            .range(self.first..self.first + self.count)
+            .map(|r| &r.record)
+    }
+}
+
+impl<R> core::fmt::Debug for Train<'_, R> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Train")
+            .field("seg_len", &self.seg_len)
+            .field("count", &self.count)
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
+
 /// One record and its scoreboard marks.
 #[derive(Debug)]
 pub(super) struct SentRecord<R> {
@@ -245,6 +293,24 @@ impl<R> SendQueue<R> {
 
     pub(super) fn get_mut(&mut self, i: usize) -> &mut SentRecord<R> {
         &mut self.recs[i]
+    }
+
+    /// The `count` records from index `first`, `bytes` long together,
+    /// that a segment carries after its first record of `seg_len` bytes.
+    pub(super) fn train(
+        &self,
+        first: usize,
+        count: usize,
+        seg_len: usize,
+        bytes: usize,
+    ) -> Train<'_, R> {
+        Train {
+            recs: &self.recs,
+            first,
+            count,
+            seg_len,
+            bytes,
+        }
     }
 
     pub(super) fn front(&self) -> Option<&SentRecord<R>> {

@@ -892,13 +892,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
     /// it goes (`remote`) and from which address (`local`).
     pub fn poll_transmit(&mut self, now: Instant) -> Option<(FourTuple, Segment<'_, R>)> {
         if let Some((tuple, repr)) = self.stateless.pop_front() {
-            return Some((
-                tuple,
-                Segment {
-                    repr,
-                    payload: None,
-                },
-            ));
+            return Some((tuple, Segment::bare(repr)));
         }
         // O(connections) per call; a ready list would make it O(1).
         let n = self.slots.len();
