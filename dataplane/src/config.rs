@@ -506,6 +506,10 @@ pub struct TcpConfig {
     /// counted (`shutdown_resets`). 0: reset at once.
     #[serde(default = "default_close_linger_ms")]
     pub close_linger_ms: u64,
+    /// On a port with TCP segmentation offload, hand it trains of whole
+    /// FPDUs under one header, which it cuts into one FPDU per segment.
+    #[serde(default = "yes")]
+    pub segmentation_offload: bool,
 }
 
 fn default_close_linger_ms() -> u64 {
@@ -528,6 +532,7 @@ impl Default for TcpConfig {
             recv_buffer: default_recv_buffer(),
             max_connections: default_conns(),
             close_linger_ms: default_close_linger_ms(),
+            segmentation_offload: true,
         }
     }
 }

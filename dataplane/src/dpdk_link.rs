@@ -96,7 +96,7 @@ use tcp_offload::wire::{checksum, EthernetAddress};
 
 pub use crate::link::{DeviceCounters, DevicePortStats};
 use crate::link::{
-    DeviceStats, FrameFull, Link, LinkCaps, LinkQueue, LinkStats, TxFrame, FRAME_OVERHEAD,
+    DeviceStats, FrameFull, Link, LinkCaps, LinkQueue, LinkStats, TsoCaps, TxFrame, FRAME_OVERHEAD,
 };
 use crate::memory::{attach_ext, ExtPin, Region, RegionSlice};
 use crate::steer::Rss;
@@ -111,8 +111,21 @@ const MIN_DATA_ROOM: usize = 2048;
 /// Segments of one transmitted chain at most.
 const MAX_SEGMENTS: usize = 16;
 
+/// Most segments in a chain the device cuts into TCP segments: a train
+/// of [`TSO_MAX_RECORDS`] records, each its header bytes, payload and
+/// trailer, or 64 KiB copied into mbufs of [`MIN_DATA_ROOM`].
+const TSO_MAX_SEGMENTS: usize = 128;
+
+/// Most records in one train: what DPDK's software segmentation (as
+/// `net_tap` runs it) cuts one frame into at most.
+const TSO_MAX_RECORDS: usize = 64;
+
+/// Most TCP payload in one train: what the IPv4 length field leaves
+/// after the largest IPv4 and TCP headers.
+const TSO_MAX_BYTES: usize = 0xffff - 60 - 60;
+
 /// External attachments one frame holds at most (more are copied).
-const MAX_PINS: usize = 8;
+const MAX_PINS: usize = 32;
 
 /// External segments one attached payload is split into at most (where
 /// its pages are not IOVA-contiguous); more and it is copied.
@@ -263,6 +276,9 @@ pub struct DpdkLinkOptions {
     /// `net_ring` pair of `iwarp demo`): there an attached payload costs
     /// two more buffers per frame and the same copy, on the other side.
     pub attach_payload: bool,
+    /// Hand the port trains of whole FPDUs to cut into segments where it
+    /// has TCP segmentation offload ([`LinkCaps::tso`]).
+    pub tso: bool,
 }
 
 impl Default for DpdkLinkOptions {
@@ -276,6 +292,7 @@ impl Default for DpdkLinkOptions {
             pool_size: None,
             ext_slots: 8192,
             attach_payload: true,
+            tso: true,
         }
     }
 }
@@ -294,6 +311,10 @@ pub struct DpdkLinkStats {
     pub tx_copied: AtomicU64,
     /// Frames handed to the device with the TCP checksum offloaded.
     pub tx_cksum_offloaded: AtomicU64,
+    /// Frames handed to the device to cut into TCP segments (trains).
+    pub tx_tso_frames: AtomicU64,
+    /// Segments the device was to cut from them.
+    pub tx_tso_segments: AtomicU64,
     /// Attached payloads split into more than one external segment at a
     /// page boundary (pages not IOVA-contiguous).
     pub tx_split: AtomicU64,
@@ -391,6 +412,8 @@ impl LinkStats for Arc<DpdkLinkStats> {
             ("tx_attached", g(&self.tx_attached)),
             ("tx_copied", g(&self.tx_copied)),
             ("tx_cksum_offloaded", g(&self.tx_cksum_offloaded)),
+            ("tx_tso_frames", g(&self.tx_tso_frames)),
+            ("tx_tso_segments", g(&self.tx_tso_segments)),
             ("tx_split", g(&self.tx_split)),
             ("mem_registered", g(&self.mem_registered)),
             ("mem_dma_mapped", g(&self.mem_dma_mapped)),
@@ -503,6 +526,21 @@ impl DpdkLink {
             tx_checksum_offload: setup.tx_tcp_cksum(),
             rx_checksum_offload: setup.rx_cksum(),
             rss,
+            tso: (opts.tso && setup.tx_tso()).then(|| TsoCaps {
+                max_bytes: TSO_MAX_BYTES,
+                // Each attached record takes a pin.
+                max_segments: if setup.multi_seg_tx() && opts.attach_payload {
+                    MAX_PINS - 2
+                } else {
+                    TSO_MAX_RECORDS
+                },
+                // DPDK 22.11's tap compares the segment it is to cut, its
+                // Ethernet header included, with the IP MTU, and refuses
+                // the frame (sending nothing more of the burst) when it is
+                // larger: segments of a full MSS fail by 14 bytes.
+                shortfall: if info.driver_name == "net_tap" { 14 } else { 0 },
+                even_pieces: info.driver_name == "net_tap",
+            }),
         };
         let stats = Arc::new(DpdkLinkStats::default());
         let zero_copy = setup.multi_seg_tx() && opts.attach_payload;
@@ -815,6 +853,36 @@ impl DpdkQueue {
         true
     }
 
+    /// Asks the device to cut `m`, one TCP segment of a train, into
+    /// segments of `segsz` payload bytes: the checksum fields set as DPDK
+    /// requires (the TCP one to the pseudo-header sum without the length,
+    /// the IPv4 one to zero) and the offload flags. Returns the segments
+    /// it is to cut.
+    fn offload_tso(m: &mut Mbuf, segsz: u16) -> Option<u64> {
+        let total = m.len();
+        let d = m.data_mut()?;
+        if d.len() < 54 || d[12..14] != [0x08, 0x00] || d[23] != 6 {
+            return None;
+        }
+        let ihl = usize::from(d[14] & 0x0f) * 4;
+        let tcp = 14 + ihl;
+        if ihl < 20 || d.len() < tcp + 20 {
+            return None;
+        }
+        let tcp_hl = usize::from(d[tcp + 12] >> 4) * 4;
+        if d.len() < tcp + tcp_hl {
+            return None;
+        }
+        let src = Ipv4Addr::new(d[26], d[27], d[28], d[29]);
+        let dst = Ipv4Addr::new(d[30], d[31], d[32], d[33]);
+        let pseudo = checksum::fold(checksum::pseudo_header(src, dst, 6, 0));
+        d[24..26].fill(0);
+        d[tcp + 16..tcp + 18].copy_from_slice(&pseudo.to_be_bytes());
+        m.set_tx_tso(14, ihl as u16, tcp_hl as u8, segsz);
+        let payload = total.saturating_sub(tcp + tcp_hl);
+        Some(payload.div_ceil(usize::from(segsz)) as u64)
+    }
+
     /// Whether a segment of `m` before its last has an odd length.
     fn odd_inner_segment(m: &Mbuf) -> bool {
         let n = usize::from(m.nb_segs());
@@ -917,6 +985,8 @@ impl LinkQueue for DpdkQueue {
             head: Some(head),
             len: 0,
             cap: self.frame_cap,
+            max_segs: MAX_SEGMENTS as u16,
+            tso_segsz: 0,
             ext,
         })
     }
@@ -925,13 +995,19 @@ impl LinkQueue for DpdkQueue {
         self.reap(false);
         let mut sent = 0;
         let mut offloaded = 0u64;
+        let (mut trains, mut cut) = (0u64, 0u64);
         while !frames.is_empty() {
             let k = frames.len().min(BURST);
             let mut index = [0usize; BURST];
             let mut m = 0;
             for (i, f) in frames[..k].iter_mut().enumerate() {
                 if let Some(mut head) = f.head.take() {
-                    if self.tx_cksum && DpdkQueue::offload_cksum(&mut head) {
+                    if f.tso_segsz > 0 {
+                        if let Some(n) = DpdkQueue::offload_tso(&mut head, f.tso_segsz) {
+                            trains += 1;
+                            cut += n;
+                        }
+                    } else if self.tx_cksum && DpdkQueue::offload_cksum(&mut head) {
                         offloaded += 1;
                     }
                     // Room for BURST: the burst is empty here.
@@ -975,6 +1051,12 @@ impl LinkQueue for DpdkQueue {
             self.stats
                 .tx_cksum_offloaded
                 .fetch_add(offloaded, Ordering::Relaxed);
+        }
+        if trains > 0 {
+            self.stats
+                .tx_tso_frames
+                .fetch_add(trains, Ordering::Relaxed);
+            self.stats.tx_tso_segments.fetch_add(cut, Ordering::Relaxed);
         }
         sent
     }
@@ -1051,6 +1133,11 @@ pub struct DpdkFrame {
     head: Option<Mbuf>,
     len: usize,
     cap: usize,
+    /// Most segments in the chain.
+    max_segs: u16,
+    /// A train the device cuts into TCP segments of this many payload
+    /// bytes ([`TxFrame::segment_by`]); 0: a frame as it is.
+    tso_segsz: u16,
     /// The rest, out of line: a frame moves by value (into the transmit
     /// batch) right after it is built, and a small one moves cheaply.
     /// Each queue recycles these ([`DpdkQueue::spare_ext`]), so a frame
@@ -1108,7 +1195,7 @@ impl DpdkFrame {
                     continue;
                 }
             }
-            if !self.ext.multi_seg || usize::from(head.nb_segs()) >= MAX_SEGMENTS {
+            if !self.ext.multi_seg || head.nb_segs() >= self.max_segs {
                 return Err(FrameFull);
             }
             let seg = self.ext.shared.pool.alloc().ok_or(FrameFull)?;
@@ -1173,7 +1260,7 @@ impl DpdkFrame {
         let Some(head) = self.head.as_ref() else {
             return false;
         };
-        if n == 0 || free < n || usize::from(head.nb_segs()) + n + 1 > MAX_SEGMENTS {
+        if n == 0 || free < n || usize::from(head.nb_segs()) + n + 1 > usize::from(self.max_segs) {
             return false;
         }
         // Every segment made before any is chained: a failure drops them
@@ -1288,6 +1375,17 @@ impl TxFrame for DpdkFrame {
                 .fetch_add(1, Ordering::Relaxed);
         }
         self.append_copy(&slice.region, slice.offset, slice.len)
+    }
+
+    fn segment_by(&mut self, seg_len: usize) -> Result<(), FrameFull> {
+        let segsz = u16::try_from(seg_len).map_err(|_| FrameFull)?;
+        if self.len != 0 || segsz == 0 || !self.ext.multi_seg {
+            return Err(FrameFull);
+        }
+        self.tso_segsz = segsz;
+        self.cap = 14 + 60 + 60 + TSO_MAX_BYTES;
+        self.max_segs = TSO_MAX_SEGMENTS as u16;
+        Ok(())
     }
 }
 

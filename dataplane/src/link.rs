@@ -57,6 +57,25 @@ pub struct LinkCaps {
     /// How received TCP flows are spread over queues, if the port steers
     /// (`None`: everything arrives on queue 0).
     pub rss: Option<Rss>,
+    /// The port cuts large TCP segments into segments of a given payload
+    /// size (TCP segmentation offload), if it can.
+    pub tso: Option<TsoCaps>,
+}
+
+/// What a port's TCP segmentation offload takes ([`TxFrame::segment_by`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TsoCaps {
+    /// Most TCP payload bytes in one frame handed to the port.
+    pub max_bytes: usize,
+    /// Most segments the port cuts from one frame (records in a train).
+    pub max_segments: usize,
+    /// Bytes by which the largest segment the port cuts falls short of
+    /// the MTU (a driver that counts the Ethernet header in its limit).
+    pub shortfall: usize,
+    /// The port's segmentation sums each piece of a chain as if it began
+    /// at an even offset, so a piece of odd length is only right last in
+    /// the segments it cuts (DPDK 22.11's `net_tap`).
+    pub even_pieces: bool,
 }
 
 /// A port whose queues are handed out to workers.
@@ -215,6 +234,15 @@ pub trait TxFrame: Send {
     /// alive until the device has sent it. On a port without multi-segment
     /// transmit this copies instead.
     fn attach(&mut self, slice: RegionSlice) -> Result<(), FrameFull>;
+
+    /// Makes this (still empty) frame one the port cuts into TCP segments
+    /// of `seg_len` payload bytes each ([`LinkCaps::tso`]): it may then
+    /// grow to [`TsoCaps::max_bytes`] of payload. Frames of a port without
+    /// the offload cannot.
+    fn segment_by(&mut self, seg_len: usize) -> Result<(), FrameFull> {
+        let _ = seg_len;
+        Err(FrameFull)
+    }
 }
 
 /// One RX and one TX queue of a port, used by exactly one worker.
@@ -486,6 +514,7 @@ impl MemLink {
     ) -> MemLink {
         MemLink {
             caps: LinkCaps {
+                tso: None,
                 mac,
                 mtu: config.mtu,
                 queues: config.queues.max(1),

@@ -24,6 +24,7 @@ fn afpacket_two_processes_write_read_send() {
         pmd: "net_af_packet",
         device: |iface| format!("net_af_packet0,iface={iface}"),
         attach: None,
+        configure: None,
         check: nothing_copied,
     });
 }

@@ -64,6 +64,7 @@ fn afxdp_two_processes_write_read_send() {
         pmd: "net_af_xdp",
         device: |iface| format!("net_af_xdp0,iface={iface},start_queue=0,queue_count=1"),
         attach: None,
+        configure: None,
         check: copied_everything,
     });
 }

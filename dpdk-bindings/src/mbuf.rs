@@ -381,6 +381,18 @@ impl Mbuf {
         }
     }
 
+    /// Asks the device to cut this frame, one TCP segment of any length,
+    /// into segments of `tso_segsz` payload bytes each, with the IPv4 and
+    /// TCP checksums of each computed. The header lengths are in bytes.
+    /// DPDK requires the TCP checksum field to hold the pseudo-header sum
+    /// without the TCP length, and the IPv4 checksum field to be 0; use it
+    /// only when the port's setup reports the offload.
+    #[inline]
+    pub fn set_tx_tso(&mut self, l2_len: u8, l3_len: u16, l4_len: u8, tso_segsz: u16) {
+        // SAFETY: `&mut self` owns the mbuf; only metadata fields change.
+        unsafe { sys::shim_mbuf_set_tso(self.as_ptr(), l2_len, l3_len, l4_len, tso_segsz) }
+    }
+
     /// Points this empty mbuf's data at `len` bytes of external memory at
     /// `addr` (device address `iova`), accounted to the shared-info slot
     /// `buf`. The bytes become the mbuf's data (`data_len = pkt_len = len`).

@@ -39,6 +39,9 @@ pub mod offload {
     pub const TX_TCP_CKSUM: u64 = sys::SHIM_ETH_TX_OFFLOAD_TCP_CKSUM;
     /// TX: send mbuf chains (header + external payload + trailer).
     pub const TX_MULTI_SEGS: u64 = sys::SHIM_ETH_TX_OFFLOAD_MULTI_SEGS;
+    /// TX: cut one large TCP segment into segments of `tso_segsz` payload
+    /// bytes (TCP segmentation offload).
+    pub const TX_TCP_TSO: u64 = sys::SHIM_ETH_TX_OFFLOAD_TCP_TSO;
     /// RSS over IPv4 addresses.
     pub const RSS_IPV4: u64 = sys::SHIM_ETH_RSS_IPV4;
     /// RSS over IPv4 addresses and TCP ports.
@@ -138,7 +141,10 @@ impl Default for PortConfig {
             rx_desc: 1024,
             tx_desc: 1024,
             rx_offloads: offload::RX_IPV4_CKSUM | offload::RX_TCP_CKSUM | offload::RX_RSS_HASH,
-            tx_offloads: offload::TX_MULTI_SEGS | offload::TX_IPV4_CKSUM | offload::TX_TCP_CKSUM,
+            tx_offloads: offload::TX_MULTI_SEGS
+                | offload::TX_IPV4_CKSUM
+                | offload::TX_TCP_CKSUM
+                | offload::TX_TCP_TSO,
             rss_hf: offload::RSS_IPV4 | offload::RSS_NONFRAG_IPV4_TCP,
             rss_key: None,
             mtu: None,
@@ -176,6 +182,16 @@ impl PortSetup {
     /// Whether the device computes TCP checksums on transmit.
     pub fn tx_tcp_cksum(&self) -> bool {
         self.tx_offloads & offload::TX_TCP_CKSUM != 0
+    }
+
+    /// Whether TCP segmentation offload was granted (with the IPv4 and TCP
+    /// checksums and chains it needs).
+    pub fn tx_tso(&self) -> bool {
+        let need = offload::TX_TCP_TSO
+            | offload::TX_IPV4_CKSUM
+            | offload::TX_TCP_CKSUM
+            | offload::TX_MULTI_SEGS;
+        self.tx_offloads & need == need
     }
 
     /// Whether the device verifies IPv4 and TCP checksums on receive.

@@ -88,6 +88,20 @@ void shim_mbuf_set_tx_lens(struct rte_mbuf *m, uint8_t l2_len, uint16_t l3_len,
 	m->l4_len = l4_len;
 }
 
+/* TCP segmentation: the header lengths, the payload bytes of each segment
+ * the device cuts, and the flags (IPv4 header checksum, TCP checksum and
+ * segmentation) DPDK asks for together. */
+void shim_mbuf_set_tso(struct rte_mbuf *m, uint8_t l2_len, uint16_t l3_len,
+		       uint8_t l4_len, uint16_t tso_segsz)
+{
+	m->l2_len = l2_len;
+	m->l3_len = l3_len;
+	m->l4_len = l4_len;
+	m->tso_segsz = tso_segsz;
+	m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM |
+		       RTE_MBUF_F_TX_TCP_CKSUM | RTE_MBUF_F_TX_TCP_SEG;
+}
+
 unsigned int shim_ring_enqueue_burst(struct rte_ring *r, void *const *objs,
 				     unsigned int n)
 {

@@ -39,6 +39,7 @@ static const uint64_t SHIM_ETH_RX_OFFLOAD_RSS_HASH = RTE_ETH_RX_OFFLOAD_RSS_HASH
 static const uint64_t SHIM_ETH_TX_OFFLOAD_IPV4_CKSUM = RTE_ETH_TX_OFFLOAD_IPV4_CKSUM;
 static const uint64_t SHIM_ETH_TX_OFFLOAD_TCP_CKSUM = RTE_ETH_TX_OFFLOAD_TCP_CKSUM;
 static const uint64_t SHIM_ETH_TX_OFFLOAD_MULTI_SEGS = RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+static const uint64_t SHIM_ETH_TX_OFFLOAD_TCP_TSO = RTE_ETH_TX_OFFLOAD_TCP_TSO;
 static const uint64_t SHIM_ETH_TX_OFFLOAD_MBUF_FAST_FREE = RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
 static const uint64_t SHIM_ETH_RSS_IPV4 = RTE_ETH_RSS_IPV4;
 static const uint64_t SHIM_ETH_RSS_NONFRAG_IPV4_TCP = RTE_ETH_RSS_NONFRAG_IPV4_TCP;
@@ -79,6 +80,8 @@ uint16_t shim_mbuf_refcnt_read(const struct rte_mbuf *m);
 uint16_t shim_mbuf_refcnt_update(struct rte_mbuf *m, int16_t value);
 void shim_mbuf_set_tx_lens(struct rte_mbuf *m, uint8_t l2_len, uint16_t l3_len,
 			   uint8_t l4_len);
+void shim_mbuf_set_tso(struct rte_mbuf *m, uint8_t l2_len, uint16_t l3_len,
+		       uint8_t l4_len, uint16_t tso_segsz);
 
 unsigned int shim_ring_enqueue_burst(struct rte_ring *r, void *const *objs,
 				     unsigned int n);

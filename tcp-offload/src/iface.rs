@@ -994,6 +994,44 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
     }
 }
 
+/// The headers of segment `k` of a train ([`FrameParts::Segment`] with
+/// `more`), as the port cuts it: `train` holds the train's Ethernet, IPv4
+/// and TCP headers, and the segment carries `len` payload bytes from
+/// `offset` of the train's payload. Written into `dst` (as long as
+/// `train`): the IPv4 length, identifier and checksum, the sequence
+/// number, PSH and FIN on the last segment only, and the TCP checksum
+/// field holding the pseudo-header sum for the device to complete. For
+/// whoever must show or check what the port puts on the wire (a capture,
+/// a test).
+pub fn cut_header(train: &[u8], k: usize, offset: usize, len: usize, last: bool, dst: &mut [u8]) {
+    let n = train.len().min(dst.len());
+    dst[..n].copy_from_slice(&train[..n]);
+    if n < 14 + 20 {
+        return;
+    }
+    let ihl = usize::from(dst[14] & 0x0f) * 4;
+    let tcp_at = 14 + ihl;
+    if n < tcp_at + 20 {
+        return;
+    }
+    let tcp_len = n - tcp_at + len;
+    let ident = u16::from_be_bytes([dst[18], dst[19]]).wrapping_add(k as u16);
+    let mut ip = Ipv4Packet::new_unchecked(&mut dst[14..tcp_at]);
+    ip.set_total_len((ihl + tcp_len) as u16);
+    ip.set_ident(ident);
+    ip.fill_checksum();
+    let (src, dst_ip) = (ip.src_addr(), ip.dst_addr());
+    let mut t = TcpPacket::new_unchecked(&mut dst[tcp_at..n]);
+    t.set_seq_number(t.seq_number() + offset);
+    if !last {
+        t.set_flags(crate::wire::TcpFlags(
+            t.flags().0 & !(crate::wire::TcpFlags::PSH.0 | crate::wire::TcpFlags::FIN.0),
+        ));
+    }
+    let pseudo = crate::wire::checksum::pseudo_header(src, dst_ip, 6, tcp_len);
+    t.set_checksum(crate::wire::checksum::fold(pseudo));
+}
+
 /// The Ethernet and IPv4 headers of an outgoing TCP segment, built alike
 /// by [`Interface::poll_frame`] and [`Interface::poll_frame_parts`].
 #[derive(Debug)]
@@ -1777,34 +1815,17 @@ mod tests {
     }
 
     /// Cuts a train as a port with segmentation offload does: one frame
-    /// per `seg_len` bytes of payload, the headers copied and each frame's
-    /// IPv4 length, identifier and checksum, TCP sequence number, PSH
-    /// (the last only) and TCP checksum set.
+    /// per `seg_len` bytes of payload, headers from [`cut_header`], the
+    /// TCP checksum completed.
     fn cut_train(hdr: &[u8], payload: &[u8], seg_len: usize) -> Vec<Vec<u8>> {
-        let ihl = usize::from(hdr[14] & 0x0f) * 4;
-        let tcp_at = 14 + ihl;
-        let (src, dst) = (
-            Ipv4Addr::new(hdr[26], hdr[27], hdr[28], hdr[29]),
-            Ipv4Addr::new(hdr[30], hdr[31], hdr[32], hdr[33]),
-        );
-        let ident = u16::from_be_bytes([hdr[18], hdr[19]]);
-        let seq = TcpPacket::new_unchecked(&hdr[tcp_at..]).seq_number();
         let pieces: Vec<&[u8]> = payload.chunks(seg_len).collect();
         let last = pieces.len() - 1;
         let mut out = Vec::new();
         for (k, piece) in pieces.into_iter().enumerate() {
-            let mut f = hdr.to_vec();
+            let mut f = vec![0u8; hdr.len()];
+            cut_header(hdr, k, k * seg_len, piece.len(), k == last, &mut f);
             f.extend_from_slice(piece);
-            let total = (f.len() - 14) as u16;
-            f[16..18].copy_from_slice(&total.to_be_bytes());
-            f[18..20].copy_from_slice(&ident.wrapping_add(k as u16).to_be_bytes());
-            Ipv4Packet::new_unchecked(&mut f[14..]).fill_checksum();
-            let mut t = TcpPacket::new_unchecked(&mut f[tcp_at..]);
-            t.set_seq_number(seq + k * seg_len);
-            if k < last {
-                t.set_flags(TcpFlags(t.flags().0 & !TcpFlags::PSH.0));
-            }
-            t.fill_checksum(src, dst);
+            TcpPacket::new_unchecked(&mut f[14 + 20..]).fill_checksum(IP_B, IP_A);
             out.push(f);
         }
         out

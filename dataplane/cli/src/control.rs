@@ -221,6 +221,7 @@ fn worker_json(i: usize, s: &WorkerStats) -> Value {
         "tx_copied_frames": s.tx_copied_frames,
         "tx_fused_frames": s.tx_fused_frames,
         "rx_cksum_trusted": s.rx_cksum_trusted,
+        "rx_segments_mid_fpdu": s.rx_segments_mid_fpdu,
         "idle_wakeups": s.idle_wakeups,
         "dispatched_out": s.dispatched_out,
         "dispatched_in": s.dispatched_in,

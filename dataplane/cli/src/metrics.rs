@@ -187,7 +187,7 @@ type WorkerCounter = (&'static str, &'static str, fn(&WorkerStats) -> u64);
 /// can say; the service adds its responders).
 pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
     let stats = dp.stats();
-    let counters: [WorkerCounter; 20] = [
+    let counters: [WorkerCounter; 21] = [
         ("iwarp_rx_packets_total", "Frames received.", |s| {
             s.rx_packets
         }),
@@ -268,6 +268,11 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             "iwarp_rx_cksum_trusted_total",
             "Received frames whose checksums the port had verified, not summed again.",
             |s| s.rx_cksum_trusted,
+        ),
+        (
+            "iwarp_rx_segments_mid_fpdu_total",
+            "Received TCP segments that ended inside an FPDU (the peer split its FPDUs).",
+            |s| s.rx_segments_mid_fpdu,
         ),
         ("iwarp_loops_total", "Poll-loop iterations.", |s| s.loops),
         (

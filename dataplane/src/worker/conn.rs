@@ -356,6 +356,7 @@ impl Conn {
         // or the reply, FPDUs follow).
         let now_e = engine_time(cx.now);
         let mut drained = false;
+        let mut mid_fpdu = 0;
         for _ in 0..MAX_CHUNKS_PER_POLL {
             let Some(p) = cx.stack.conn_mut(self.tcp).and_then(|c| c.recv()) else {
                 drained = true;
@@ -363,6 +364,7 @@ impl Conn {
             };
             work = true;
             if let Some(ep) = self.ep.as_mut() {
+                let before = ep.stats().chunks_mid_fpdu;
                 ep.handle_stream(
                     now_e,
                     p.bytes(),
@@ -374,7 +376,11 @@ impl Conn {
                         self.srq.as_mut(),
                     ),
                 );
+                mid_fpdu += ep.stats().chunks_mid_fpdu - before;
             }
+        }
+        if mid_fpdu > 0 {
+            bump(&cx.counters.rx_segments_mid_fpdu, mid_fpdu);
         }
         // Records TCP gave up (a reset or timeout among the events above)
         // give their pins back before the engine learns the stream ended.

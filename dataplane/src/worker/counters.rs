@@ -102,6 +102,10 @@ pub struct WorkerCounters {
     /// so that the interface did not sum them again (published every
     /// stats period; 0 on ports without checksum verdicts).
     pub rx_cksum_trusted: AtomicU64,
+    /// Received TCP segments of FPDU streams that ended inside an FPDU
+    /// (the peer's segments split its FPDUs; 0 from a peer that keeps
+    /// every FPDU in one segment).
+    pub rx_segments_mid_fpdu: AtomicU64,
     /// The EAL lcore id of the worker's thread plus one, recorded when the
     /// thread starts; 0 when it has none (see [`WorkerStats::lcore`]).
     lcore: AtomicU32,
@@ -171,6 +175,8 @@ pub struct WorkerStats {
     pub arp_out: u64,
     /// See [`WorkerCounters::rx_cksum_trusted`].
     pub rx_cksum_trusted: u64,
+    /// See [`WorkerCounters::rx_segments_mid_fpdu`].
+    pub rx_segments_mid_fpdu: u64,
     /// The EAL lcore id its thread runs as (`rte_lcore_id()`), recorded
     /// when a worker thread starts (`DriveMode::Threads`); `None` for a
     /// thread EAL does not know and for workers the application drives.
@@ -224,6 +230,7 @@ impl WorkerCounters {
             conn_visits: g(&self.conn_visits),
             arp_in: g(&self.arp_in),
             rx_cksum_trusted: g(&self.rx_cksum_trusted),
+            rx_segments_mid_fpdu: g(&self.rx_segments_mid_fpdu),
             arp_out: g(&self.arp_out),
             lcore: self.lcore.load(Ordering::Relaxed).checked_sub(1),
             thread_id: Some(self.thread_id.load(Ordering::Relaxed)).filter(|&t| t != 0),

@@ -309,6 +309,15 @@ impl<Q: LinkQueue> Worker<Q> {
             recv_buffer: s.config.tcp.recv_buffer,
             ..tcp::Config::default()
         };
+        // Attached payload is a piece of the chain of its own.
+        let odd_payload_solo = s.caps.multi_seg_tx
+            && s.config.tcp.segmentation_offload
+            && s.caps.tso.is_some_and(|t| t.even_pieces);
+        if let Some(tso) = s.caps.tso.filter(|_| s.config.tcp.segmentation_offload) {
+            ic.tcp.train_bytes = tso.max_bytes;
+            ic.tcp.train_records = tso.max_segments;
+            ic.tcp.train_shortfall = tso.shortfall;
+        }
         ic.max_connections = s.config.tcp.max_connections;
         let mut iface = Interface::new(ic);
         for n in &port.neighbors {
@@ -345,7 +354,11 @@ impl<Q: LinkQueue> Worker<Q> {
             device,
             mem,
             conns: Vec::new(),
-            records: Records::with_capacity(RECORDS_AT_START),
+            records: {
+                let mut r = Records::with_capacity(RECORDS_AT_START);
+                r.odd_payload_solo = odd_payload_solo;
+                r
+            },
             ready: ready::ReadyList::new(s.config.tcp.max_connections),
             timed: Vec::with_capacity(s.config.tcp.max_connections),
             visits: 0,

@@ -16,16 +16,22 @@ use tcp_offload::tcp::Record;
 use super::tx::FpduRecord;
 
 /// TCP's handle on a record kept in the worker's table of records in
-/// flight: its slot and length.
+/// flight: its slot and length, and whether it must have a frame of its
+/// own (not ride in a train).
 #[derive(Debug, PartialEq, Eq)]
 pub struct RecordRef {
     slot: u32,
     len: u32,
+    solo: bool,
 }
 
 impl Record for RecordRef {
     fn len(&self) -> usize {
         self.len as usize
+    }
+
+    fn joins_train(&self) -> bool {
+        !self.solo
     }
 }
 
@@ -34,6 +40,11 @@ impl Record for RecordRef {
 pub(super) struct Records {
     slots: Vec<Option<FpduRecord>>,
     free: Vec<u32>,
+    /// A record whose payload has an odd length gets a frame of its own:
+    /// the port's segmentation sums each piece of a chain as if it began
+    /// at an even offset ([`crate::link::TsoCaps::even_pieces`]), and the
+    /// payload is attached as a piece of its own.
+    pub(super) odd_payload_solo: bool,
 }
 
 impl Records {
@@ -42,15 +53,17 @@ impl Records {
         Records {
             slots: Vec::with_capacity(n),
             free: Vec::with_capacity(n),
+            odd_payload_solo: false,
         }
     }
 
     /// Keeps `rec`; the handle TCP queues for it.
     pub(super) fn insert(&mut self, rec: FpduRecord) -> RecordRef {
+        let solo = self.odd_payload_solo && rec.odd_payload();
         let len = u32::try_from(Record::len(&rec)).unwrap_or(u32::MAX);
         if let Some(slot) = self.free.pop() {
             self.slots[slot as usize] = Some(rec);
-            return RecordRef { slot, len };
+            return RecordRef { slot, len, solo };
         }
         let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
         self.slots.push(Some(rec));
@@ -58,7 +71,7 @@ impl Records {
         // allocates.
         self.free
             .reserve(self.slots.len().saturating_sub(self.free.len()));
-        RecordRef { slot, len }
+        RecordRef { slot, len, solo }
     }
 
     /// The record behind `r`, in place.
@@ -103,9 +116,11 @@ mod tests {
         assert_eq!(t.in_flight(), 0);
         // A handle taken out twice finds nothing the second time.
         let d = t.insert(FpduRecord::empty_for_test(1));
+        assert!(d.joins_train());
         let again = RecordRef {
             slot: d.slot,
             len: d.len,
+            solo: d.solo,
         };
         assert!(t.remove(d).is_some());
         assert!(t.remove(again).is_none());

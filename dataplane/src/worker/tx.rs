@@ -153,6 +153,14 @@ impl FpduRecord {
         }
     }
 
+    /// Whether the record's payload has an odd length.
+    pub(super) fn odd_payload(&self) -> bool {
+        self.rec
+            .as_ref()
+            .and_then(OutRecord::payload)
+            .is_some_and(|p| p.range().len() % 2 == 1)
+    }
+
     /// The engine's record, to give back.
     pub(super) fn take(mut self) -> Option<OutRecord> {
         self.rec.take()
@@ -520,6 +528,54 @@ impl Conn {
     }
 }
 
+/// Builds the frame of a train (TCP segmentation offload): `head`, the
+/// train's headers, then each record whole, payload attached or copied
+/// (the copy in the pass that computes the MPA CRC, where the CRC is
+/// ours); the port cuts it into segments of `seg_len` payload bytes, one
+/// record each. Returns how many records went in by that fused pass.
+fn emit_train<'a, F: TxFrame>(
+    frame: &mut F,
+    head: &[u8],
+    seg_len: usize,
+    first: Option<&'a FpduRecord>,
+    rest: impl Iterator<Item = Option<&'a FpduRecord>>,
+    attach: bool,
+) -> Result<u64, FrameFull> {
+    frame.segment_by(seg_len)?;
+    frame.append(head)?;
+    let mut fused = 0;
+    for rec in core::iter::once(first).chain(rest) {
+        let rec = rec.ok_or(FrameFull)?;
+        let whole = 0..rec.len;
+        if !attach && rec.fusable(&whole) {
+            rec.emit_fused(frame, 0, false)?;
+            fused += 1;
+        } else {
+            rec.emit(frame, whole, attach)?;
+        }
+    }
+    Ok(fused)
+}
+
+/// Captures a train as the port puts it on the wire: `n` segments of one
+/// record each, headers as the port writes them.
+fn capture_train<'a>(
+    ring: &crate::capture::Ring,
+    ts: u64,
+    head: &[u8],
+    n: usize,
+    recs: impl Iterator<Item = &'a FpduRecord>,
+) {
+    let mut cut = [0u8; HDR_BUF];
+    let mut offset = 0;
+    for (k, rec) in recs.enumerate() {
+        let len = rec.len;
+        tcp_offload::iface::cut_header(head, k, offset, len, k + 1 == n, &mut cut);
+        ring.record_segment(ts, &cut[..head.len()], Some((rec, 0..len)), 0);
+        offset += len;
+    }
+}
+
 impl<Q: LinkQueue> Worker<Q> {
     pub(super) fn transmit(&mut self, now: Instant) -> bool {
         let offload = self.caps.tx_checksum_offload;
@@ -601,6 +657,31 @@ impl<Q: LinkQueue> Worker<Q> {
                     break;
                 }
                 Some(FrameParts::Consumed) => self.spare_frame = Some(frame),
+                Some(FrameParts::Segment {
+                    header_len,
+                    payload,
+                    more: Some(train),
+                    ..
+                }) => {
+                    let first = payload.and_then(|(r, _)| records.get(r));
+                    let rest = train.records().map(|r| records.get(r));
+                    let head = &hdr[..header_len];
+                    match emit_train(&mut frame, head, train.seg_len(), first, rest, attach) {
+                        Ok(fused) => {
+                            if let Some(ring) = self.capture.ring() {
+                                let ts = capture_ts.unwrap_or(0);
+                                let recs = first
+                                    .into_iter()
+                                    .chain(train.records().filter_map(|r| records.get(r)));
+                                capture_train(ring, ts, head, train.count() + 1, recs);
+                            }
+                            bump(&self.counters.tx_fused_frames, fused);
+                            self.tx_batch.push(frame);
+                            copied += u64::from(!attach);
+                        }
+                        Err(FrameFull) => self.local_drops += 1,
+                    }
+                }
                 Some(FrameParts::Segment {
                     header_len,
                     payload,

@@ -49,6 +49,8 @@ pub struct Exchange {
     /// veth end's name: joins a port the PMD created itself (a tap) to
     /// the veth. `None` for PMDs that open the veth end directly.
     pub attach: Option<fn(iface: &str)>,
+    /// Changes each side's configuration before its dataplane opens.
+    pub configure: Option<fn(&mut Config)>,
     /// Checks a side's counters (`side`: "server" or "client") once its
     /// transfers are done: the workers' ([`Dataplane::stats`]) and the
     /// port's ([`Dataplane::link_stats`]); panics to fail it.
@@ -284,6 +286,9 @@ fn open(x: &Exchange, ip: Ipv4Addr, mac: EthernetAddress) -> Dataplane {
     // Both processes and the kernel share two cores: back off when idle.
     c.idle.spin = 200;
     c.idle.sleep_us = 20;
+    if let Some(configure) = x.configure {
+        configure(&mut c);
+    }
     let dp =
         Dataplane::open(&c).unwrap_or_else(|e| panic!("opening the dataplane on {}: {e}", x.pmd));
     if let Some(attach) = x.attach {

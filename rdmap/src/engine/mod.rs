@@ -296,6 +296,9 @@ pub struct Stats {
     /// Zero-length Writes sent to wake a silent responder (0 or 1; counted
     /// in `fpdus_out` too).
     pub nudges: u64,
+    /// In-order chunks of the stream (one per TCP segment) that ended
+    /// inside an FPDU: FPDUs the peer's segments split.
+    pub chunks_mid_fpdu: u64,
 }
 
 /// The initiator's nudge of a silent responder (module documentation,

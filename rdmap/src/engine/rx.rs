@@ -160,6 +160,9 @@ impl Endpoint {
                 }
             }
         }
+        if self.rx_running && !self.deframer.at_boundary() {
+            self.stats.chunks_mid_fpdu += 1;
+        }
     }
 
     fn rx_start(&mut self, len: u16) {
