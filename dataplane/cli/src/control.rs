@@ -229,6 +229,19 @@ fn worker_json(i: usize, s: &WorkerStats) -> Value {
     })
 }
 
+/// Each worker's counters and the port's link counters, as `stats` names
+/// them (`iwarp perf --counters`).
+pub fn counters_json(dp: &Dataplane) -> Value {
+    json!({
+        "workers": dp.stats().iter().enumerate().map(|(i, s)| worker_json(i, s)).collect::<Vec<_>>(),
+        "link": dp
+            .link_stats()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), Value::from(v)))
+            .collect::<serde_json::Map<_, _>>(),
+    })
+}
+
 /// The `stats` answer: per worker, per port (the workers' sums: each
 /// worker owns one queue of the port), the responders and queue pairs.
 pub fn stats_json(svc: &Service) -> Value {

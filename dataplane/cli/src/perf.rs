@@ -141,6 +141,11 @@ pub struct PerfOptions {
     /// server's wait for a client (default 60).
     #[arg(long = "timeout", value_name = "SECONDS")]
     pub timeout: Option<String>,
+    /// At the end, write the dataplane's counters (each worker's and the
+    /// port's, as `iwarp stats --json` names them) to FILE as JSON, also
+    /// after a failed run.
+    #[arg(long = "counters", value_name = "FILE")]
+    pub counters: Option<std::path::PathBuf>,
     /// The endpoint: device, address, cores, configuration.
     #[command(flatten)]
     pub endpoint: EndpointArgs,
@@ -560,8 +565,18 @@ pub fn run(test: TestKind, args: &PerfArgs) -> Result<(), ToolError> {
     let mut stdout = std::io::stdout();
     let lines: Option<&mut dyn Write> = if plan.json { None } else { Some(&mut stdout) };
     let outcome = run_on(&dp, &plan, &port, lines);
+    let written = args.options.counters.as_ref().map(|path| {
+        let doc = crate::control::counters_json(&dp);
+        std::fs::write(path, format!("{doc}\n")).map_err(|e| {
+            ToolError::Io(std::io::Error::new(
+                e.kind(),
+                format!("writing the counters to {}: {e}", path.display()),
+            ))
+        })
+    });
     drop(dp);
     let outcome = outcome?;
+    written.transpose()?;
     if plan.json {
         let spec = plan.spec(plan.size);
         let doc = PerfJson {

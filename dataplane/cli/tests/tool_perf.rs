@@ -263,6 +263,10 @@ fn pair(test: &str, extra: &[&str], iters: u64) {
         unique_prefix(&format!("perf-{test}-c")),
     ];
     let dirs = prefixes.clone().map(|p| RuntimeDir(runtime_dir(&p)));
+    // Each side's counters at the end (`--counters`).
+    let counters = prefixes
+        .clone()
+        .map(|p| std::env::temp_dir().join(format!("{p}.counters.json")));
     let command = |side: usize| {
         let device = format!("net_af_packet0,iface={}", net.ifs[side]);
         let eal = eal_args(&prefixes[side]);
@@ -277,6 +281,8 @@ fn pair(test: &str, extra: &[&str], iters: u64) {
             // idle.
             .args(["--set", "idle.spin=200", "--set", "idle.sleep_us=20"])
             .args(["--json", "--timeout", "60"])
+            .arg("--counters")
+            .arg(&counters[side])
             .args(extra);
         c
     };
@@ -307,6 +313,19 @@ fn pair(test: &str, extra: &[&str], iters: u64) {
         assert!(!d.0.exists(), "{} left behind", d.0.display());
     }
     net.remove_and_check();
+    for (side, path) in ["server", "client"].iter().zip(&counters) {
+        let text = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("{side}: no counters at {}: {e}", path.display()));
+        let _ = std::fs::remove_file(path);
+        let doc: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{side}'s counters are not JSON ({e}): {text}"));
+        let sent = doc["workers"][0]["tx_packets"].as_u64().unwrap_or(0);
+        assert!(sent > 0, "{side}: no frames sent in its counters: {doc}");
+        assert!(
+            doc["link"].get("tx_tso_frames").is_some(),
+            "{side}: no link counters in {doc}"
+        );
+    }
 
     let lat = test.ends_with("-lat");
     let verify = extra.contains(&"--data_validation");
