@@ -87,6 +87,12 @@ die() { log "ERROR: $*"; exit 2; }
 #              siw's request never sets C (its mpa_crc_required is a
 #              compile-time false), so the case expects a refusal
 #              (EXPECT=refused, see expect_refused)
+#   tso        as crc, with our tool on DPDK's net_tap (bridged to the
+#              segment in netns siwlab) instead of net_af_packet: the tap
+#              grants TCP segmentation offload, so we hand it trains of
+#              whole FPDUs to cut. The case also fails unless our counters
+#              show trains, and unless every segment we sent in the
+#              capture holds exactly one whole FPDU
 TESTS="rping write_bw read_bw send_bw write_lat read_lat send_lat"
 all_cases() {
     local t
@@ -100,6 +106,8 @@ all_cases() {
     # and the cases after one run in a new boot
     for t in rping write_bw; do echo "$t-to-siw-nop2p"; done
     for t in rping read_bw; do echo "$t-to-siw-rtr-read"; done
+    for t in write_bw send_bw; do echo "$t-to-siw-tso"; done
+    echo "read_bw-from-siw-tso"
 }
 
 # Sets TEST DIR VARIANT SETS EXP_CRC EXP_P2P EXPECT for case $1. EXPECT is
@@ -121,8 +129,11 @@ parse_case() {
         rtr-read) SETS="mpa.crc=true mpa.rtr=read"; EXP_CRC=1; EXP_P2P=1 ;;
         nop2p) SETS="mpa.crc=true mpa.rtr=none"; EXP_CRC=1; EXP_P2P=0 ;;
         crcreq) SETS="mpa.crc=required mpa.rtr=write"; EXP_CRC=1; EXP_P2P=1 ;;
+        tso) SETS="mpa.crc=true mpa.rtr=write"; EXP_CRC=1; EXP_P2P=1 ;;
         *) return 1 ;;
     esac
+    TSO=0
+    [ "$VARIANT" = tso ] && TSO=1
     EXPECT=ok
     [ "$VARIANT" = crcreq ] && [ "$DIR" = from-siw ] && EXPECT=refused
     # as responder, the MPA flags are siw's request answered by our policy:
@@ -434,6 +445,25 @@ check_capture() {
         ! awk -v g=$GUEST_IP '$2==g && ($3==1 || $3=="True") {c=1} END {exit c}' "$mpa"; then
         CAP_FAIL+=" guest-request-asked-for-crc"
     fi
+    if [ "$TSO" = 1 ]; then
+        # every data segment we sent after the MPA exchange: exactly one
+        # FPDU, whole (length field, ULPDU, pad to 4, CRC when on).
+        # Retransmissions are left out: tshark does not dissect their
+        # payload again.
+        read -r OURSEGS MISFIT < <("${TS[@]}" -r "$f" -T fields -E separator='|' -E occurrence=a \
+            -Y "ip.src == $DP_IP && tcp.len > 0 && !iwarp_mpa.req && !iwarp_mpa.rep && !tcp.analysis.retransmission" \
+            -e tcp.len -e iwarp_mpa.ulpdulength 2>/dev/null |
+            awk -F'|' -v crc="$crc_on" '{ n++; k = split($2, u, ",")
+                if (k != 1 || $1 != int((u[1] + 2 + 3) / 4) * 4 + 4 * crc) bad++ }
+                END { printf "%d %d\n", n, bad }')
+        if [ "${OURSEGS:-0}" = 0 ]; then
+            CAP_FAIL+=" no-data-segments-of-ours"
+        elif [ "${MISFIT:-1}" != 0 ]; then
+            CAP_FAIL+=" segments-not-one-fpdu=$MISFIT/$OURSEGS"
+        else
+            NOTE+=" ($OURSEGS segments of ours, each one whole FPDU)"
+        fi
+    fi
     if [ "$RETX_CHECK" = 1 ] && [ "$DROPS" = 0 ]; then
         [ "$RTO" -eq 0 ] || CAP_FAIL+=" rto=$RTO"
         [ $(( RETX * 1000 )) -lt "$TCPSEGS" ] || [ "$RETX" -eq 0 ] || CAP_FAIL+=" retx=$RETX/$TCPSEGS"
@@ -517,13 +547,40 @@ wait_file() {
     [ -e "$f" ]
 }
 
-# Starts the iwarp tool in netns siwdp in the background: HOST_PID, log $1.
+# The tso variant's port: DPDK's net_tap, whose kernel side joins br0 in
+# netns siwlab (under another MAC: a bridge keeps frames to one of its
+# ports' own MAC for itself) once the tool has created it.
+DP_TAP=dptap0
+DP_TAP_KMAC=02:00:00:77:00:fd
+bridge_dp_tap() {
+    local i=0
+    while ! ip -n siwlab link show "$DP_TAP" >/dev/null 2>&1; do
+        [ $i -lt 100 ] || return 1
+        sleep 0.1; i=$((i + 1))
+    done
+    ip -n siwlab link set "$DP_TAP" address "$DP_TAP_KMAC"
+    # checksums complete on frames handed to the port
+    ip netns exec siwlab ethtool -K "$DP_TAP" tx off >/dev/null 2>&1
+    ip -n siwlab link set "$DP_TAP" master br0 up
+    # the bridge learnt our MAC on veth-d in an earlier case
+    bridge -n siwlab fdb del "$DP_MAC" dev veth-d master 2>/dev/null
+    return 0
+}
+
+# Starts the iwarp tool in the background (netns siwdp on net_af_packet;
+# the tso variant in netns siwlab on net_tap): HOST_PID, log $1.
 start_iwarp() {
-    local logf=$1 c=$2 sets=() s
+    local logf=$1 c=$2 sets=() s ns=$DP_NS dev="net_af_packet0,iface=$DP_IFACE" extra=()
     for s in $SETS "idle.spin=$IDLE_SPIN" "idle.sleep_us=$IDLE_SLEEP_US"; do sets+=(--set "$s"); done
+    if [ "$TSO" = 1 ]; then
+        ns=siwlab dev="net_tap0,iface=$DP_TAP"
+        extra=(--counters "$OUT/$c.counters.json")
+        rm -f "$OUT/$c.counters.json"
+        bridge_dp_tap &
+    fi
     # shellcheck disable=SC2046 # iwarp_args is a word list
-    ip netns exec "$DP_NS" timeout -k 5 "$CASE_TMO" "$IWARP_BIN" $(iwarp_args) \
-        --device "net_af_packet0,iface=$DP_IFACE" --ip "$DP_IP" --mac "$DP_MAC" \
+    ip netns exec "$ns" timeout -k 5 "$CASE_TMO" "$IWARP_BIN" $(iwarp_args) "${extra[@]}" \
+        --device "$dev" --ip "$DP_IP" --mac "$DP_MAC" \
         --eal "-l 0 --no-huge -m 256 --no-pci --no-telemetry --log-level=warning --file-prefix iwarp-interop-$c" \
         "${sets[@]}" >"$logf" 2>&1 </dev/null &
     HOST_PID=$!
@@ -613,6 +670,19 @@ run_case() {
         REASON+=" no-capture"
     fi
     [ "$DROPS" = 0 ] || NOTE+=" (segment dropped $DROPS frames: retransmission check skipped)"
+    if [ "$TSO" = 1 ]; then
+        # the port cut trains: our counters say how many
+        local trains cut
+        trains=$(grep -o '"tx_tso_frames":[0-9]*' "$OUT/$c.counters.json" 2>/dev/null | cut -d: -f2)
+        cut=$(grep -o '"tx_tso_segments":[0-9]*' "$OUT/$c.counters.json" 2>/dev/null | cut -d: -f2)
+        if [ -z "$trains" ]; then
+            REASON+=" no-counters"
+        elif [ "$trains" = 0 ] || [ "$cut" -lt $(( 2 * trains )) ]; then
+            REASON+=" no-trains($trains,$cut)"
+        else
+            NOTE+=" ($trains trains cut into $cut segments)"
+        fi
+    fi
     if [ "$TEST" != rping ] && [ "${EXPECT:-ok}" = ok ] && [ "$HOST_RC" = 0 ] && [ "$GUEST_RC" = 0 ]; then
         compare_perftest_lines "$c" "$hostlog"
     fi

@@ -328,6 +328,14 @@ fn a_send_between_the_segments_of_a_write() {
         );
         assert_eq!(t.side.completions.len(), 1, "{what}");
         assert_eq!(t.side.ep.stats().bytes_placed, 300, "{what}");
+        // Chunks that ended inside an FPDU: none when the three FPDUs came
+        // whole, all but the three that ended one when octet by octet.
+        let split = t.side.ep.stats().chunks_mid_fpdu;
+        match chunks {
+            Chunks::Whole => assert_eq!(split, 0, "{what}"),
+            Chunks::Octets => assert_eq!(split as usize, bytes.len() - 3, "{what}"),
+            Chunks::Random(_) => assert!(split > 0, "{what}"),
+        }
         t.assert_healthy(&what);
     }
 }
