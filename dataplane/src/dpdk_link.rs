@@ -976,6 +976,7 @@ impl LinkQueue for DpdkQueue {
         let ext = self.spare_ext.pop().unwrap_or_else(|| {
             Box::new(FrameExt {
                 pins: [const { None }; MAX_PINS],
+                npins: 0,
                 shared: self.frame_shared.clone(),
                 iova_is_va: self.iova_is_va,
                 multi_seg: self.multi_seg,
@@ -1035,7 +1036,9 @@ impl LinkQueue for DpdkQueue {
             }
             for f in frames.drain(kept..) {
                 let DpdkFrame { mut ext, .. } = f;
-                for p in ext.pins.iter_mut().filter_map(Option::take) {
+                let n = usize::from(ext.npins);
+                ext.npins = 0;
+                for p in ext.pins[..n].iter_mut().filter_map(Option::take) {
                     self.in_flight.push_back(p);
                 }
                 self.spare_ext.push(ext);
@@ -1149,6 +1152,8 @@ pub struct DpdkFrame {
 #[derive(Debug)]
 struct FrameExt {
     pins: [Option<ExtPin>; MAX_PINS],
+    /// Pins taken: `pins[..npins]` (a frame sent walks only those).
+    npins: u8,
     shared: Arc<FrameShared>,
     /// An unregistered region may be attached by address.
     iova_is_va: bool,
@@ -1256,7 +1261,7 @@ impl DpdkFrame {
             n += 1;
             at += run;
         }
-        let free = self.ext.pins.iter().filter(|p| p.is_none()).count();
+        let free = MAX_PINS - usize::from(self.ext.npins);
         let Some(head) = self.head.as_ref() else {
             return false;
         };
@@ -1296,8 +1301,9 @@ impl DpdkFrame {
                 debug_assert!(false, "chain of a checked length failed");
                 continue;
             }
-            if let Some(p) = self.ext.pins.iter_mut().find(|p| p.is_none()) {
+            if let Some(p) = self.ext.pins.get_mut(usize::from(self.ext.npins)) {
                 *p = Some(pin);
+                self.ext.npins += 1;
             }
         }
         if n > 1 {
