@@ -305,9 +305,11 @@ pub struct DpdkLinkStats {
     /// Received frames dropped (too long for one mbuf, or no mbuf to
     /// linearize into).
     pub rx_dropped: AtomicU64,
-    /// Payload pieces attached as external buffers.
+    /// Payload pieces attached as external buffers (in frames the device
+    /// took; counted per burst).
     pub tx_attached: AtomicU64,
-    /// Payload pieces that were to be attached but were copied.
+    /// Payload pieces that were to be attached but were copied (in frames
+    /// the device took).
     pub tx_copied: AtomicU64,
     /// Frames handed to the device with the TCP checksum offloaded.
     pub tx_cksum_offloaded: AtomicU64,
@@ -554,7 +556,6 @@ impl DpdkLink {
             let frame_shared = Arc::new(FrameShared {
                 pool: pool.clone(),
                 ext: zero_copy.then(|| ext.clone()),
-                stats: stats.clone(),
             });
             qs.push(Some(DpdkQueue {
                 index: q,
@@ -936,6 +937,7 @@ impl LinkQueue for DpdkQueue {
             self.rx_pending.extend(self.rx_burst.drain());
         }
         let mut n = 0;
+        let mut linearized = 0;
         while n < max {
             let Some(m) = self.rx_pending.pop_front() else {
                 break;
@@ -944,9 +946,7 @@ impl LinkQueue for DpdkQueue {
             let cksum = rx_checksum_of(&m);
             match self.linearize(m) {
                 Some(mbuf) => {
-                    if chained {
-                        self.stats.rx_linearized.fetch_add(1, Ordering::Relaxed);
-                    }
+                    linearized += u64::from(chained);
                     out.push(DpdkRxBuf { mbuf, cksum });
                     n += 1;
                 }
@@ -954,6 +954,12 @@ impl LinkQueue for DpdkQueue {
                     self.stats.rx_dropped.fetch_add(1, Ordering::Relaxed);
                 }
             }
+        }
+        if linearized > 0 {
+            // Once per burst: the counter is shared by the port's queues.
+            self.stats
+                .rx_linearized
+                .fetch_add(linearized, Ordering::Relaxed);
         }
         n
     }
@@ -977,6 +983,7 @@ impl LinkQueue for DpdkQueue {
             Box::new(FrameExt {
                 pins: [const { None }; MAX_PINS],
                 npins: 0,
+                tally: [0; 3],
                 shared: self.frame_shared.clone(),
                 iova_is_va: self.iova_is_va,
                 multi_seg: self.multi_seg,
@@ -997,6 +1004,8 @@ impl LinkQueue for DpdkQueue {
         let mut sent = 0;
         let mut offloaded = 0u64;
         let (mut trains, mut cut) = (0u64, 0u64);
+        // The sent frames' attach tallies ([`FrameExt::tally`]).
+        let mut tally = [0u64; 3];
         while !frames.is_empty() {
             let k = frames.len().min(BURST);
             let mut index = [0usize; BURST];
@@ -1036,6 +1045,9 @@ impl LinkQueue for DpdkQueue {
             }
             for f in frames.drain(kept..) {
                 let DpdkFrame { mut ext, .. } = f;
+                for (total, n) in tally.iter_mut().zip(ext.tally.iter_mut()) {
+                    *total += u64::from(core::mem::take(n));
+                }
                 let n = usize::from(ext.npins);
                 ext.npins = 0;
                 for p in ext.pins[..n].iter_mut().filter_map(Option::take) {
@@ -1060,6 +1072,16 @@ impl LinkQueue for DpdkQueue {
                 .tx_tso_frames
                 .fetch_add(trains, Ordering::Relaxed);
             self.stats.tx_tso_segments.fetch_add(cut, Ordering::Relaxed);
+        }
+        let [attached, copied, split] = tally;
+        for (counter, n) in [
+            (&self.stats.tx_attached, attached),
+            (&self.stats.tx_copied, copied),
+            (&self.stats.tx_split, split),
+        ] {
+            if n > 0 {
+                counter.fetch_add(n, Ordering::Relaxed);
+            }
         }
         sent
     }
@@ -1154,6 +1176,12 @@ struct FrameExt {
     pins: [Option<ExtPin>; MAX_PINS],
     /// Pins taken: `pins[..npins]` (a frame sent walks only those).
     npins: u8,
+    /// Payload pieces attached, pieces copied instead, and attachments
+    /// split at a page boundary, in this frame: added to the link's
+    /// counters once per burst when the device takes it
+    /// ([`DpdkLinkStats::tx_attached`], `tx_copied`, `tx_split`), not
+    /// with a shared atomic per piece.
+    tally: [u32; 3],
     shared: Arc<FrameShared>,
     /// An unregistered region may be attached by address.
     iova_is_va: bool,
@@ -1162,12 +1190,11 @@ struct FrameExt {
 
 /// What the frames of one queue share: the pool their segments come
 /// from, the queue's external-buffer slots (when payload may be
-/// attached), the link's counters.
+/// attached).
 #[derive(Debug)]
 struct FrameShared {
     pool: Mempool,
     ext: Option<ExtBufPool>,
-    stats: Arc<DpdkLinkStats>,
 }
 
 impl DpdkFrame {
@@ -1307,11 +1334,7 @@ impl DpdkFrame {
             }
         }
         if n > 1 {
-            self.ext
-                .shared
-                .stats
-                .tx_split
-                .fetch_add(1, Ordering::Relaxed);
+            self.ext.tally[2] += 1;
         }
         self.len += slice.len;
         true
@@ -1367,18 +1390,10 @@ impl TxFrame for DpdkFrame {
         }
         if slice.len >= ATTACH_MIN && self.ext.shared.ext.is_some() {
             if self.try_attach(&slice) {
-                self.ext
-                    .shared
-                    .stats
-                    .tx_attached
-                    .fetch_add(1, Ordering::Relaxed);
+                self.ext.tally[0] += 1;
                 return Ok(());
             }
-            self.ext
-                .shared
-                .stats
-                .tx_copied
-                .fetch_add(1, Ordering::Relaxed);
+            self.ext.tally[1] += 1;
         }
         self.append_copy(&slice.region, slice.offset, slice.len)
     }
