@@ -519,6 +519,10 @@ impl DpdkLink {
         } else {
             None
         };
+        let zero_copy = setup.multi_seg_tx() && opts.attach_payload;
+        // The segments a train's chain may take: ours, and the device's
+        // own limit (40 on some NICs).
+        let tso_segs = TSO_MAX_SEGMENTS.min(usize::from(info.tx_max_segs));
         let caps = LinkCaps {
             mac,
             mtu: opts.mtu,
@@ -528,11 +532,17 @@ impl DpdkLink {
             tx_checksum_offload: setup.tx_tcp_cksum(),
             rx_checksum_offload: setup.rx_cksum(),
             rss,
-            tso: (opts.tso && setup.tx_tso()).then(|| TsoCaps {
-                max_bytes: TSO_MAX_BYTES,
-                // Each attached record takes a pin.
-                max_segments: if setup.multi_seg_tx() && opts.attach_payload {
-                    MAX_PINS - 2
+            tso: (opts.tso && setup.tx_tso() && tso_segs >= 8).then(|| TsoCaps {
+                // Copied, a train fills mbufs of the pool's data room.
+                max_bytes: if zero_copy {
+                    TSO_MAX_BYTES
+                } else {
+                    TSO_MAX_BYTES.min((tso_segs - 1) * (frame_cap.max(MIN_DATA_ROOM) - 160))
+                },
+                // Attached, each record takes a pin and up to three
+                // segments (its header bytes, payload, trailer).
+                max_segments: if zero_copy {
+                    (MAX_PINS - 2).min((tso_segs - 1) / 4)
                 } else {
                     TSO_MAX_RECORDS
                 },
@@ -545,7 +555,6 @@ impl DpdkLink {
             }),
         };
         let stats = Arc::new(DpdkLinkStats::default());
-        let zero_copy = setup.multi_seg_tx() && opts.attach_payload;
         let iova_is_va = eal.iova_is_va();
         // A device off the vdev bus reads memory by DMA: its regions must be
         // registered (and mapped), whatever the IOVA mode.
@@ -576,6 +585,7 @@ impl DpdkLink {
                 needs_dma,
                 port_id: port.id(),
                 tx_cksum: setup.tx_tcp_cksum(),
+                tso_segs: tso_segs as u16,
                 stats: stats.clone(),
                 eal: eal.clone(),
                 keep: Vec::new(),
@@ -722,6 +732,8 @@ pub struct DpdkQueue {
     needs_dma: bool,
     port_id: u16,
     tx_cksum: bool,
+    /// Most segments in the chain of a train (ours and the device's limit).
+    tso_segs: u16,
     stats: Arc<DpdkLinkStats>,
     eal: Arc<Eal>,
     /// Pools whose mbufs this queue's port may hold (a `net_ring` peer's):
@@ -984,6 +996,7 @@ impl LinkQueue for DpdkQueue {
                 pins: [const { None }; MAX_PINS],
                 npins: 0,
                 tally: [0; 3],
+                tso_segs: self.tso_segs,
                 shared: self.frame_shared.clone(),
                 iova_is_va: self.iova_is_va,
                 multi_seg: self.multi_seg,
@@ -1182,6 +1195,8 @@ struct FrameExt {
     /// ([`DpdkLinkStats::tx_attached`], `tx_copied`, `tx_split`), not
     /// with a shared atomic per piece.
     tally: [u32; 3],
+    /// Most segments in the chain of a train.
+    tso_segs: u16,
     shared: Arc<FrameShared>,
     /// An unregistered region may be attached by address.
     iova_is_va: bool,
@@ -1405,7 +1420,7 @@ impl TxFrame for DpdkFrame {
         }
         self.tso_segsz = segsz;
         self.cap = 14 + 60 + 60 + TSO_MAX_BYTES;
-        self.max_segs = TSO_MAX_SEGMENTS as u16;
+        self.max_segs = self.ext.tso_segs;
         Ok(())
     }
 }

@@ -228,6 +228,10 @@ pub struct DevInfo {
     pub reta_size: u16,
     /// RSS key bytes (0: not reported).
     pub hash_key_size: u8,
+    /// Most segments (descriptors) one transmitted frame may take, TCP
+    /// segmentation included (`tx_desc_lim.nb_seg_max`; 65535 where the
+    /// driver sets no limit).
+    pub tx_max_segs: u16,
 }
 
 impl DevInfo {
@@ -477,6 +481,7 @@ impl Port {
             flow_type_rss_offloads: raw.flow_type_rss_offloads,
             reta_size: raw.reta_size,
             hash_key_size: raw.hash_key_size,
+            tx_max_segs: raw.tx_desc_lim.nb_seg_max,
         })
     }
 
