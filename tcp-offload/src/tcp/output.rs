@@ -127,20 +127,16 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 } else {
                     (0, 0)
                 };
-                let repr = if count == 0 {
-                    self.data_repr(now, idx, off, len, why)
-                } else {
-                    let (seq, _) = self.note_data(now, idx, 0, len, why);
-                    let mut flags = TcpFlags::ACK;
-                    for j in idx + 1..=idx + count {
-                        let l = self.sendq.get(j).len;
-                        flags = self.note_data(now, j, 0, l, Send::New).1;
-                    }
-                    // One header for all; each segment the port cuts
-                    // counts as one sent.
-                    self.stats.segments_out += count as u64;
-                    self.header(now, seq, flags, len)
-                };
+                let (seq, mut flags) = self.note_data(now, idx, off, len, why);
+                // A train's records: one header for all, which carries
+                // the last one's flags; each segment the port cuts counts
+                // as one sent.
+                for j in idx + 1..=idx + count {
+                    let l = self.sendq.get(j).len;
+                    flags = self.note_data(now, j, 0, l, Send::New).1;
+                }
+                self.stats.segments_out += count as u64;
+                let repr = self.header(now, seq, flags, len);
                 let more = (count > 0).then(|| self.sendq.train(idx + 1, count, len, bytes));
                 let rec = &self.sendq.get(idx).record;
                 Some(Segment {
@@ -443,19 +439,6 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             }
         }
         (count, total - seg_len)
-    }
-
-    /// Header and bookkeeping for bytes `off..off + len` of record `idx`.
-    fn data_repr(
-        &mut self,
-        now: Instant,
-        idx: usize,
-        off: usize,
-        len: usize,
-        why: Send,
-    ) -> TcpRepr {
-        let (seq, flags) = self.note_data(now, idx, off, len, why);
-        self.header(now, seq, flags, len)
     }
 
     /// The bookkeeping of sending bytes `off..off + len` of record `idx`:
