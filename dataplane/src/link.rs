@@ -25,12 +25,13 @@
 //!   ([`LinkCaps::multi_seg_tx`]).
 
 use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_queue::ArrayQueue;
 use tcp_offload::iface::RxChecksum;
-use tcp_offload::wire::EthernetAddress;
+use tcp_offload::wire::{EthernetAddress, TcpPacket};
 
 use crate::memory::{Region, RegionSlice};
 use crate::steer::Rss;
@@ -304,6 +305,14 @@ pub const FRAME_OVERHEAD: usize = 18;
 /// Pieces one [`MemFrame`] holds at most (bytes runs and attachments).
 const MAX_PIECES: usize = 16;
 
+/// A [`MemLink`] train ([`MemLinkConfig::tso`]): most payload bytes,
+/// records and pieces.
+const MEM_TSO_BYTES: usize = 32 * 1024;
+const MEM_TSO_RECORDS: usize = 24;
+const MEM_TSO_PIECES: usize = 1 + 3 * MEM_TSO_RECORDS;
+/// Frames a [`MemLink`] queue with trains makes up front.
+const MEM_TSO_FRAMES: usize = 64;
+
 /// Configuration of a [`MemLink`] pair.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemLinkConfig {
@@ -329,6 +338,11 @@ pub struct MemLinkConfig {
     /// rest left with the caller as a device whose ring is full leaves
     /// them (`net_ring` does): what the worker must retry.
     pub tx_burst_max: usize,
+    /// Advertise TCP segmentation offload: a train
+    /// ([`TxFrame::segment_by`]) is cut into segments here as a NIC cuts
+    /// it, each with its headers and checksums, and each lost or delivered
+    /// on its own.
+    pub tso: bool,
 }
 
 /// How a [`MemLink`] end spreads received frames over its queues.
@@ -359,6 +373,7 @@ impl Default for MemLinkConfig {
             multi_seg_tx: true,
             steering: Steering::Rss,
             tx_burst_max: 0,
+            tso: false,
         }
     }
 }
@@ -376,6 +391,11 @@ pub struct MemLinkStats {
     pub rx_no_buffer: AtomicU64,
     /// Frames for this end dropped because the queue's ring was full.
     pub rx_ring_full: AtomicU64,
+    /// Trains this end cut into segments ([`MemLinkConfig::tso`]); each
+    /// segment counts in `tx_frames`.
+    pub tso_frames: AtomicU64,
+    /// Segments cut from them.
+    pub tso_segments: AtomicU64,
 }
 
 /// Losses a test arms on one end of a [`MemLink`] while it runs: the next
@@ -514,7 +534,12 @@ impl MemLink {
     ) -> MemLink {
         MemLink {
             caps: LinkCaps {
-                tso: None,
+                tso: config.tso.then_some(TsoCaps {
+                    max_bytes: MEM_TSO_BYTES,
+                    max_segments: MEM_TSO_RECORDS,
+                    shortfall: 0,
+                    even_pieces: false,
+                }),
                 mac,
                 mtu: config.mtu,
                 queues: config.queues.max(1),
@@ -660,16 +685,30 @@ impl Link for MemLink {
             return None;
         }
         *slot = true;
+        let tso = self.caps.tso.is_some();
+        // With room for trains a frame is large: made up front, as a
+        // port's pool is, for the most a worker holds (its transmit
+        // burst, and one spare), not while it runs.
+        let spare = if tso {
+            (0..MEM_TSO_FRAMES)
+                .map(|_| MemFrame::new(self.frame_cap, self.caps.multi_seg_tx, true))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Some(MemQueue {
             index,
             me: self.me.clone(),
             peer: self.peer.clone(),
-            spare: Vec::new(),
+            spare,
             rng: (self.seed ^ u64::from(index) << 32) | 1,
             loss_threshold: self.loss_threshold,
             frame_cap: self.frame_cap,
             multi_seg: self.caps.multi_seg_tx,
             tx_burst_max: self.tx_burst_max,
+            tso,
+            // A train is laid out whole here before it is cut.
+            scratch: Vec::with_capacity(if tso { MEM_TSO_BYTES + HDR_ROOM } else { 0 }),
         })
     }
 
@@ -692,6 +731,9 @@ pub struct MemQueue {
     multi_seg: bool,
     /// See [`MemLinkConfig::tx_burst_max`].
     tx_burst_max: usize,
+    /// See [`MemLinkConfig::tso`].
+    tso: bool,
+    scratch: Vec<u8>,
 }
 
 impl MemQueue {
@@ -717,7 +759,67 @@ impl MemQueue {
                 .is_ok()
     }
 
+    /// Cuts a train as a NIC does and delivers each segment on its own.
+    fn deliver_train(&mut self, frame: &MemFrame) {
+        let mut all = core::mem::take(&mut self.scratch);
+        all.clear();
+        frame.flatten_into(&mut all);
+        let d = &all[..];
+        let ihl = usize::from(d.get(14).map_or(0, |b| b & 0x0f)) * 4;
+        let tcp = 14 + ihl;
+        let hdr = tcp + usize::from(d.get(tcp + 12).map_or(0, |b| b >> 4)) * 4;
+        if ihl < 20 || hdr < tcp + 20 || d.len() <= hdr {
+            self.scratch = all;
+            return;
+        }
+        let (src, dst) = (
+            Ipv4Addr::new(d[26], d[27], d[28], d[29]),
+            Ipv4Addr::new(d[30], d[31], d[32], d[33]),
+        );
+        let chunks = d[hdr..].chunks(frame.tso_segsz);
+        let n = chunks.len();
+        add(&self.me.stats.tso_frames, 1);
+        add(&self.me.stats.tso_segments, n as u64);
+        for (k, chunk) in chunks.enumerate() {
+            let off = k * frame.tso_segsz;
+            self.deliver_with(hdr + chunk.len(), |data| {
+                data.resize(hdr, 0);
+                tcp_offload::iface::cut_header(&d[..hdr], k, off, chunk.len(), k + 1 == n, data);
+                data.extend_from_slice(chunk);
+                TcpPacket::new_unchecked(&mut data[tcp..]).fill_checksum(src, dst);
+            });
+        }
+        self.scratch = all;
+    }
+
+    /// Counts, loses or delivers one frame of `len` bytes that `fill`
+    /// writes into an empty receive buffer.
+    fn deliver_with(&mut self, len: usize, fill: impl FnOnce(&mut Vec<u8>)) {
+        add(&self.me.stats.tx_frames, 1);
+        add(&self.me.stats.tx_bytes, len as u64);
+        if self.lost() {
+            add(&self.me.stats.lost, 1);
+            return;
+        }
+        let Some(mut data) = self.peer.pool.free.pop() else {
+            add(&self.peer.stats.rx_no_buffer, 1);
+            return;
+        };
+        fill(&mut data);
+        let q = self.peer.steer(&data);
+        let buf = MemBuf {
+            data,
+            pool: self.peer.pool.clone(),
+        };
+        if self.peer.rings[q].push(buf).is_err() {
+            add(&self.peer.stats.rx_ring_full, 1);
+        }
+    }
+
     fn deliver(&mut self, frame: &MemFrame) {
+        if frame.tso_segsz > 0 {
+            return self.deliver_train(frame);
+        }
         add(&self.me.stats.tx_frames, 1);
         add(&self.me.stats.tx_bytes, frame.len as u64);
         if self.armed_loss(frame) || self.lost() {
@@ -728,16 +830,7 @@ impl MemQueue {
             add(&self.peer.stats.rx_no_buffer, 1);
             return;
         };
-        for piece in &frame.pieces {
-            match piece {
-                Piece::Bytes(s, e) => data.extend_from_slice(&frame.bytes[*s..*e]),
-                Piece::Region(slice) => {
-                    let at = data.len();
-                    data.resize(at + slice.len, 0);
-                    slice.region.copy_out(slice.offset, &mut data[at..]);
-                }
-            }
-        }
+        frame.flatten_into(&mut data);
         let q = self.peer.steer(&data);
         let buf = MemBuf {
             data,
@@ -780,7 +873,7 @@ impl LinkQueue for MemQueue {
         Some(
             self.spare
                 .pop()
-                .unwrap_or_else(|| MemFrame::new(self.frame_cap, self.multi_seg)),
+                .unwrap_or_else(|| MemFrame::new(self.frame_cap, self.multi_seg, self.tso)),
         )
     }
 
@@ -815,16 +908,37 @@ pub struct MemFrame {
     len: usize,
     cap: usize,
     multi_seg: bool,
+    /// The port segments (room for a train allocated with the frame).
+    tso: bool,
+    /// A train to cut into segments of this many payload bytes (0: a
+    /// frame as it is).
+    tso_segsz: usize,
+    /// Pieces the frame may hold.
+    max_pieces: usize,
+    /// `cap` of a frame that is not a train.
+    base_cap: usize,
 }
 
+/// Room for a train's headers (Ethernet, IPv4 and TCP with options).
+const HDR_ROOM: usize = 14 + 60 + 60;
+
 impl MemFrame {
-    fn new(cap: usize, multi_seg: bool) -> MemFrame {
+    fn new(cap: usize, multi_seg: bool, tso: bool) -> MemFrame {
+        let (bytes, pieces) = if tso {
+            (cap.max(MEM_TSO_BYTES + HDR_ROOM), MEM_TSO_PIECES)
+        } else {
+            (cap, MAX_PIECES)
+        };
         MemFrame {
-            bytes: Vec::with_capacity(cap),
-            pieces: Vec::with_capacity(MAX_PIECES),
+            bytes: Vec::with_capacity(bytes),
+            pieces: Vec::with_capacity(pieces),
             len: 0,
             cap,
             multi_seg,
+            tso,
+            tso_segsz: 0,
+            max_pieces: MAX_PIECES,
+            base_cap: cap,
         }
     }
 
@@ -832,6 +946,23 @@ impl MemFrame {
         self.bytes.clear();
         self.pieces.clear();
         self.len = 0;
+        self.tso_segsz = 0;
+        self.cap = self.base_cap;
+        self.max_pieces = MAX_PIECES;
+    }
+
+    /// Appends the frame's bytes, attached payload materialised, to `out`.
+    fn flatten_into(&self, out: &mut Vec<u8>) {
+        for piece in &self.pieces {
+            match piece {
+                Piece::Bytes(s, e) => out.extend_from_slice(&self.bytes[*s..*e]),
+                Piece::Region(slice) => {
+                    let at = out.len();
+                    out.resize(at + slice.len, 0);
+                    slice.region.copy_out(slice.offset, &mut out[at..]);
+                }
+            }
+        }
     }
 
     fn room(&self, n: usize) -> Result<(), FrameFull> {
@@ -848,7 +979,7 @@ impl MemFrame {
         match self.pieces.last_mut() {
             Some(Piece::Bytes(_, e)) if *e == end - n => *e = end,
             _ => {
-                if self.pieces.len() == MAX_PIECES {
+                if self.pieces.len() == self.max_pieces {
                     self.bytes.truncate(end - n);
                     return Err(FrameFull);
                 }
@@ -941,11 +1072,21 @@ impl TxFrame for MemFrame {
             return Ok(());
         }
         self.room(slice.len)?;
-        if self.pieces.len() == MAX_PIECES {
+        if self.pieces.len() == self.max_pieces {
             return Err(FrameFull);
         }
         self.len += slice.len;
         self.pieces.push(Piece::Region(slice));
+        Ok(())
+    }
+
+    fn segment_by(&mut self, seg_len: usize) -> Result<(), FrameFull> {
+        if !self.tso || self.len != 0 || seg_len == 0 {
+            return Err(FrameFull);
+        }
+        self.tso_segsz = seg_len;
+        self.cap = MEM_TSO_BYTES + HDR_ROOM;
+        self.max_pieces = MEM_TSO_PIECES;
         Ok(())
     }
 }
@@ -960,6 +1101,8 @@ impl LinkStats for MemLinkStatsHandle {
             ("lost", g(&s.lost)),
             ("rx_no_buffer", g(&s.rx_no_buffer)),
             ("rx_ring_full", g(&s.rx_ring_full)),
+            ("tso_frames", g(&s.tso_frames)),
+            ("tso_segments", g(&s.tso_segments)),
         ]
     }
 }

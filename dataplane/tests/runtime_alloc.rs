@@ -11,6 +11,8 @@
 //! worker to the other. Then over a link that loses 1 % of the frames:
 //! retransmissions, SACK, the out-of-order assembler and loss recovery
 //! allocate nothing either once they have reached their working size.
+//! Last, with trains of FPDUs that the link cuts into segments (TCP
+//! segmentation offload), over the same loss.
 
 mod alloc_common;
 mod runtime_common;
@@ -65,6 +67,24 @@ fn steady_state_allocates_nothing_per_packet() {
         lossy.1 > 20,
         "only {} retransmissions while measuring: the loss was not exercised",
         lossy.1
+    );
+    let trains = measure(
+        "one worker, trains cut by the port, 1 % of segments lost",
+        &PairOptions {
+            static_arp: true,
+            link: MemLinkConfig {
+                loss: 0.01,
+                seed: 11,
+                tso: true,
+                ..MemLinkConfig::default()
+            },
+            ..PairOptions::default()
+        },
+    );
+    assert!(
+        trains.1 > 20,
+        "only {} retransmissions while measuring: the loss was not exercised",
+        trains.1
     );
 }
 

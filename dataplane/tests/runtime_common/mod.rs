@@ -32,6 +32,9 @@ pub struct Pair {
     pub b: Dataplane,
 }
 
+/// The link's counters at a pair's `a` end and at its `b` end.
+pub type LinkCounters = [dataplane::link::MemLinkStatsHandle; 2];
+
 /// Options of a pair.
 #[derive(Clone)]
 pub struct PairOptions {
@@ -81,18 +84,28 @@ impl Pair {
     /// [`Pair::new`], with `tweak(config, is_a)` applied to each side's
     /// configuration first (MPA options of one side, say).
     pub fn with_configs(o: &PairOptions, tweak: impl Fn(&mut Config, bool)) -> Pair {
+        Pair::with_link_counters(o, tweak).0
+    }
+
+    /// [`Pair::with_configs`], and the link's counters.
+    #[allow(dead_code)]
+    pub fn with_link_counters(
+        o: &PairOptions,
+        tweak: impl Fn(&mut Config, bool),
+    ) -> (Pair, LinkCounters) {
         let link = MemLinkConfig {
             queues: o.workers as u16,
             ..o.link.clone()
         };
         let (la, lb) = MemLink::pair(&link, MAC_A, MAC_B);
+        let links = [la.stats_handle(), lb.stats_handle()];
         let mut ca = config(IP_A, MAC_A, (IP_B, MAC_B), o);
         tweak(&mut ca, true);
         let mut cb = config(IP_B, MAC_B, (IP_A, MAC_A), o);
         tweak(&mut cb, false);
         let a = Dataplane::open_with_link(&ca, la, o.mode).expect("open a");
         let b = Dataplane::open_with_link(&cb, lb, o.mode).expect("open b");
-        Pair { a, b }
+        (Pair { a, b }, links)
     }
 
     /// One round of both sides' loops (inline), or a short nap (threads).
