@@ -76,7 +76,9 @@ pub struct WorkerCounters {
     /// Frames whose payload was copied into the frame, the MPA CRC and the
     /// TCP checksum computed over the copy in the same pass
     /// ([`rdmap::placement::Placement::crc_at_transmit`]): every copied
-    /// FPDU with payload, the CRC on and no markers.
+    /// FPDU with payload, the CRC on and no markers. In a train (a frame
+    /// the port cuts into segments) each such FPDU counts, with the
+    /// checksum left to the port.
     pub tx_fused_frames: AtomicU64,
     /// Received TCP frames handed to the worker that owns their connection
     /// (on a port that cannot steer flows to queues, the software
