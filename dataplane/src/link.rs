@@ -473,6 +473,27 @@ impl End {
         }
     }
 
+    /// Takes a frame that `fill` writes into an empty receive buffer of
+    /// this end, onto the ring of the queue it steers to; `false` (and
+    /// counted) when no buffer or no ring room was left.
+    fn receive(&self, fill: impl FnOnce(&mut Vec<u8>)) -> bool {
+        let Some(mut data) = self.pool.free.pop() else {
+            add(&self.stats.rx_no_buffer, 1);
+            return false;
+        };
+        fill(&mut data);
+        let q = self.steer(&data);
+        let buf = MemBuf {
+            data,
+            pool: self.pool.clone(),
+        };
+        if self.rings[q].push(buf).is_err() {
+            add(&self.stats.rx_ring_full, 1);
+            return false;
+        }
+        true
+    }
+
     /// The queue a frame lands on, as [`End::steering`] says: by default
     /// TCP over IPv4 by RSS, the rest (ARP) on queue 0, as a NIC steers.
     fn steer(&self, frame: &[u8]) -> usize {
@@ -630,21 +651,7 @@ impl MemPort {
     /// was dropped for want of a receive buffer or ring room (counted in
     /// the end's [`MemLinkStats`]).
     pub fn inject(&self, frame: &[u8]) -> bool {
-        let Some(mut data) = self.near.pool.free.pop() else {
-            add(&self.near.stats.rx_no_buffer, 1);
-            return false;
-        };
-        data.extend_from_slice(frame);
-        let q = self.near.steer(&data);
-        let buf = MemBuf {
-            data,
-            pool: self.near.pool.clone(),
-        };
-        if self.near.rings[q].push(buf).is_err() {
-            add(&self.near.stats.rx_ring_full, 1);
-            return false;
-        }
-        true
+        self.near.receive(|d| d.extend_from_slice(frame))
     }
 
     /// Counters of the dataplane's end.
@@ -801,19 +808,7 @@ impl MemQueue {
             add(&self.me.stats.lost, 1);
             return;
         }
-        let Some(mut data) = self.peer.pool.free.pop() else {
-            add(&self.peer.stats.rx_no_buffer, 1);
-            return;
-        };
-        fill(&mut data);
-        let q = self.peer.steer(&data);
-        let buf = MemBuf {
-            data,
-            pool: self.peer.pool.clone(),
-        };
-        if self.peer.rings[q].push(buf).is_err() {
-            add(&self.peer.stats.rx_ring_full, 1);
-        }
+        self.peer.receive(fill);
     }
 
     fn deliver(&mut self, frame: &MemFrame) {
@@ -826,19 +821,7 @@ impl MemQueue {
             add(&self.me.stats.lost, 1);
             return;
         }
-        let Some(mut data) = self.peer.pool.free.pop() else {
-            add(&self.peer.stats.rx_no_buffer, 1);
-            return;
-        };
-        frame.flatten_into(&mut data);
-        let q = self.peer.steer(&data);
-        let buf = MemBuf {
-            data,
-            pool: self.peer.pool.clone(),
-        };
-        if self.peer.rings[q].push(buf).is_err() {
-            add(&self.peer.stats.rx_ring_full, 1);
-        }
+        self.peer.receive(|d| frame.flatten_into(d));
     }
 }
 
