@@ -82,7 +82,6 @@
 //! held for ARP, are recognised and left alone); elsewhere the worker
 //! computes it while reading the payload.
 
-use core::net::Ipv4Addr;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -96,7 +95,8 @@ use tcp_offload::wire::{checksum, EthernetAddress};
 
 pub use crate::link::{DeviceCounters, DevicePortStats};
 use crate::link::{
-    DeviceStats, FrameFull, Link, LinkCaps, LinkQueue, LinkStats, TsoCaps, TxFrame, FRAME_OVERHEAD,
+    DeviceStats, FrameFull, Link, LinkCaps, LinkQueue, LinkStats, TcpHeaders, TsoCaps, TxFrame,
+    FRAME_OVERHEAD,
 };
 use crate::memory::{attach_ext, ExtPin, Region, RegionSlice};
 use crate::steer::Rss;
@@ -835,18 +835,20 @@ impl DpdkQueue {
     /// checksum is complete is left alone.
     fn offload_cksum(m: &mut Mbuf) -> bool {
         let d = m.data();
-        if d.len() < 54 || d[12..14] != [0x08, 0x00] || d[23] != 6 {
+        let Some(TcpHeaders {
+            ihl,
+            tcp,
+            tcp_hl,
+            src,
+            dst,
+        }) = TcpHeaders::parse(d)
+        else {
             return false;
-        }
-        let ihl = usize::from(d[14] & 0x0f) * 4;
-        let tcp = 14 + ihl;
+        };
         let total = usize::from(u16::from_be_bytes([d[16], d[17]]));
-        if ihl < 20 || d.len() < tcp + 20 || total < ihl + 20 {
+        if total < ihl + 20 {
             return false;
         }
-        let tcp_hl = usize::from(d[tcp + 12] >> 4) * 4;
-        let src = Ipv4Addr::new(d[26], d[27], d[28], d[29]);
-        let dst = Ipv4Addr::new(d[30], d[31], d[32], d[33]);
         let pseudo = checksum::fold(checksum::pseudo_header(src, dst, 6, total - ihl));
         let field = u16::from_be_bytes([d[tcp + 16], d[tcp + 17]]);
         if field != pseudo {
@@ -874,20 +876,13 @@ impl DpdkQueue {
     fn offload_tso(m: &mut Mbuf, segsz: u16) -> Option<u64> {
         let total = m.len();
         let d = m.data_mut()?;
-        if d.len() < 54 || d[12..14] != [0x08, 0x00] || d[23] != 6 {
-            return None;
-        }
-        let ihl = usize::from(d[14] & 0x0f) * 4;
-        let tcp = 14 + ihl;
-        if ihl < 20 || d.len() < tcp + 20 {
-            return None;
-        }
-        let tcp_hl = usize::from(d[tcp + 12] >> 4) * 4;
-        if d.len() < tcp + tcp_hl {
-            return None;
-        }
-        let src = Ipv4Addr::new(d[26], d[27], d[28], d[29]);
-        let dst = Ipv4Addr::new(d[30], d[31], d[32], d[33]);
+        let TcpHeaders {
+            ihl,
+            tcp,
+            tcp_hl,
+            src,
+            dst,
+        } = TcpHeaders::parse(d).filter(|h| d.len() >= h.tcp + h.tcp_hl)?;
         let pseudo = checksum::fold(checksum::pseudo_header(src, dst, 6, 0));
         d[24..26].fill(0);
         d[tcp + 16..tcp + 18].copy_from_slice(&pseudo.to_be_bytes());

@@ -36,6 +36,42 @@ use tcp_offload::wire::{EthernetAddress, TcpPacket};
 use crate::memory::{Region, RegionSlice};
 use crate::steer::Rss;
 
+/// Where the headers of an IPv4 TCP frame (Ethernet, untagged) lie, as a
+/// link that completes or cuts a frame's headers reads them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TcpHeaders {
+    /// IPv4 header length.
+    pub(crate) ihl: usize,
+    /// Where the TCP header starts.
+    pub(crate) tcp: usize,
+    /// TCP header length (options included).
+    pub(crate) tcp_hl: usize,
+    pub(crate) src: Ipv4Addr,
+    pub(crate) dst: Ipv4Addr,
+}
+
+impl TcpHeaders {
+    /// The headers at the start of `d`, if it holds an IPv4 header and at
+    /// least a TCP header's fixed part.
+    pub(crate) fn parse(d: &[u8]) -> Option<TcpHeaders> {
+        if d.len() < 54 || d[12..14] != [0x08, 0x00] || d[23] != 6 {
+            return None;
+        }
+        let ihl = usize::from(d[14] & 0x0f) * 4;
+        let tcp = 14 + ihl;
+        if ihl < 20 || d.len() < tcp + 20 {
+            return None;
+        }
+        Some(TcpHeaders {
+            ihl,
+            tcp,
+            tcp_hl: usize::from(d[tcp + 12] >> 4) * 4,
+            src: Ipv4Addr::new(d[26], d[27], d[28], d[29]),
+            dst: Ipv4Addr::new(d[30], d[31], d[32], d[33]),
+        })
+    }
+}
+
 /// What a port can do, as the worker needs to know it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkCaps {
@@ -772,17 +808,12 @@ impl MemQueue {
         all.clear();
         frame.flatten_into(&mut all);
         let d = &all[..];
-        let ihl = usize::from(d.get(14).map_or(0, |b| b & 0x0f)) * 4;
-        let tcp = 14 + ihl;
-        let hdr = tcp + usize::from(d.get(tcp + 12).map_or(0, |b| b >> 4)) * 4;
-        if ihl < 20 || hdr < tcp + 20 || d.len() <= hdr {
+        let Some(h) = TcpHeaders::parse(d).filter(|h| h.tcp_hl >= 20 && d.len() > h.tcp + h.tcp_hl)
+        else {
             self.scratch = all;
             return;
-        }
-        let (src, dst) = (
-            Ipv4Addr::new(d[26], d[27], d[28], d[29]),
-            Ipv4Addr::new(d[30], d[31], d[32], d[33]),
-        );
+        };
+        let (tcp, hdr, src, dst) = (h.tcp, h.tcp + h.tcp_hl, h.src, h.dst);
         let chunks = d[hdr..].chunks(frame.tso_segsz);
         let n = chunks.len();
         add(&self.me.stats.tso_frames, 1);
