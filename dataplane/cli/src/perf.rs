@@ -827,6 +827,7 @@ mod tests {
     use dataplane::api::DriveMode;
     use dataplane::config::Config;
     use dataplane::link::{MemLink, MemLinkConfig};
+    use std::time::Instant;
     use tcp_offload::wire::EthernetAddress;
 
     const MAC_C: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0x5e, 1]);
@@ -1053,6 +1054,38 @@ mod tests {
                 r.bw_avg_mbps,
                 s.results.len(),
                 s.measured_by
+            );
+        }
+    }
+
+    /// With `-D`, both sides of every latency test run for the duration
+    /// and end with their figures, as perftest's do: the side whose time
+    /// is up first must not leave the other waiting for a message that
+    /// never comes, nor fail it when it closes.
+    #[test]
+    fn latency_tests_in_duration_mode_end_well_on_both_sides() {
+        for test in [TestKind::WriteLat, TestKind::ReadLat, TestKind::SendLat] {
+            let t0 = Instant::now();
+            let (c, s) = both(test, |a| {
+                a.duration = Some("1".into());
+                a.size = Some("64".into());
+            });
+            let took = t0.elapsed();
+            assert_eq!(c.results.len(), 1, "{test}");
+            let r = &c.results[0];
+            assert!(r.iterations > 10, "{test}: {r:?}");
+            assert!(r.latency.is_some(), "{test}: {r:?}");
+            if test == TestKind::ReadLat {
+                assert!(s.results.is_empty(), "{test}");
+            } else {
+                assert_eq!(s.results.len(), 1, "{test}");
+                assert!(s.results[0].iterations > 10, "{test}: {:?}", s.results[0]);
+            }
+            assert!(took < Duration::from_secs(8), "{test}: took {took:?}");
+            println!(
+                "{test}: client {} samples, server {:?}",
+                r.iterations,
+                s.results.first().map(|r| r.iterations)
             );
         }
     }

@@ -187,6 +187,11 @@ pub fn cq_moderation(size: usize, all_sizes: bool, tx_depth: u32) -> u64 {
 /// No completion and no traffic on the run's connections for this long:
 /// the peer is gone.
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How close to this side's own end of a duration-mode latency run the
+/// peer may end it (see `Runner::lat_end`): the two clocks start a control
+/// exchange apart, far less than this.
+const PEER_END_GRACE: Duration = Duration::from_millis(500);
 /// How often the stall watch looks at the connections' byte counters.
 const WIRE_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// How often the progress callback runs: twice a second, and every 10 ms
@@ -1509,13 +1514,56 @@ impl<'a> Runner<'a> {
     // -----------------------------------------------------------------
 
     fn write_lat(&mut self) -> Result<RunResult, ToolError> {
+        let size = self.spec.size;
+        let mut posts: Vec<Instant> = Vec::with_capacity(self.limit().min(1 << 20) as usize);
+        let r = self.write_lat_loop(&mut posts);
+        self.lat_end(r)?;
+        // Ready for another round: the peer writes nothing more in this one.
+        if !self.peer_gone() {
+            self.res.write(self.res.adv_off(0) + size - 1, &[0])?;
+        }
+        Ok(lat_result(
+            size,
+            &posts,
+            2,
+            self.start.elapsed(),
+            self.verified,
+        ))
+    }
+
+    /// A latency loop's outcome. In duration mode each side keeps its own
+    /// clock, as perftest's do, and they started up to a control message
+    /// apart: the side whose time is up first ends and closes, and the
+    /// other then finds the connection gone in its last moments. That is
+    /// the run's end, not a failure, when it comes within
+    /// [`PEER_END_GRACE`] of this side's own end.
+    fn lat_end(&self, r: Result<(), ToolError>) -> Result<(), ToolError> {
+        match (r, self.spec.duration) {
+            (Ok(()), _) => Ok(()),
+            (Err(ToolError::Peer(_)), Some(d))
+                if self.peer_gone() && self.start.elapsed() + PEER_END_GRACE >= d =>
+            {
+                Ok(())
+            }
+            (Err(e), _) => Err(e),
+        }
+    }
+
+    /// Whether a data connection is no longer connected.
+    fn peer_gone(&self) -> bool {
+        self.res
+            .qps
+            .iter()
+            .any(|q| q.status() != QpStatus::Connected)
+    }
+
+    fn write_lat_loop(&mut self, posts: &mut Vec<Instant>) -> Result<(), ToolError> {
         let spec = self.spec;
         let res = self.res;
         let size = spec.size;
         let n = self.limit();
         let total = if spec.duration.is_some() { 0 } else { n };
         let poll_off = res.adv_off(0) + size - 1;
-        let mut posts: Vec<Instant> = Vec::with_capacity(n.min(1 << 20) as usize);
         let (mut scnt, mut rcnt, mut ccnt) = (0u64, 0u64, 0u64);
         let mut byte = [0u8; 1];
         self.start = Instant::now();
@@ -1590,15 +1638,7 @@ impl<'a> Runner<'a> {
             self.reap_sends(&mut ccnt)?;
             self.tick(rcnt, total)?;
         }
-        // Ready for another round: the peer writes nothing more in this one.
-        res.write(poll_off, &[0])?;
-        Ok(lat_result(
-            size,
-            &posts,
-            2,
-            self.start.elapsed(),
-            self.verified,
-        ))
+        Ok(())
     }
 
     /// Takes send completions (latency tests), failing on an error.
@@ -1620,6 +1660,28 @@ impl<'a> Runner<'a> {
     }
 
     fn send_lat(&mut self) -> Result<RunResult, ToolError> {
+        let size = self.spec.size;
+        let rx = self.spec.rx_depth.max(1);
+        let res = self.res;
+        let mut guard = res.recv_state();
+        let st: &mut Vec<RecvState> = &mut guard;
+        let mut posts: Vec<Instant> = Vec::with_capacity(self.limit().min(1 << 20) as usize);
+        let r = self.send_lat_loop(&mut posts, st);
+        self.lat_end(r)?;
+        let elapsed = self.start.elapsed();
+        if !self.peer_gone() {
+            for (i, s) in st.iter_mut().enumerate() {
+                res.top_up(i, s, rx)?;
+            }
+        }
+        Ok(lat_result(size, &posts, 2, elapsed, self.verified))
+    }
+
+    fn send_lat_loop(
+        &mut self,
+        posts: &mut Vec<Instant>,
+        st: &mut [RecvState],
+    ) -> Result<(), ToolError> {
         let spec = self.spec;
         let res = self.res;
         let size = spec.size;
@@ -1627,9 +1689,6 @@ impl<'a> Runner<'a> {
         let total = if spec.duration.is_some() { 0 } else { n };
         let rx = u64::from(spec.rx_depth.max(1));
         let (_, rlen) = res.recv_geometry();
-        let mut guard = res.recv_state();
-        let st: &mut Vec<RecvState> = &mut guard;
-        let mut posts: Vec<Instant> = Vec::with_capacity(n.min(1 << 20) as usize);
         let (mut scnt, mut rcnt) = (0u64, 0u64);
         let mut src = Vec::new();
         self.start = Instant::now();
@@ -1708,20 +1767,30 @@ impl<'a> Runner<'a> {
                 }
             }
         }
-        let elapsed = self.start.elapsed();
-        for (i, s) in st.iter_mut().enumerate() {
-            res.top_up(i, s, rx as u32)?;
-        }
-        Ok(lat_result(size, &posts, 2, elapsed, self.verified))
+        Ok(())
     }
 
     fn read_lat(&mut self) -> Result<RunResult, ToolError> {
+        let size = self.spec.size;
+        let mut posts: Vec<Instant> = Vec::with_capacity(self.limit().min(1 << 20) as usize);
+        let r = self.read_lat_loop(&mut posts);
+        self.lat_end(r)?;
+        posts.push(Instant::now());
+        Ok(lat_result(
+            size,
+            &posts,
+            1,
+            self.start.elapsed(),
+            self.verified,
+        ))
+    }
+
+    fn read_lat_loop(&mut self, posts: &mut Vec<Instant>) -> Result<(), ToolError> {
         let spec = self.spec;
         let res = self.res;
         let size = spec.size;
         let n = self.limit();
         let total = if spec.duration.is_some() { 0 } else { n };
-        let mut posts: Vec<Instant> = Vec::with_capacity(n.min(1 << 20) as usize);
         let mut poison = Vec::new();
         self.start = Instant::now();
         self.deadline = spec.duration.map(|d| self.start + d);
@@ -1770,14 +1839,7 @@ impl<'a> Runner<'a> {
                 )?;
             }
         }
-        posts.push(Instant::now());
-        Ok(lat_result(
-            size,
-            &posts,
-            1,
-            self.start.elapsed(),
-            self.verified,
-        ))
+        Ok(())
     }
 }
 
