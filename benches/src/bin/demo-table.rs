@@ -3,16 +3,21 @@
 //! the kernel's TCP over loopback measured in the same runs and the ratio
 //! of the two, the ratio to one core copying and CRC32c-summing the same
 //! bytes, the ratio to one core handing the bytes to another, and each
-//! side's worker CPU time per byte. `benches/demo-bw.sh`
-//! runs the demos and calls it.
+//! side's worker CPU time per byte; then the message-rate rounds (millions
+//! of small messages per second) and the latency rounds beside the
+//! kernel's TCP ping-pong of the same runs. `benches/demo-bw.sh` runs the
+//! demos and calls it.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use serde_json::Value;
 
+/// A figure's column name and its path in a row.
+type Figure = (&'static str, &'static [&'static str]);
+
 /// The figures of one bandwidth row that the table shows, in order.
-const FIGURES: [(&str, &[&str]); 9] = [
+const FIGURES: &[Figure] = &[
     ("BW MB/s", &["bw_avg_mbps"]),
     ("kernel MB/s", &["kernel_tcp_mbps"]),
     ("x kernel", &["kernel_ratio"]),
@@ -23,6 +28,34 @@ const FIGURES: [(&str, &[&str]); 9] = [
     ("kern tx ns/B", &["kernel_sender", "ns_per_byte"]),
     ("kern rx ns/B", &["kernel_receiver", "ns_per_byte"]),
 ];
+
+/// The figures of a message-rate row.
+const RATE_FIGURES: &[Figure] = &[
+    ("bytes", &["size"]),
+    ("M msg/s", &["msg_rate_mpps"]),
+    ("src ns/B", &["source_workers", "ns_per_byte"]),
+    ("sink ns/B", &["sink_workers", "ns_per_byte"]),
+];
+
+/// The figures of a latency row.
+const LAT_FIGURES: &[Figure] = &[
+    ("bytes", &["size"]),
+    ("p50 us", &["p50_us"]),
+    ("p99 us", &["p99_us"]),
+    ("kernel p50", &["kernel_p50_us"]),
+    ("kernel p99", &["kernel_p99_us"]),
+    ("x kernel", &["kernel_ratio"]),
+];
+
+/// The documents' sections the tables show, with their figures.
+const SECTIONS: [(&str, &[Figure]); 3] = [
+    ("bandwidth", FIGURES),
+    ("message_rate", RATE_FIGURES),
+    ("latency", LAT_FIGURES),
+];
+
+/// (mtu, test) -> one list of values per figure.
+type Rows = BTreeMap<(u64, String), Vec<Vec<f64>>>;
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -43,8 +76,7 @@ fn main() -> ExitCode {
         eprintln!("usage: demo-table FILE... (documents of `iwarp demo --json`)");
         return ExitCode::from(2);
     }
-    // (mtu, test) -> one list of values per figure.
-    let mut rows: BTreeMap<(u64, String), Vec<Vec<f64>>> = BTreeMap::new();
+    let mut tables: Vec<Rows> = vec![Rows::new(); SECTIONS.len()];
     for f in &files {
         let doc: Value = match std::fs::read_to_string(f)
             .map_err(|e| e.to_string())
@@ -57,25 +89,38 @@ fn main() -> ExitCode {
             }
         };
         let mtu = doc["mtu"].as_u64().unwrap_or(0);
-        for row in doc["bandwidth"].as_array().into_iter().flatten() {
-            let test = row["test"].as_str().unwrap_or("?").to_string();
-            let slot = rows
-                .entry((mtu, test))
-                .or_insert_with(|| vec![Vec::new(); FIGURES.len()]);
-            for (i, (_, path)) in FIGURES.iter().enumerate() {
-                if let Some(x) = field(row, path) {
-                    slot[i].push(x);
+        for ((key, figures), rows) in SECTIONS.iter().zip(tables.iter_mut()) {
+            for row in doc[*key].as_array().into_iter().flatten() {
+                let test = row["test"].as_str().unwrap_or("?").to_string();
+                let slot = rows
+                    .entry((mtu, test))
+                    .or_insert_with(|| vec![Vec::new(); figures.len()]);
+                for (i, (_, path)) in figures.iter().enumerate() {
+                    if let Some(x) = field(row, path) {
+                        slot[i].push(x);
+                    }
                 }
             }
         }
     }
-    let runs = rows.values().map(|r| r[0].len()).max().unwrap_or(0);
+    let runs = tables[0].values().map(|r| r[0].len()).max().unwrap_or(0);
     println!(
         "medians of {runs} run(s) per row, from {} document(s)",
         files.len()
     );
+    for ((key, figures), rows) in SECTIONS.iter().zip(tables) {
+        if rows.is_empty() {
+            continue;
+        }
+        println!("{key}:");
+        print_table(figures, rows);
+    }
+    ExitCode::SUCCESS
+}
+
+fn print_table(figures: &[Figure], rows: Rows) {
     print!("{:>5} {:<9}", "MTU", "test");
-    for (name, _) in FIGURES {
+    for (name, _) in figures {
         print!(" {name:>12}");
     }
     println!();
@@ -86,5 +131,4 @@ fn main() -> ExitCode {
         }
         println!();
     }
-    ExitCode::SUCCESS
 }

@@ -114,6 +114,29 @@ fn demo_json_has_every_figure_and_leaves_nothing_behind() {
             r["verified_bytes"]
         );
     }
+    let rate = j["message_rate"].as_array().expect("message-rate rounds");
+    let tests: Vec<&str> = rate.iter().map(|r| r["test"].as_str().unwrap()).collect();
+    assert_eq!(tests, ["write-bw", "read-bw", "send-bw"]);
+    for r in rate {
+        let t = r["test"].as_str().unwrap();
+        assert_eq!(r["size"], 64, "{t}: the default message-rate size");
+        for f in [
+            "iterations",
+            "seconds",
+            "msg_rate_mpps",
+            "bw_avg_mbps",
+            "verified_bytes",
+        ] {
+            positive(&r[f], &format!("{t} message rate {f}"));
+        }
+        let mpps = r["iterations"].as_f64().unwrap() / r["seconds"].as_f64().unwrap() / 1e6;
+        let got = r["msg_rate_mpps"].as_f64().unwrap();
+        assert!((mpps - got).abs() <= 0.05 * got, "{t}: {mpps} vs {got}");
+        for side in ["source_workers", "sink_workers"] {
+            positive(&r[side]["ns_per_byte"], &format!("{t} {side} ns_per_byte"));
+        }
+        println!("{t} 64 B: {got:.3} M messages/s");
+    }
     let lat = j["latency"].as_array().expect("latency rounds");
     let tests: Vec<&str> = lat.iter().map(|r| r["test"].as_str().unwrap()).collect();
     assert_eq!(tests, ["write-lat", "read-lat", "send-lat"]);
@@ -129,10 +152,15 @@ fn demo_json_has_every_figure_and_leaves_nothing_behind() {
             "max_us",
             "avg_us",
             "stdev_us",
+            "kernel_p50_us",
+            "kernel_p99_us",
+            "kernel_ratio",
             "verified_bytes",
         ] {
             positive(&r[f], &format!("{t} {f}"));
         }
+        let vs_kernel = r["p50_us"].as_f64().unwrap() / r["kernel_p50_us"].as_f64().unwrap();
+        assert!((vs_kernel - r["kernel_ratio"].as_f64().unwrap()).abs() < 1e-9);
         let (min, p50, max) = (
             r["min_us"].as_f64().unwrap(),
             r["p50_us"].as_f64().unwrap(),
@@ -184,6 +212,7 @@ fn demo_help_explains_every_option() {
         "--seconds",
         "--iterations",
         "--lat-size",
+        "--rate-size",
         "--lat-iterations",
         "--mtu",
     ] {

@@ -3,14 +3,17 @@
 //! The bandwidth baseline is one stream of messages of the demo's size,
 //! the receiver reading every byte into a buffer; both threads' CPU time
 //! is counted (on loopback, the kernel's TCP work runs in them).
-//! [`median_stream`] runs a few and keeps the median one.
+//! [`median_stream`] runs a few and keeps the median one. The latency
+//! baseline, [`ping_pong`], bounces one message of the latency rounds'
+//! size back and forth with `TCP_NODELAY` and reports half of each round
+//! trip, as perftest and sockperf do.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::Instant;
 
 use super::cpu::{self, CpuUse};
-use crate::runner::MB;
+use crate::runner::{LatencySummary, MB};
 
 /// One kernel stream's figures.
 #[derive(Debug, Clone, Copy)]
@@ -122,6 +125,56 @@ pub fn median_stream(size: usize, limit: Limit, n: usize) -> std::io::Result<Ker
     Ok(all[all.len() / 2])
 }
 
+/// Round trips a ping-pong makes before it measures: the connection's
+/// buffers and the threads' caches settle first.
+const PING_PONG_WARMUP: u64 = 100;
+
+/// Bounces a message of `size` bytes over one loopback TCP connection
+/// (`TCP_NODELAY` on both ends) `iterations` times after a short warm-up;
+/// the echo runs on a thread of its own, reading each message whole
+/// before it writes it back. Each sample is half a round trip.
+pub fn ping_pong(size: usize, iterations: u64) -> std::io::Result<LatencySummary> {
+    let size = size.max(1);
+    let rounds = iterations.max(1) + PING_PONG_WARMUP;
+    let listener = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
+    let addr = listener.local_addr()?;
+    let echo = std::thread::Builder::new()
+        .name("kernel-tcp-echo".into())
+        .spawn(move || -> std::io::Result<()> {
+            let (mut s, _) = listener.accept()?;
+            s.set_nodelay(true)?;
+            let mut buf = vec![0u8; size];
+            for _ in 0..rounds {
+                s.read_exact(&mut buf)?;
+                s.write_all(&buf)?;
+            }
+            Ok(())
+        })?;
+    let mut s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    let msg: Vec<u8> = (0..size).map(|i| (i * 131 + 7) as u8).collect();
+    let mut back = vec![0u8; size];
+    let mut samples = Vec::with_capacity(iterations as usize);
+    for k in 0..rounds {
+        let t0 = Instant::now();
+        s.write_all(&msg)?;
+        s.read_exact(&mut back)?;
+        let rtt = t0.elapsed();
+        if back != msg {
+            return Err(std::io::Error::other(
+                "the kernel TCP echo came back changed",
+            ));
+        }
+        if k >= PING_PONG_WARMUP {
+            samples.push(u64::try_from(rtt.as_nanos() / 2).unwrap_or(u64::MAX));
+        }
+    }
+    echo.join()
+        .map_err(|_| std::io::Error::other("the kernel TCP echo panicked"))??;
+    LatencySummary::from_nanos(&samples)
+        .ok_or_else(|| std::io::Error::other("the kernel TCP ping-pong took no samples"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +187,12 @@ mod tests {
         let k = stream(1 << 20, Limit::Seconds(0.05)).unwrap();
         assert!(k.bytes >= 1 << 20 && k.bytes % (1 << 20) == 0);
         assert!(k.seconds >= 0.05, "{}", k.seconds);
+    }
+
+    #[test]
+    fn ping_pong_takes_a_sample_per_round_trip() {
+        let l = ping_pong(64, 200).unwrap();
+        assert_eq!(l.histogram.count(), 200);
+        assert!(l.min_us > 0.0 && l.min_us <= l.p50_us && l.p50_us <= l.p99_us);
     }
 }

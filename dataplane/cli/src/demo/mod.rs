@@ -38,7 +38,8 @@ use tcp_offload::wire::EthernetAddress;
 use super::common::eal_prefix_dir;
 use super::report::to_json;
 use super::runner::{
-    connect_direct, Progress, RemoteBuf, Resources, Role, RunResult, RunSpec, TestKind, MB,
+    connect_direct, LatencySummary, Progress, RemoteBuf, Resources, Role, RunResult, RunSpec,
+    TestKind, MB,
 };
 use super::ToolError;
 use dataplane::api::{Dataplane, DriveMode, Error};
@@ -49,6 +50,7 @@ pub use cpu::CpuUse;
 
 const DEFAULT_SIZE: usize = 64 << 10;
 const DEFAULT_LAT_SIZE: usize = 64;
+const DEFAULT_RATE_SIZE: usize = 64;
 const DEFAULT_SECONDS: f64 = 1.5;
 const DEFAULT_LAT_ITERATIONS: u64 = 2000;
 const DEFAULT_MTU: usize = 1500;
@@ -82,6 +84,11 @@ pub struct DemoArgs {
     /// Message size of the latency rounds, in bytes.
     #[arg(long, value_name = "BYTES", default_value = "64", value_parser = parse_size)]
     pub lat_size: usize,
+    /// Message size of the message-rate rounds (WRITE, READ and SEND
+    /// bandwidth rounds of small messages, reported in millions of
+    /// messages per second), in bytes.
+    #[arg(long, value_name = "BYTES", default_value = "64", value_parser = parse_size)]
+    pub rate_size: usize,
     /// Round trips of each latency round.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_LAT_ITERATIONS,
           value_parser = clap::value_parser!(u64).range(2..))]
@@ -99,6 +106,7 @@ impl Default for DemoArgs {
             seconds: DEFAULT_SECONDS,
             iterations: None,
             lat_size: DEFAULT_LAT_SIZE,
+            rate_size: DEFAULT_RATE_SIZE,
             lat_iterations: DEFAULT_LAT_ITERATIONS,
             mtu: DEFAULT_MTU,
         }
@@ -208,6 +216,37 @@ pub struct LatRow {
     pub avg_us: f64,
     /// Standard deviation.
     pub stdev_us: f64,
+    /// The kernel's TCP over loopback, a message of the same size
+    /// bounced between two threads (`TCP_NODELAY`), half a round trip:
+    /// the median (the same figure in every row).
+    pub kernel_p50_us: f64,
+    /// Its 99th percentile.
+    pub kernel_p99_us: f64,
+    /// `p50_us / kernel_p50_us`: below 1 is quicker than the kernel.
+    pub kernel_ratio: f64,
+    /// Bytes whose content was checked (both ends).
+    pub verified_bytes: u64,
+}
+
+/// One message-rate round: a bandwidth round of small messages.
+#[derive(Debug, Clone, Serialize)]
+pub struct RateRow {
+    /// Which test.
+    pub test: TestKind,
+    /// Bytes per message.
+    pub size: usize,
+    /// Messages.
+    pub iterations: u64,
+    /// Measured time, seconds.
+    pub seconds: f64,
+    /// Messages per second, millions.
+    pub msg_rate_mpps: f64,
+    /// Average bandwidth, MiB/s.
+    pub bw_avg_mbps: f64,
+    /// CPU time of the workers of the side the messages leave.
+    pub source_workers: CpuUse,
+    /// CPU time of the workers of the side they reach.
+    pub sink_workers: CpuUse,
     /// Bytes whose content was checked (both ends).
     pub verified_bytes: u64,
 }
@@ -227,6 +266,8 @@ pub struct DemoReport {
     pub bw_unit: &'static str,
     /// WRITE, READ, SEND bandwidth.
     pub bandwidth: Vec<BwRow>,
+    /// WRITE, READ, SEND message rate with small messages.
+    pub message_rate: Vec<RateRow>,
     /// WRITE, READ, SEND latency.
     pub latency: Vec<LatRow>,
     /// Bytes checked in all.
@@ -304,6 +345,7 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
     // The kernel's baseline first, while no worker of ours polls the
     // machine's cores.
     let k = kernel_baseline(args)?;
+    let kl = kernel_latency_baseline(args)?;
     let cross_core = cross_core_baseline(args)?;
     let a = Dataplane::open_with_link(&config(IP_A, MAC_A), la, DriveMode::Threads)?;
     let b = Dataplane::open_with_link(&config(IP_B, MAC_B), lb, DriveMode::Threads)?;
@@ -318,17 +360,8 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
     let mut port = BASE_PORT;
     let mut bandwidth = Vec::new();
     for test in [TestKind::WriteBw, TestKind::ReadBw, TestKind::SendBw] {
-        let cpu0 = (workers_cpu_ns(&a), workers_cpu_ns(&b));
-        let (c, s) = round(args, &a, &b, test, port)?;
-        let cpu1 = (workers_cpu_ns(&a), workers_cpu_ns(&b));
+        let (c, s, (source_cpu, sink_cpu)) = measured_round(args, &a, &b, test, args.size, port)?;
         port += 1;
-        let spent = |t0: Option<u64>, t1: Option<u64>| t0.zip(t1).map(|(x, y)| y - x.min(y));
-        let (client_cpu, server_cpu) = (spent(cpu0.0, cpu1.0), spent(cpu0.1, cpu1.1));
-        let (source_cpu, sink_cpu) = if test.is_read() {
-            (server_cpu, client_cpu)
-        } else {
-            (client_cpu, server_cpu)
-        };
         let seconds = c.elapsed.as_secs_f64();
         let (copy_crc, _) = copy_crc_rate(args.size, c.bytes);
         let verified = c.verified_bytes + s.verified_bytes;
@@ -374,9 +407,36 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
         );
         bandwidth.push(row);
     }
+    let mut message_rate = Vec::new();
+    for test in [TestKind::WriteBw, TestKind::ReadBw, TestKind::SendBw] {
+        let (c, s, (source_cpu, sink_cpu)) =
+            measured_round(args, &a, &b, test, args.rate_size, port)?;
+        port += 1;
+        let seconds = c.elapsed.as_secs_f64();
+        let row = RateRow {
+            test,
+            size: c.size,
+            iterations: c.iterations,
+            seconds,
+            msg_rate_mpps: c.msg_rate_mpps,
+            bw_avg_mbps: c.bw_avg_mbps,
+            source_workers: CpuUse::new(source_cpu, c.bytes, seconds),
+            sink_workers: CpuUse::new(sink_cpu, c.bytes, seconds),
+            verified_bytes: c.verified_bytes + s.verified_bytes,
+        };
+        check_nonzero(&row.test, &[row.iterations, row.verified_bytes])?;
+        say(
+            args,
+            &format!(
+                "  {test} {} B: {:.3} M messages/s, {} bytes verified",
+                row.size, row.msg_rate_mpps, row.verified_bytes
+            ),
+        );
+        message_rate.push(row);
+    }
     let mut latency = Vec::new();
     for test in [TestKind::WriteLat, TestKind::ReadLat, TestKind::SendLat] {
-        let (c, s) = round(args, &a, &b, test, port)?;
+        let (c, s) = round(args, &a, &b, test, args.lat_size, port)?;
         port += 1;
         let Some(l) = c.latency else {
             return Err(ToolError::Peer(format!("{test}: no latency samples")));
@@ -392,19 +452,24 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
             max_us: l.max_us,
             avg_us: l.avg_us,
             stdev_us: l.stdev_us,
+            kernel_p50_us: kl.p50_us,
+            kernel_p99_us: kl.p99_us,
+            kernel_ratio: ratio(l.p50_us, kl.p50_us),
             verified_bytes: c.verified_bytes + s.verified_bytes,
         };
         check_nonzero(&row.test, &[row.iterations, row.verified_bytes])?;
         say(
             args,
             &format!(
-                "  {test}: typical {:.2} us, 99% {:.2} us, {} bytes verified",
-                row.p50_us, row.p99_us, row.verified_bytes
+                "  {test}: typical {:.2} us, 99% {:.2} us (kernel TCP ping-pong typical {:.2} us, \
+                 ratio {:.2}), {} bytes verified",
+                row.p50_us, row.p99_us, row.kernel_p50_us, row.kernel_ratio, row.verified_bytes
             ),
         );
         latency.push(row);
     }
     let verified_bytes = bandwidth.iter().map(|r| r.verified_bytes).sum::<u64>()
+        + message_rate.iter().map(|r| r.verified_bytes).sum::<u64>()
         + latency.iter().map(|r| r.verified_bytes).sum::<u64>();
     drop(a);
     drop(b);
@@ -415,6 +480,7 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
         workers,
         bw_unit: "MiB/s",
         bandwidth,
+        message_rate,
         latency,
         verified_bytes,
         data_check: "passed",
@@ -469,6 +535,58 @@ fn kernel_baseline(args: &DemoArgs) -> Result<kernel::KernelStream, ToolError> {
     Ok(k)
 }
 
+/// The kernel's TCP ping-pong over loopback with the latency rounds'
+/// message size and round trips.
+fn kernel_latency_baseline(args: &DemoArgs) -> Result<LatencySummary, ToolError> {
+    say(
+        args,
+        &format!(
+            "kernel TCP ping-pong over loopback: {} bytes, {} round trips",
+            args.lat_size, args.lat_iterations
+        ),
+    );
+    let l = kernel::ping_pong(args.lat_size, args.lat_iterations).map_err(|e| {
+        ToolError::Peer(format!(
+            "the kernel TCP latency baseline over loopback failed: {e}; check that 127.0.0.1 is up"
+        ))
+    })?;
+    say(
+        args,
+        &format!(
+            "  kernel TCP ping-pong: typical {:.2} us, 99% {:.2} us (half a round trip)",
+            l.p50_us, l.p99_us
+        ),
+    );
+    Ok(l)
+}
+
+/// Worker CPU nanoseconds of a round's (source, sink) sides, where read.
+type SideCpu = (Option<u64>, Option<u64>);
+
+/// A bandwidth round with the CPU time of each side's workers over it:
+/// `(client, server, (source, sink))`, the source being the side the data
+/// leaves (the server for READ).
+fn measured_round(
+    args: &DemoArgs,
+    a: &Dataplane,
+    b: &Dataplane,
+    test: TestKind,
+    size: usize,
+    port: u16,
+) -> Result<(RunResult, RunResult, SideCpu), ToolError> {
+    let cpu0 = (workers_cpu_ns(a), workers_cpu_ns(b));
+    let (c, s) = round(args, a, b, test, size, port)?;
+    let cpu1 = (workers_cpu_ns(a), workers_cpu_ns(b));
+    let spent = |t0: Option<u64>, t1: Option<u64>| t0.zip(t1).map(|(x, y)| y - x.min(y));
+    let (client_cpu, server_cpu) = (spent(cpu0.0, cpu1.0), spent(cpu0.1, cpu1.1));
+    let cpu = if test.is_read() {
+        (server_cpu, client_cpu)
+    } else {
+        (client_cpu, server_cpu)
+    };
+    Ok((c, s, cpu))
+}
+
 /// `a / b`, 0 when `b` is not positive.
 fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 {
@@ -503,15 +621,16 @@ fn round(
     a: &Dataplane,
     b: &Dataplane,
     test: TestKind,
+    size: usize,
     port: u16,
 ) -> Result<(RunResult, RunResult), ToolError> {
     let lat = test.is_latency();
-    let (size, iterations, duration) = if lat {
-        (args.lat_size, args.lat_iterations, None)
+    let (iterations, duration) = if lat {
+        (args.lat_iterations, None)
     } else {
         match args.iterations {
-            Some(n) => (args.size, n, None),
-            None => (args.size, 0, Some(Duration::from_secs_f64(args.seconds))),
+            Some(n) => (n, None),
+            None => (0, Some(Duration::from_secs_f64(args.seconds))),
         }
     };
     let rx_depth = if test.is_send() {
@@ -692,8 +811,36 @@ pub fn table(r: &DemoReport) -> String {
     }
     out.push_str(&rule);
     out.push('\n');
+    if !r.message_rate.is_empty() {
+        out.push_str(&format!(
+            " {:<10} {:>8} {:>11} {:>14} {:>10} {:>36} {:>16}\n",
+            "test",
+            "#bytes",
+            "#messages",
+            "rate [M msg/s]",
+            "BW [MB/s]",
+            "workers, ns/message: source  sink",
+            "bytes verified"
+        ));
+        for m in &r.message_rate {
+            let per_msg = |c: &CpuUse| c.ns_per_byte * m.size as f64;
+            out.push_str(&format!(
+                " {:<10} {:>8} {:>11} {:>14.3} {:>10.1} {:>30.1} {:>5.1} {:>16}\n",
+                m.test.to_string(),
+                m.size,
+                m.iterations,
+                m.msg_rate_mpps,
+                m.bw_avg_mbps,
+                per_msg(&m.source_workers),
+                per_msg(&m.sink_workers),
+                m.verified_bytes
+            ));
+        }
+        out.push_str(&rule);
+        out.push('\n');
+    }
     out.push_str(&format!(
-        " {:<10} {:>8} {:>11} {:>9} {:>11} {:>9} {:>9} {:>9} {:>9} {:>16}\n",
+        " {:<10} {:>8} {:>11} {:>9} {:>11} {:>9} {:>9} {:>9} {:>9} {:>12} {:>7} {:>16}\n",
         "test",
         "#bytes",
         "#iterations",
@@ -703,11 +850,13 @@ pub fn table(r: &DemoReport) -> String {
         "99%",
         "99.9%",
         "t_max",
+        "kernel TCP",
+        "ratio",
         "bytes verified"
     ));
     for l in &r.latency {
         out.push_str(&format!(
-            " {:<10} {:>8} {:>11} {:>9.2} {:>11.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>16}\n",
+            " {:<10} {:>8} {:>11} {:>9.2} {:>11.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>12.2} {:>7.3} {:>16}\n",
             l.test.to_string(),
             l.size,
             l.iterations,
@@ -717,6 +866,8 @@ pub fn table(r: &DemoReport) -> String {
             l.p99_us,
             l.p999_us,
             l.max_us,
+            l.kernel_p50_us,
+            l.kernel_ratio,
             l.verified_bytes
         ));
     }
@@ -725,7 +876,8 @@ pub fn table(r: &DemoReport) -> String {
          CRC32c-summing the same bytes, / the kernel's TCP over loopback with the same \
          message size, and / one thread handing each message to another that reads it once, \
          the ceiling of two endpoints on two cores; CPU = worker threads' time per byte moved over the round, and the kernel \
-         stream's two threads')\n{rule}\n data check: passed ({} bytes verified)\n",
+         stream's two threads'; latency kernel TCP = the kernel's TCP ping-pong over loopback with the same message size, \
+         half a round trip, typical, and ratio = our typical / its)\n{rule}\n data check: passed ({} bytes verified)\n",
         r.verified_bytes
     ));
     out
@@ -807,7 +959,27 @@ mod tests {
                 max_us: 31.0,
                 avg_us: 12.5,
                 stdev_us: 1.0,
+                kernel_p50_us: 24.0,
+                kernel_p99_us: 40.0,
+                kernel_ratio: 0.5,
                 verified_bytes: 12800,
+            }],
+            message_rate: vec![RateRow {
+                test: TestKind::WriteBw,
+                size: 64,
+                iterations: 3_000_000,
+                seconds: 1.5,
+                msg_rate_mpps: 2.0,
+                bw_avg_mbps: 122.1,
+                source_workers: CpuUse {
+                    ns_per_byte: 4.0,
+                    busy: 0.9,
+                },
+                sink_workers: CpuUse {
+                    ns_per_byte: 2.0,
+                    busy: 0.8,
+                },
+                verified_bytes: 1000,
             }],
             verified_bytes: 78336,
             data_check: "passed",
@@ -831,5 +1003,15 @@ mod tests {
         assert!(t.contains("80.0 MB/s") && t.contains("0.078"), "{t}");
         assert_eq!(j["bandwidth"][0]["sink_workers"]["ns_per_byte"], 2.25);
         assert_eq!(j["bandwidth"][0]["kernel_sender"]["busy"], 1.0);
+        // Message rate: millions per second and worker time per message.
+        assert!(
+            t.contains("2.000") && t.contains("256.0") && t.contains("128.0"),
+            "{t}"
+        );
+        assert_eq!(j["message_rate"][0]["msg_rate_mpps"], 2.0);
+        // Latency beside the kernel's ping-pong.
+        assert!(t.contains("24.00") && t.contains("0.500"), "{t}");
+        assert_eq!(j["latency"][0]["kernel_ratio"], 0.5);
+        assert_eq!(j["latency"][0]["kernel_p50_us"], 24.0);
     }
 }
