@@ -249,27 +249,30 @@ impl Ring {
     }
 
     /// Captures a TCP segment as the worker builds it in parts: `head`
-    /// (Ethernet, IPv4 and TCP headers), the bytes `range` of `record`
-    /// (read through the record, so attached payload comes from its
-    /// region), then `pad` zero bytes.
-    pub(crate) fn record_segment<R: RecordBytes>(
+    /// (Ethernet, IPv4 and TCP headers), the bytes `range` of each record
+    /// of `payload` (one, or a pack's; read through the record, so
+    /// attached payload comes from its region), then `pad` zero bytes.
+    pub(crate) fn record_segment<'r, R: RecordBytes + 'r>(
         &self,
         ts_ns: u64,
         head: &[u8],
-        payload: Option<(&R, Range<usize>)>,
+        payload: impl Iterator<Item = (&'r R, Range<usize>)> + Clone,
         pad: usize,
     ) {
-        let body = payload.as_ref().map_or(0, |(_, r)| r.len());
+        let body: usize = payload.clone().map(|(_, r)| r.len()).sum();
         self.record(ts_ns, head.len() + body + pad, |dst| {
             let h = head.len().min(dst.len());
             dst[..h].copy_from_slice(&head[..h]);
-            let rest = &mut dst[h..];
-            let b = body.min(rest.len());
-            if let Some((rec, range)) = &payload {
-                rec.copy_to(range.start, &mut rest[..b]);
+            let mut rest = &mut dst[h..];
+            // A pack's records one after another.
+            for (rec, range) in payload {
+                let b = range.len().min(rest.len());
+                let (this, next) = rest.split_at_mut(b);
+                rec.copy_to(range.start, this);
+                rest = next;
             }
             // Slots are reused: the pad is written, not assumed.
-            rest[b..].fill(0);
+            rest.fill(0);
         });
     }
 

@@ -510,6 +510,11 @@ pub struct TcpConfig {
     /// FPDUs under one header, which it cuts into one FPDU per segment.
     #[serde(default = "yes")]
     pub segmentation_offload: bool,
+    /// Put several whole FPDUs into one TCP segment (at most the MSS, none
+    /// split) when more small ones are queued than go out one by one
+    /// (RFC 5044 §5); off, every FPDU has a segment of its own.
+    #[serde(default = "yes")]
+    pub pack_fpdus: bool,
 }
 
 fn default_close_linger_ms() -> u64 {
@@ -533,6 +538,7 @@ impl Default for TcpConfig {
             max_connections: default_conns(),
             close_linger_ms: default_close_linger_ms(),
             segmentation_offload: true,
+            pack_fpdus: true,
         }
     }
 }

@@ -310,10 +310,12 @@ pub enum FrameParts<'a, R> {
         header_len: usize,
         /// The record and the range of it this segment carries.
         payload: Option<(&'a R, Range<usize>)>,
-        /// Whole records after it, for the port to cut into segments of
-        /// one record each ([`crate::tcp::Segment::more`]): the headers
-        /// describe the whole train, the checksum is always left to the
-        /// device, and `pad` is zero.
+        /// Whole records after it ([`crate::tcp::Segment::more`]). A
+        /// train, for the port to cut into segments of one record each:
+        /// the headers describe the whole train, the checksum is always
+        /// left to the device, and `pad` is zero. A pack
+        /// ([`Train::is_pack`]): the records follow the first in this one
+        /// segment, summed like it.
         more: Option<Train<'a, R>>,
         /// Zero bytes after the payload.
         pad: usize,
@@ -824,12 +826,14 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
     /// checksum's partial sum of the record bytes in the range (see
     /// [`crate::wire::checksum`]), or `None` when the device computes the
     /// checksum, in which case the field holds the pseudo-header sum as
-    /// devices with transmit checksum offload expect. `header_len` is the
-    /// length the headers will have (where the payload starts in the
-    /// frame): a driver that copies the payload into its frame can do so
+    /// devices with transmit checksum offload expect. The last argument is
+    /// where the bytes start in the frame (for the first record, the
+    /// length the headers will have): a driver that copies the payload into its frame can do so
     /// right there, summing the bytes as it copies them, and write the
-    /// headers in front afterwards. It is called at most once per call,
-    /// and only for a segment that is then returned as
+    /// headers in front afterwards. It is called once per record of the
+    /// segment, in order (a pack has several, [`Segment::more`]; a
+    /// train's are never summed: the port computes each checksum), and
+    /// only for a segment that is then returned as
     /// [`FrameParts::Segment`]. A segment whose next hop is not resolved is built whole
     /// (its record bytes written by `copy(record, offset, dst)`) and held
     /// as [`Interface::poll_frame`] holds it.
@@ -856,7 +860,8 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
         let frame_len = frame.len();
         // A train's segments are each a record long; the whole of it must
         // fit the IPv4 length field.
-        let cut_len = match &seg.more {
+        let train = seg.more.as_ref().filter(|t| !t.is_pack());
+        let cut_len = match train {
             Some(t) => ip.header_len() + tcp_hl + t.seg_len(),
             None => ip.buffer_len(),
         };
@@ -865,10 +870,11 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
             return Some(FrameParts::Consumed);
         }
         // The port numbers the segments it cuts one after another.
-        let cuts = seg.more.as_ref().map_or(0, |t| t.count() as u16);
+        let cuts = train.map_or(0, |t| t.count() as u16);
+        let is_train = train.is_some();
         self.ident = ident.wrapping_add(cuts);
         frame.emit_headers(hdr);
-        if frame.dst_mac.is_none() && seg.more.is_some() {
+        if frame.dst_mac.is_none() && is_train {
             // A train cannot wait whole for an address (it is larger than
             // the MTU). Its records are not acknowledged and go again
             // one per segment; new data only follows an exchange with the
@@ -887,8 +893,22 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
             return Some(FrameParts::Consumed);
         }
         let sum = match &seg.payload {
-            Some(_) if seg.more.is_some() => None,
-            Some((record, range)) => payload_sum(record, range.clone(), header_len),
+            Some(_) if is_train => None,
+            Some((record, range)) => {
+                let first = payload_sum(record, range.clone(), header_len);
+                // A pack's records follow the first in the frame, each
+                // summed where it lands.
+                let mut at = range.len();
+                let rest = seg.more.iter().flat_map(|t| t.records());
+                rest.fold(first, |acc, r| {
+                    let s = payload_sum(r, 0..r.len(), header_len + at);
+                    let acc = acc
+                        .zip(s)
+                        .map(|(a, s)| crate::wire::checksum::combine_at(a, s, at));
+                    at += r.len();
+                    acc
+                })
+            }
             None => Some(0),
         };
         let head = &mut hdr[tcp_at..header_len];
@@ -912,7 +932,7 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
         self.stats.tx_frames += 1;
         Some(FrameParts::Segment {
             header_len,
-            pad: if seg.more.is_some() {
+            pad: if is_train {
                 0
             } else {
                 MIN_FRAME.saturating_sub(frame_len)
@@ -1102,7 +1122,14 @@ impl TcpFrame {
         self.emit_headers(buf);
         let (head, rest) = buf[self.tcp_at()..self.len()].split_at_mut(seg.repr.header_len());
         if let Some((record, range)) = &seg.payload {
-            copy(record, range.start, rest);
+            let (first, mut tail) = rest.split_at_mut(range.len().min(rest.len()));
+            copy(record, range.start, first);
+            // A pack's records follow (a train is never built whole).
+            for r in seg.more.iter().flat_map(|t| t.records()) {
+                let (this, next) = tail.split_at_mut(r.len().min(tail.len()));
+                copy(r, 0, this);
+                tail = next;
+            }
         }
         seg.repr
             .emit(head, self.ip.src_addr, self.ip.dst_addr, rest);
@@ -1949,6 +1976,136 @@ mod tests {
         // Every segment cut counts as sent, and the ident moved past them.
         assert!(c.segments_out as usize >= cut + singles);
         assert_eq!(server.stats().drops, [0; 7]);
+    }
+
+    /// Small records packed several to a segment: each segment holds
+    /// whole records only and stays within the MSS, the software checksum
+    /// covers them all (summed record by record where each lands), and
+    /// with every seventh data frame lost the records go again one by one
+    /// and arrive byte-exact. Built in parts (`whole == false`) and whole.
+    fn packs_of_small_records(whole: bool) {
+        let mut server = iface(MAC_A, IP_A);
+        let mut cfg = InterfaceConfig::new(MAC_B, IP_B, [3; 16]);
+        cfg.tcp.pack_records = 16;
+        let mut client: Iface = Interface::new(cfg);
+        let mut now = Instant::from_millis(1);
+        client.add_static_arp(IP_A, MAC_A);
+        server.add_static_arp(IP_B, MAC_B);
+        server
+            .stack_mut()
+            .listen(SocketAddrV4::new(IP_A, 7000), 8)
+            .unwrap();
+        let cid = client
+            .stack_mut()
+            .connect(now, IP_B, SocketAddrV4::new(IP_A, 7000))
+            .unwrap();
+        run(
+            &mut server,
+            &mut client,
+            &mut now,
+            Instant::from_millis(100),
+        );
+        let sid = server.stack_mut().accept(7000).expect("accepted");
+        let sizes = |k: usize| 20 + (k * 37) % 180;
+        let total: usize = (0..3000).map(sizes).sum();
+        let data: Vec<u8> = (0..total as u32).map(|i| (i * 7 + i / 253) as u8).collect();
+        let (mut sent, mut k, mut got) = (0usize, 0usize, Vec::new());
+        let (mut frames_out, mut packs, mut dropped) = (0usize, 0usize, 0usize);
+        let mut hdr = [0u8; 160];
+        let deadline = Instant::from_millis(60_000);
+        while got.len() < data.len() && now < deadline {
+            loop {
+                let conn = client.stack_mut().conn_mut(cid).unwrap();
+                let len = sizes(k).min(data.len() - sent);
+                if len == 0 || conn.send_capacity() < len {
+                    break;
+                }
+                conn.send_record(now, data[sent..sent + len].to_vec())
+                    .unwrap();
+                sent += len;
+                k += 1;
+            }
+            let mut frames = Vec::new();
+            if whole {
+                frames = poll_all(&mut client, now);
+            } else {
+                while let Some(p) = client.poll_frame_parts(
+                    now,
+                    &mut hdr,
+                    |r: &Vec<u8>, range, _| Some(crate::wire::checksum::sum(&r[range])),
+                    copy_vec,
+                ) {
+                    let FrameParts::Segment {
+                        header_len,
+                        payload,
+                        more,
+                        pad,
+                        checksum_offloaded,
+                    } = p
+                    else {
+                        continue;
+                    };
+                    assert!(!checksum_offloaded);
+                    let mut f = hdr[..header_len].to_vec();
+                    if let Some((r, range)) = payload {
+                        f.extend_from_slice(&r[range]);
+                    }
+                    if let Some(t) = more {
+                        assert!(t.is_pack() && t.count() > 0 && t.count() < 16);
+                        packs += 1;
+                        for r in t.records() {
+                            f.extend_from_slice(r);
+                        }
+                    }
+                    f.resize(f.len() + pad, 0);
+                    frames.push(f);
+                }
+            }
+            for f in frames {
+                // The checksum verifies as sent.
+                let (_, ip, _) = tcp_of(&f);
+                assert!(ip.payload_len - 20 - 12 <= 1448, "within the MSS");
+                frames_out += 1;
+                if ip.payload_len > 40 && frames_out % 7 == 0 {
+                    dropped += 1;
+                    continue;
+                }
+                server.handle_frame(now, f);
+            }
+            let mut buf = vec![0u8; 2048];
+            while let Some(n) = server.poll_frame(now, &mut buf) {
+                client.handle_frame(now, buf[..n].to_vec());
+            }
+            while let Some(p) = server.stack_mut().conn_mut(sid).unwrap().recv() {
+                got.extend_from_slice(p.bytes());
+            }
+            now += Duration::from_millis(1);
+            server.handle_timeout(now);
+            client.handle_timeout(now);
+        }
+        assert!(got == data, "byte-exact");
+        let c = client.stack().conn(cid).unwrap().stats();
+        assert!(c.packed_segments > 50, "{c:?}");
+        assert!(c.packed_records >= 2 * c.packed_segments, "{c:?}");
+        assert!(whole || packs as u64 == c.packed_segments, "{packs} {c:?}");
+        assert!(dropped > 10 && c.retransmits > 0, "{dropped} {c:?}");
+        // Fewer segments than records: the packs saved frames.
+        assert!(
+            (c.segments_out as usize) < k,
+            "{} segments for {k} records",
+            c.segments_out
+        );
+        assert_eq!(server.stats().drops, [0; 7]);
+    }
+
+    #[test]
+    fn small_records_are_packed_whole_into_segments_in_parts() {
+        packs_of_small_records(false);
+    }
+
+    #[test]
+    fn small_records_are_packed_whole_into_whole_frames() {
+        packs_of_small_records(true);
     }
 
     #[test]

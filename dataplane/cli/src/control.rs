@@ -222,6 +222,8 @@ fn worker_json(i: usize, s: &WorkerStats) -> Value {
         "tx_fused_frames": s.tx_fused_frames,
         "rx_cksum_trusted": s.rx_cksum_trusted,
         "rx_segments_mid_fpdu": s.rx_segments_mid_fpdu,
+        "tx_packed_segments": s.tx_packed_segments,
+        "tx_packed_fpdus": s.tx_packed_fpdus,
         "idle_wakeups": s.idle_wakeups,
         "dispatched_out": s.dispatched_out,
         "dispatched_in": s.dispatched_in,

@@ -187,7 +187,7 @@ type WorkerCounter = (&'static str, &'static str, fn(&WorkerStats) -> u64);
 /// can say; the service adds its responders).
 pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
     let stats = dp.stats();
-    let counters: [WorkerCounter; 21] = [
+    let counters: [WorkerCounter; 23] = [
         ("iwarp_rx_packets_total", "Frames received.", |s| {
             s.rx_packets
         }),
@@ -273,6 +273,16 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             "iwarp_rx_segments_mid_fpdu_total",
             "Received TCP segments that ended inside an FPDU (the peer split its FPDUs).",
             |s| s.rx_segments_mid_fpdu,
+        ),
+        (
+            "iwarp_tx_packed_segments_total",
+            "TCP segments sent carrying several whole FPDUs.",
+            |s| s.tx_packed_segments,
+        ),
+        (
+            "iwarp_tx_packed_fpdus_total",
+            "FPDUs carried by packed TCP segments.",
+            |s| s.tx_packed_fpdus,
         ),
         ("iwarp_loops_total", "Poll-loop iterations.", |s| s.loops),
         (

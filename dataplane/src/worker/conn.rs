@@ -508,7 +508,11 @@ impl Conn {
             return false;
         };
         let mut n = 0;
-        while n < MAX_POSTS_PER_POLL && qp.rq_len() < attr.max_recv_wr as usize {
+        // Every receive posted so far, whatever the batch limit: the
+        // application posted it before the peer's Send can have left, and
+        // a Send that found it missing would end the connection (a DDP
+        // "no buffer" Terminate). The queue's depth bounds the work.
+        while qp.rq_len() < attr.max_recv_wr as usize {
             let Some(wr) = stash_recv.take().or_else(|| shared.rq.pop()) else {
                 break;
             };
@@ -518,11 +522,13 @@ impl Conn {
                 break;
             }
         }
-        while !held && n < MAX_POSTS_PER_POLL && qp.sq_len() < attr.max_send_wr as usize {
+        let mut sends = 0;
+        while !held && sends < MAX_POSTS_PER_POLL && qp.sq_len() < attr.max_send_wr as usize {
             let Some(wr) = stash_send.take().or_else(|| shared.sq.pop()) else {
                 break;
             };
             n += 1;
+            sends += 1;
             let (run, local) = prepare_local(&wr, &attr, mem);
             match qp.post_send(&run, mrs) {
                 Ok(_) => local_ops.extend(local),

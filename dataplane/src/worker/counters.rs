@@ -108,6 +108,11 @@ pub struct WorkerCounters {
     /// (the peer's segments split its FPDUs; 0 from a peer that keeps
     /// every FPDU in one segment).
     pub rx_segments_mid_fpdu: AtomicU64,
+    /// TCP segments sent carrying several whole FPDUs (`tcp.pack_fpdus`).
+    pub tx_packed_segments: AtomicU64,
+    /// FPDUs those segments carried: divided by `tx_packed_segments`, the
+    /// FPDUs per packed segment.
+    pub tx_packed_fpdus: AtomicU64,
     /// The EAL lcore id of the worker's thread plus one, recorded when the
     /// thread starts; 0 when it has none (see [`WorkerStats::lcore`]).
     lcore: AtomicU32,
@@ -179,6 +184,10 @@ pub struct WorkerStats {
     pub rx_cksum_trusted: u64,
     /// See [`WorkerCounters::rx_segments_mid_fpdu`].
     pub rx_segments_mid_fpdu: u64,
+    /// See [`WorkerCounters::tx_packed_segments`].
+    pub tx_packed_segments: u64,
+    /// See [`WorkerCounters::tx_packed_fpdus`].
+    pub tx_packed_fpdus: u64,
     /// The EAL lcore id its thread runs as (`rte_lcore_id()`), recorded
     /// when a worker thread starts (`DriveMode::Threads`); `None` for a
     /// thread EAL does not know and for workers the application drives.
@@ -233,6 +242,8 @@ impl WorkerCounters {
             arp_in: g(&self.arp_in),
             rx_cksum_trusted: g(&self.rx_cksum_trusted),
             rx_segments_mid_fpdu: g(&self.rx_segments_mid_fpdu),
+            tx_packed_segments: g(&self.tx_packed_segments),
+            tx_packed_fpdus: g(&self.tx_packed_fpdus),
             arp_out: g(&self.arp_out),
             lcore: self.lcore.load(Ordering::Relaxed).checked_sub(1),
             thread_id: Some(self.thread_id.load(Ordering::Relaxed)).filter(|&t| t != 0),

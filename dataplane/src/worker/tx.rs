@@ -571,7 +571,7 @@ fn capture_train<'a>(
     for (k, rec) in recs.enumerate() {
         let len = rec.len;
         tcp_offload::iface::cut_header(head, k, offset, len, k + 1 == n, &mut cut);
-        ring.record_segment(ts, &cut[..head.len()], Some((rec, 0..len)), 0);
+        ring.record_segment(ts, &cut[..head.len()], Some((rec, 0..len)).into_iter(), 0);
         offset += len;
     }
 }
@@ -609,23 +609,63 @@ impl<Q: LinkQueue> Worker<Q> {
             let mut hdr = [0u8; HDR_BUF];
             let mut seg = SegmentSum::default();
             // The record went into the frame in the checksum's pass
-            // (`Some`): copied, its CRC and sum computed over the copy.
+            // (`Some`): copied, its CRC and sum computed over the copy. A
+            // pack's later records then follow it into the frame there.
             let mut fused: Option<Result<FusedSum, FrameFull>> = None;
+            let mut calls = 0usize;
             let records = &self.records;
             let parts = self.iface.poll_frame_parts(
                 now,
                 &mut hdr,
-                |r, range, header_len| {
+                |r, range, at| {
                     let rec = records.get(r);
-                    if let Some(rec) = rec.filter(|rec| rec.fusable(&range)) {
-                        let f = rec.emit_fused(&mut frame, header_len, !offload);
-                        let sum = f.as_ref().map_or(0, |f| f.sum);
-                        fused = Some(f);
-                        return (!offload).then_some(sum);
+                    match &mut fused {
+                        // A pack's record after a fused one.
+                        Some(Ok(f)) => {
+                            let Some(rec) = rec else {
+                                fused = Some(Err(FrameFull));
+                                return Some(0);
+                            };
+                            let s = if rec.fusable(&range) {
+                                rec.emit_fused(&mut frame, 0, !offload)
+                            } else {
+                                rec.emit(&mut frame, range.clone(), false)
+                                    .map(|()| FusedSum {
+                                        sum: if offload { 0 } else { rec.tx_sum(range).sum },
+                                        ..FusedSum::default()
+                                    })
+                            };
+                            match s {
+                                Ok(s) => {
+                                    f.resummed += s.resummed;
+                                    f.changed |= s.changed;
+                                    return (!offload).then_some(s.sum);
+                                }
+                                Err(e) => {
+                                    fused = Some(Err(e));
+                                    return Some(0);
+                                }
+                            }
+                        }
+                        Some(Err(_)) => return Some(0),
+                        None => {}
+                    }
+                    let first = calls == 0;
+                    calls += 1;
+                    if first {
+                        if let Some(rec) = rec.filter(|rec| rec.fusable(&range)) {
+                            let f = rec.emit_fused(&mut frame, at, !offload);
+                            let sum = f.as_ref().map_or(0, |f| f.sum);
+                            fused = Some(f);
+                            return (!offload).then_some(sum);
+                        }
                     }
                     (!offload).then(|| {
-                        seg = rec.map(|r| r.tx_sum(range)).unwrap_or_default();
-                        seg.sum
+                        let s = rec.map(|r| r.tx_sum(range)).unwrap_or_default();
+                        seg.read += s.read;
+                        seg.resummed += s.resummed;
+                        seg.changed |= s.changed;
+                        s.sum
                     })
                 },
                 |r, at, dst| match records.get(r) {
@@ -657,6 +697,46 @@ impl<Q: LinkQueue> Worker<Q> {
                     break;
                 }
                 Some(FrameParts::Consumed) => self.spare_frame = Some(frame),
+                Some(FrameParts::Segment {
+                    header_len,
+                    payload,
+                    more: Some(pack),
+                    pad,
+                    ..
+                }) if pack.is_pack() => {
+                    let first = payload.clone().map(|(r, range)| (records.get(r), range));
+                    let rest = pack.records().map(|r| (records.get(r), 0..r.len()));
+                    let ok = match fused {
+                        // Headers in front of the records already there.
+                        Some(f) => {
+                            f.is_ok()
+                                && frame.patch(0, &hdr[..header_len]).is_ok()
+                                && frame.append_zeros(pad).is_ok()
+                        }
+                        None => {
+                            frame.append(&hdr[..header_len]).is_ok()
+                                && first.into_iter().chain(rest).all(|(r, range)| {
+                                    r.is_some_and(|r| r.emit(&mut frame, range, attach).is_ok())
+                                })
+                                && frame.append_zeros(pad).is_ok()
+                        }
+                    };
+                    if ok {
+                        if let (Some(ring), Some(ts)) = (self.capture.ring(), capture_ts) {
+                            let all = payload
+                                .into_iter()
+                                .chain(pack.records().map(|r| (r, 0..r.len())))
+                                .filter_map(|(r, range)| records.get(r).map(|r| (r, range)));
+                            ring.record_segment(ts, &hdr[..header_len], all, pad);
+                        }
+                        bump(&self.counters.tx_packed_segments, 1);
+                        bump(&self.counters.tx_packed_fpdus, pack.count() as u64 + 1);
+                        self.tx_batch.push(frame);
+                        copied += u64::from(!attach);
+                    } else {
+                        self.local_drops += 1;
+                    }
+                }
                 Some(FrameParts::Segment {
                     header_len,
                     payload,
@@ -710,7 +790,7 @@ impl<Q: LinkQueue> Worker<Q> {
                     if ok {
                         if let (Some(ring), Some((ts, p))) = (self.capture.ring(), captured) {
                             let p = p.and_then(|(r, range)| r.map(|r| (r, range)));
-                            ring.record_segment(ts, &hdr[..header_len], p, pad);
+                            ring.record_segment(ts, &hdr[..header_len], p.into_iter(), pad);
                         }
                         self.tx_batch.push(frame);
                         copied += u64::from(has_payload && !attach);

@@ -60,6 +60,11 @@ pub struct Config {
     /// MSS. While trains are on, records are at most this much shorter
     /// than the MSS ([`crate::tcp::Connection::max_record_len`]).
     pub train_shortfall: usize,
+    /// Most whole records one segment of new data carries when several
+    /// are queued and fit the MSS together (RFC 5044 §5 lets a segment
+    /// hold several complete FPDUs; none is split). The segment is not
+    /// cut: [`crate::tcp::Train::is_pack`]. 0 or 1: a record per segment.
+    pub pack_records: usize,
 }
 
 impl Default for Config {
@@ -85,6 +90,7 @@ impl Default for Config {
             train_bytes: 0,
             train_records: 0,
             train_shortfall: 0,
+            pack_records: 0,
         }
     }
 }

@@ -77,6 +77,11 @@ pub struct ConnStats {
     pub paws_tolerated: u64,
     /// Zero-window probes sent.
     pub window_probes: u64,
+    /// Segments of new data that carried several whole records
+    /// ([`Config::pack_records`]).
+    pub packed_segments: u64,
+    /// Records those segments carried.
+    pub packed_records: u64,
     /// Records resent in more than one segment because the MSS shrank.
     pub records_split: u64,
     /// Owed ACKs merged into a later one because more than

@@ -176,9 +176,10 @@ pub trait Record {
     /// Length of the record in bytes (sequence space it occupies).
     fn len(&self) -> usize;
 
-    /// Whether the record may ride in a segment with others for the port
-    /// to cut apart ([`Segment::more`]); a record that must have a frame
-    /// of its own says no.
+    /// Whether the record may share a frame with others: ride in a train
+    /// for the port to cut apart, or be packed with other whole records
+    /// into one segment ([`Segment::more`]); a record that must have a
+    /// frame of its own says no.
     fn joins_train(&self) -> bool {
         true
     }
@@ -245,10 +246,12 @@ pub struct Segment<'a, R> {
     /// MSS shrank below the record's length carries a part (see
     /// [`Connection::send_record`]).
     pub payload: Option<(&'a R, Range<usize>)>,
-    /// Whole records after `payload` that the segment also carries, for a
-    /// port that cuts it into segments of one record each (TCP
-    /// segmentation offload, [`Config::train_bytes`]); only new data, and
-    /// only when `payload` is a whole record.
+    /// Whole records after `payload` that the segment also carries: for a
+    /// port that cuts it into segments of one record each (a train, TCP
+    /// segmentation offload, [`Config::train_bytes`]), or packed into this
+    /// one segment, which is at most an MSS long ([`Train::is_pack`],
+    /// [`Config::pack_records`]); only new data, and only when `payload`
+    /// is a whole record.
     pub more: Option<Train<'a, R>>,
 }
 

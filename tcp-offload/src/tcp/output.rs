@@ -122,22 +122,33 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         match tx {
             Tx::Data { idx, off, len, why } => {
                 let whole = off == 0 && len == self.sendq.get(idx).len;
-                let (count, bytes) = if why == Send::New && whole {
-                    self.train_extent(idx, len)
+                let (count, bytes, pack) = if why == Send::New && whole {
+                    match self.train_extent(idx, len) {
+                        (0, _) => {
+                            let (c, b) = self.pack_extent(idx, len);
+                            (c, b, true)
+                        }
+                        (c, b) => (c, b, false),
+                    }
                 } else {
-                    (0, 0)
+                    (0, 0, false)
                 };
                 let (seq, mut flags) = self.note_data(now, idx, off, len, why);
-                // A train's records: one header for all, which carries
-                // the last one's flags; each segment the port cuts counts
-                // as one sent.
+                // A train's or a pack's records: one header for all, which
+                // carries the last one's flags; each segment the port cuts
+                // from a train counts as one sent.
                 for j in idx + 1..=idx + count {
                     let l = self.sendq.get(j).len;
                     flags = self.note_data(now, j, 0, l, Send::New).1;
                 }
-                self.stats.segments_out += count as u64;
+                if !pack {
+                    self.stats.segments_out += count as u64;
+                } else if count > 0 {
+                    self.stats.packed_segments += 1;
+                    self.stats.packed_records += count as u64 + 1;
+                }
                 let repr = self.header(now, seq, flags, len);
-                let more = (count > 0).then(|| self.sendq.train(idx + 1, count, len, bytes));
+                let more = (count > 0).then(|| self.sendq.train(idx + 1, count, len, bytes, pack));
                 let rec = &self.sendq.get(idx).record;
                 Some(Segment {
                     repr,
@@ -439,6 +450,41 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             }
         }
         (count, total - seg_len)
+    }
+
+    /// How many whole new records after record `idx` (`len` bytes, whole
+    /// and new) can be packed into its segment ([`Segment::more`] as a
+    /// pack), and their bytes: as many as follow it, within
+    /// [`Config::pack_records`](super::Config::pack_records), the MSS, the
+    /// peer's window and the congestion window; none during loss recovery
+    /// or F-RTO. Only records already queued are packed: nothing waits for
+    /// more to come.
+    fn pack_extent(&self, idx: usize, len: usize) -> (usize, usize) {
+        let max_records = self.config.pack_records;
+        if max_records < 2
+            || self.cc.in_recovery
+            || self.frto_holds()
+            || self.frto_new_allowed()
+            || !self.sendq.get(idx).record.joins_train()
+        {
+            return (0, 0);
+        }
+        let wnd_end = self.snd_una + self.snd_wnd;
+        let cwnd_room = self.send_window().saturating_sub(self.pipe());
+        let limit = self.eff_mss.min(cwnd_room);
+        let (mut count, mut total) = (0usize, len);
+        let mut j = idx + 1;
+        while j < self.sendq.len() && count + 1 < max_records {
+            let r = self.sendq.get(j);
+            let end = total + r.len;
+            if end > limit || self.snd_nxt + end > wnd_end || !r.record.joins_train() {
+                break;
+            }
+            count += 1;
+            total = end;
+            j += 1;
+        }
+        (count, total - len)
     }
 
     /// The bookkeeping of sending bytes `off..off + len` of record `idx`:

@@ -108,24 +108,34 @@ impl Delivered {
     }
 }
 
-/// The records a segment carries after its first one, for a port that
-/// cuts the segment into segments of [`Train::seg_len`] payload bytes
-/// each (TCP segmentation offload): every record but the last of the run
-/// is exactly that long and the last at most, so that each segment the
-/// port cuts holds exactly one whole record.
+/// The records a segment carries after its first one. In a train, for a
+/// port that cuts the segment into segments of [`Train::seg_len`] payload
+/// bytes each (TCP segmentation offload), every record but the last of
+/// the run is exactly that long and the last at most, so that each
+/// segment the port cuts holds exactly one whole record. In a pack
+/// ([`Train::is_pack`]) the records, of any lengths, travel in this one
+/// segment, uncut.
 pub struct Train<'a, R> {
     recs: &'a VecDeque<SentRecord<R>>,
     first: usize,
     count: usize,
     seg_len: usize,
     bytes: usize,
+    pack: bool,
 }
 
 impl<'a, R> Train<'a, R> {
     /// Payload bytes of each segment the port cuts (the first record's
-    /// length); the last may be shorter.
+    /// length); the last may be shorter. For a pack, the first record's
+    /// length.
     pub fn seg_len(&self) -> usize {
         self.seg_len
+    }
+
+    /// Whether the records are packed into the one segment rather than
+    /// cut apart by the port.
+    pub fn is_pack(&self) -> bool {
+        self.pack
     }
 
     /// Records after the first.
@@ -139,7 +149,7 @@ impl<'a, R> Train<'a, R> {
     }
 
     /// Those records, in sequence order.
-    pub fn records(&self) -> impl Iterator<Item = &'a R> + '_ {
+    pub fn records(&self) -> impl Iterator<Item = &'a R> + Clone + '_ {
         self.recs
             .range(self.first..self.first + self.count)
             .map(|r| &r.record)
@@ -152,6 +162,7 @@ impl<R> core::fmt::Debug for Train<'_, R> {
             .field("seg_len", &self.seg_len)
             .field("count", &self.count)
             .field("bytes", &self.bytes)
+            .field("pack", &self.pack)
             .finish()
     }
 }
@@ -296,13 +307,15 @@ impl<R> SendQueue<R> {
     }
 
     /// The `count` records from index `first`, `bytes` long together,
-    /// that a segment carries after its first record of `seg_len` bytes.
+    /// that a segment carries after its first record of `seg_len` bytes:
+    /// cut by the port, or packed (`pack`).
     pub(super) fn train(
         &self,
         first: usize,
         count: usize,
         seg_len: usize,
         bytes: usize,
+        pack: bool,
     ) -> Train<'_, R> {
         Train {
             recs: &self.recs,
@@ -310,6 +323,7 @@ impl<R> SendQueue<R> {
             count,
             seg_len,
             bytes,
+            pack,
         }
     }
 

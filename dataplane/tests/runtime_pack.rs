@@ -1,0 +1,141 @@
+//! Small FPDUs packed several to a TCP segment (`tcp.pack_fpdus`): bursts
+//! of 64-byte WRITEs and SENDs posted back to back leave in segments of
+//! several whole FPDUs, none split, over a clean link and one that loses
+//! frames each way, with payload copied into the frame or attached. Every
+//! byte arrives where it belongs, every request completes once, and the
+//! receiver never sees a segment end inside an FPDU. With the switch off,
+//! every FPDU has a segment of its own. The bursts also hold the worker
+//! to the verbs contract on receives: all 300 posted before the first
+//! Send leaves must be in the queue pair when the Sends arrive, packed
+//! 16 to a segment.
+
+mod runtime_common;
+
+use dataplane::api::{Access, DriveMode, RecvWr, SendWr, SgeList, WcOpcode, WcStatus};
+use dataplane::link::MemLinkConfig;
+use runtime_common::*;
+
+/// Messages per burst and their size.
+const N: usize = 300;
+const LEN: usize = 64;
+
+/// Posts `N` WRITEs and `N` SENDs of `LEN` bytes from a to b without
+/// waiting, then checks every completion and every byte; returns the
+/// bytes verified. Work request ids start at `base`.
+fn burst(p: &Pair, a: &mut End, b: &mut End, base: u64) -> usize {
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let src = buffer(&p.a, a.pd, 2 * N * LEN, rw);
+    let dst = buffer(&p.b, b.pd, 2 * N * LEN, rw);
+    let data = src.fill_pattern(0x9ac4);
+    dst.region.fill(4096, 2 * N * LEN, 0).unwrap();
+    for k in 0..N {
+        let off = (N + k) * LEN;
+        b.qp.post_recv(&RecvWr {
+            wr_id: base + 10_000 + k as u64,
+            sges: SgeList::single(dst.mr.sge(off as u64, LEN as u32)),
+        })
+        .unwrap();
+    }
+    for k in 0..N {
+        let off = (k * LEN) as u64;
+        let wr = SendWr::write(
+            base + k as u64,
+            SgeList::single(src.mr.sge(off, LEN as u32)),
+            dst.mr.addr() + off,
+            dst.mr.rkey(),
+        );
+        post_when_room(p, a, &wr);
+        let soff = ((N + k) * LEN) as u64;
+        let wr = SendWr::send(
+            base + 10_000 + k as u64,
+            SgeList::single(src.mr.sge(soff, LEN as u32)),
+        );
+        post_when_room(p, a, &wr);
+    }
+    for k in base..base + N as u64 {
+        let w = wait_wc(p, a, k);
+        assert_eq!(
+            (w.status, w.opcode),
+            (WcStatus::Success, WcOpcode::RdmaWrite)
+        );
+        let s = wait_wc(p, a, 10_000 + k);
+        assert_eq!((s.status, s.opcode), (WcStatus::Success, WcOpcode::Send));
+        let r = wait_wc(p, b, 10_000 + k);
+        assert_eq!(
+            (r.status, r.opcode, r.byte_len),
+            (WcStatus::Success, WcOpcode::Recv, LEN as u32)
+        );
+    }
+    let got = dst.bytes();
+    if let Some(i) = (0..got.len()).find(|&i| got[i] != data[i]) {
+        panic!(
+            "the messages' bytes differ from byte {i} (message {}): got {:?}, want {:?}",
+            i / LEN,
+            &got[i..(i + 16).min(got.len())],
+            &data[i..(i + 16).min(got.len())]
+        );
+    }
+    assert!(dst.guards_intact(), "wrote outside the span");
+    p.a.dereg_mr(&src.mr).unwrap();
+    p.b.dereg_mr(&dst.mr).unwrap();
+    2 * N * LEN
+}
+
+/// Posts `wr`, waiting for room in the send queue.
+fn post_when_room(p: &Pair, a: &mut End, wr: &SendWr) {
+    p.until("room in the send queue", |_| {
+        a.drain();
+        a.qp.post_send(wr).ok()
+    });
+}
+
+#[test]
+fn small_fpdus_are_packed_whole_with_and_without_loss() {
+    for (loss, attach, pack) in [
+        (0.0, true, true),
+        (0.0, false, false),
+        (0.0, false, true),
+        (0.02, false, true),
+        (0.02, true, true),
+    ] {
+        let o = PairOptions {
+            link: MemLinkConfig {
+                loss,
+                seed: 0x9ac4,
+                multi_seg_tx: attach,
+                ..MemLinkConfig::default()
+            },
+            mode: DriveMode::Threads,
+            static_arp: true,
+            ..PairOptions::default()
+        };
+        let p = Pair::with_configs(&o, |c, _| c.tcp.pack_fpdus = pack);
+        let (mut a, mut b) = connect(&p);
+        let mut total = 0;
+        for round in 0..3 {
+            total += burst(&p, &mut a, &mut b, round * 100_000);
+        }
+        // Counters are published every millisecond.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let (sa, sb) = (p.a.stats()[0], p.b.stats()[0]);
+        let (segs, fpdus) = (sa.tx_packed_segments, sa.tx_packed_fpdus);
+        let retransmits = sa.retransmits + sb.retransmits;
+        println!(
+            "loss {loss}, attach {attach}, pack {pack}: {total} bytes verified; {segs} packed \
+             segments carried {fpdus} FPDUs; {} data segments received mid-FPDU; retransmits \
+             {retransmits}",
+            sb.rx_segments_mid_fpdu
+        );
+        if pack {
+            assert!(segs > 20, "{segs} packed segments");
+            assert!(fpdus >= 3 * segs, "{fpdus} FPDUs in {segs} segments");
+        } else {
+            assert_eq!((segs, fpdus), (0, 0), "packing is off");
+        }
+        assert_eq!(sb.rx_segments_mid_fpdu + sa.rx_segments_mid_fpdu, 0);
+        assert_eq!(sa.terminates + sb.terminates, 0);
+        if loss > 0.0 {
+            assert!(retransmits > 0, "the link lost nothing?");
+        }
+    }
+}
