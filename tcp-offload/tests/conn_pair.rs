@@ -632,6 +632,9 @@ fn delayed_ack_every_second_segment() {
     // only announce 64 KB; reading opens it to the whole buffer).
     p.a.out = pattern(100, 8);
     p.run_until(Duration::from_secs(5), |p| p.a.acked.len() == 1);
+    // The receiver does not read meanwhile: reading every byte of pushed
+    // data is acknowledged at once (below).
+    p.b.reading = false;
     let start = p.log.len();
     p.a.out.extend(pattern(1448 * 10, 8));
     p.run_until(Duration::from_secs(5), |p| p.a.acked.len() == 11);
@@ -641,7 +644,8 @@ fn delayed_ack_every_second_segment() {
         .count();
     assert_eq!(acks, 5, "one ACK per two full-sized segments");
 
-    // An odd segment alone waits for the delayed-ACK timer.
+    // An odd segment alone waits for the delayed-ACK timer while the
+    // receiver does not read it...
     p.a.out.extend(pattern(500, 9));
     let start = p.log.len();
     p.run_until(Duration::from_secs(5), |p| p.a.acked.len() == 12);
@@ -652,6 +656,24 @@ fn delayed_ack_every_second_segment() {
         .at;
     let ack = p.segs(Dir::BtoA).find(|w| w.at > data).expect("ack").at;
     assert_eq!(ack - data, Duration::from_millis(45));
+
+    // ...and is acknowledged as soon as the receiver has read every byte
+    // when it was pushed (its sender had nothing more queued).
+    p.b.reading = true;
+    p.a.out.extend(pattern(500, 10));
+    let start = p.log.len();
+    p.run_until(Duration::from_secs(5), |p| p.a.acked.len() == 13);
+    let data = p.log[start..]
+        .iter()
+        .rfind(|w| w.dir == Dir::AtoB && !w.data.is_empty())
+        .expect("data");
+    assert!(data.repr.flags.contains(TcpFlags::PSH));
+    let ack = p.segs(Dir::BtoA).find(|w| w.at > data.at).expect("ack").at;
+    assert!(
+        ack - data.at < Duration::from_millis(45),
+        "{:?}",
+        ack - data.at
+    );
 }
 
 #[test]
@@ -1899,10 +1921,13 @@ fn a_timeout_after_a_real_loss_is_not_found_spurious() {
         assert_eq!(s.rto_expirations, 1, "{name}: {s:?}");
         assert_eq!(s.spurious_rtos, 0, "{name}: {s:?}");
         // Each lost segment resent once (the probe was one of them), and
-        // the oldest record, whose ACK was lost.
+        // the oldest record again if the ACK of its arrival was lost too
+        // (the receiver acknowledges what it read at once when the data
+        // was pushed, so that ACK may have left before the outage).
         assert!(lost >= 2, "{name}: {lost}");
-        assert_eq!(s.retransmits as usize, lost + 1, "{name}: {s:?}");
-        assert_eq!(rexmits.len(), lost + 1, "{name}");
+        let n = s.retransmits as usize;
+        assert!(n == lost || n == lost + 1, "{name}: {lost} lost, {s:?}");
+        assert_eq!(rexmits.len(), n, "{name}");
         {
             // F-RTO step 2 b, then step 3 a: after the timeout's
             // retransmission, two new records, then the go-back-N.

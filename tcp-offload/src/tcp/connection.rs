@@ -209,6 +209,9 @@ pub struct Connection<B, R> {
     pub(super) ack_queue: VecDeque<AckSnapshot>,
     /// Payload bytes received since the last ACK sent.
     pub(super) rcv_unacked: usize,
+    /// A segment received since the last ACK sent carried PSH: its
+    /// sender had nothing more queued (see [`Connection::recv`]).
+    pub(super) rcv_pushed: bool,
     /// Largest payload received: what a "full-sized segment" is.
     pub(super) rcv_mss: usize,
 
@@ -300,6 +303,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             ack_now: false,
             ack_queue: VecDeque::with_capacity(MAX_PENDING_ACKS),
             rcv_unacked: 0,
+            rcv_pushed: false,
             rcv_mss: 536.min(mss),
             syn_pending: false,
             syn_sent_at: None,
@@ -586,6 +590,16 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             self.pull_assembler();
         }
         if self.window_update_due() {
+            self.ack_now = true;
+        }
+        // The upper layer has taken every byte, the last of them pushed
+        // (their sender had nothing more queued), while an ACK was being
+        // delayed: acknowledge now rather than at the timer. A sender
+        // waiting for its acknowledgements (an RDMA sender's completions
+        // are its ACKs) would otherwise sit out the delay whenever its
+        // last segment was an odd one. Linux acknowledges at the same
+        // point, when a read empties the receive queue after pushed data.
+        if self.rx_queue.is_empty() && self.rcv_pushed && self.timers.delack.is_some() {
             self.ack_now = true;
         }
         Some(p)

@@ -156,6 +156,9 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                     State::Established | State::FinWait1 | State::FinWait2
                 ) =>
             {
+                if repr.flags.contains(TcpFlags::PSH) {
+                    self.rcv_pushed = true;
+                }
                 self.on_text(now, repr.seq, p)
             }
             Some(_) => {

@@ -594,6 +594,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         self.ack_now = sack_incomplete;
         self.timers.delack = None;
         self.rcv_unacked = 0;
+        self.rcv_pushed = false;
         self.last_ack_sent = self.rcv_nxt;
         self.stats.segments_out += 1;
         TcpRepr {
@@ -639,6 +640,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         self.ack_now = false;
         self.timers.delack = None;
         self.rcv_unacked = 0;
+        self.rcv_pushed = false;
     }
 
     /// The pure ACK of an owed snapshot.
