@@ -57,6 +57,7 @@ VMDIR=$SIWVM_STATE/run/$VM
 CASE_TMO=${CASE_TMO:-60}
 PERF_N=${PERF_N:-200}
 BW_SIZE=${BW_SIZE:-65536}
+PACK_SIZE=${PACK_SIZE:-64}
 LAT_SIZE=${LAT_SIZE:-64}
 RPING_C=${RPING_C:-5}
 RPING_S=${RPING_S:-100}
@@ -93,6 +94,12 @@ die() { log "ERROR: $*"; exit 2; }
 #              whole FPDUs to cut. The case also fails unless our counters
 #              show trains, and unless every segment we sent in the
 #              capture holds exactly one whole FPDU
+#   pack       as crc, with 64-byte messages in the bandwidth tests: more
+#              small FPDUs queue than go out one by one, so several whole
+#              ones share a segment (tcp.pack_fpdus). To siw, the case also
+#              fails unless our counters show packed segments and unless
+#              every data segment we sent holds whole FPDUs only, some
+#              several; from siw, siw's own packed segments come to us
 TESTS="rping write_bw read_bw send_bw write_lat read_lat send_lat"
 all_cases() {
     local t
@@ -102,6 +109,8 @@ all_cases() {
     for t in rping write_bw; do echo "$t-from-siw-nocrc"; done
     for t in rping write_bw; do echo "$t-to-siw-crcreq"; done
     echo "rping-from-siw-crcreq"
+    for t in write_bw send_bw; do echo "$t-to-siw-pack"; done
+    for t in write_bw send_bw; do echo "$t-from-siw-pack"; done
     # last: these can take the guest's kernel down (README, Known problems),
     # and the cases after one run in a new boot
     for t in rping write_bw; do echo "$t-to-siw-nop2p"; done
@@ -130,10 +139,12 @@ parse_case() {
         nop2p) SETS="mpa.crc=true mpa.rtr=none"; EXP_CRC=1; EXP_P2P=0 ;;
         crcreq) SETS="mpa.crc=required mpa.rtr=write"; EXP_CRC=1; EXP_P2P=1 ;;
         tso) SETS="mpa.crc=true mpa.rtr=write"; EXP_CRC=1; EXP_P2P=1 ;;
+        pack) SETS="mpa.crc=true mpa.rtr=write tcp.pack_fpdus=true"; EXP_CRC=1; EXP_P2P=1 ;;
         *) return 1 ;;
     esac
-    TSO=0
+    TSO=0 PACK=0
     [ "$VARIANT" = tso ] && TSO=1
+    [ "$VARIANT" = pack ] && PACK=1
     EXPECT=ok
     [ "$VARIANT" = crcreq ] && [ "$DIR" = from-siw ] && EXPECT=refused
     # as responder, the MPA flags are siw's request answered by our policy:
@@ -166,7 +177,12 @@ expect_refused() {
     grep -- "$REFUSAL_TEXT" "$hostlog" 2>/dev/null | grep -q '[{}]\|::' && REASON+=" refusal-reason-not-a-sentence"
 }
 
-perf_size() { case "$1" in *_bw) echo "$BW_SIZE" ;; *) echo "$LAT_SIZE" ;; esac; }
+perf_size() {
+    case "$1" in
+        *_bw) if [ "${PACK:-0}" = 1 ]; then echo "$PACK_SIZE"; else echo "$BW_SIZE"; fi ;;
+        *) echo "$LAT_SIZE" ;;
+    esac
+}
 port_of() { [ "$1" = rping ] && echo 7174 || echo 18515; }
 
 # The guest's command of a case (server for to-siw, client for from-siw).
@@ -464,6 +480,26 @@ check_capture() {
             NOTE+=" ($OURSEGS segments of ours, each one whole FPDU)"
         fi
     fi
+    if [ "$PACK" = 1 ] && [ "$DIR" = to-siw ]; then
+        # every data segment we sent after the MPA exchange: whole FPDUs
+        # only (their lengths add up to the TCP length), some several.
+        read -r OURSEGS MISFIT PACKED < <("${TS[@]}" -r "$f" -T fields -E separator='|' -E occurrence=a \
+            -Y "ip.src == $DP_IP && tcp.len > 0 && !iwarp_mpa.req && !iwarp_mpa.rep && !tcp.analysis.retransmission" \
+            -e tcp.len -e iwarp_mpa.ulpdulength 2>/dev/null |
+            awk -F'|' -v crc="$crc_on" '{ n++; k = split($2, u, ","); t = 0
+                for (i = 1; i <= k; i++) t += int((u[i] + 2 + 3) / 4) * 4 + 4 * crc
+                if (k == 0 || $1 != t) bad++; if (k > 1) packed++ }
+                END { printf "%d %d %d\n", n, bad, packed }')
+        if [ "${OURSEGS:-0}" = 0 ]; then
+            CAP_FAIL+=" no-data-segments-of-ours"
+        elif [ "${MISFIT:-1}" != 0 ]; then
+            CAP_FAIL+=" segments-not-whole-fpdus=$MISFIT/$OURSEGS"
+        elif [ "${PACKED:-0}" = 0 ]; then
+            CAP_FAIL+=" no-packed-segments-in-capture"
+        else
+            NOTE+=" ($OURSEGS segments of ours, whole FPDUs only, $PACKED with several)"
+        fi
+    fi
     if [ "$RETX_CHECK" = 1 ] && [ "$DROPS" = 0 ]; then
         [ "$RTO" -eq 0 ] || CAP_FAIL+=" rto=$RTO"
         [ $(( RETX * 1000 )) -lt "$TCPSEGS" ] || [ "$RETX" -eq 0 ] || CAP_FAIL+=" retx=$RETX/$TCPSEGS"
@@ -574,9 +610,11 @@ start_iwarp() {
     for s in $SETS "idle.spin=$IDLE_SPIN" "idle.sleep_us=$IDLE_SLEEP_US"; do sets+=(--set "$s"); done
     if [ "$TSO" = 1 ]; then
         ns=siwlab dev="net_tap0,iface=$DP_TAP"
+        bridge_dp_tap &
+    fi
+    if [ "$TSO" = 1 ] || [ "$PACK" = 1 ]; then
         extra=(--counters "$OUT/$c.counters.json")
         rm -f "$OUT/$c.counters.json"
-        bridge_dp_tap &
     fi
     # shellcheck disable=SC2046 # iwarp_args is a word list
     ip netns exec "$ns" timeout -k 5 "$CASE_TMO" "$IWARP_BIN" $(iwarp_args) "${extra[@]}" \
@@ -681,6 +719,19 @@ run_case() {
             REASON+=" no-trains($trains,$cut)"
         else
             NOTE+=" ($trains trains cut into $cut segments)"
+        fi
+    fi
+    if [ "$PACK" = 1 ] && [ "$DIR" = to-siw ]; then
+        # several whole FPDUs per segment: our counters say how many
+        local psegs pfpdus
+        psegs=$(grep -o '"tx_packed_segments":[0-9]*' "$OUT/$c.counters.json" 2>/dev/null | cut -d: -f2)
+        pfpdus=$(grep -o '"tx_packed_fpdus":[0-9]*' "$OUT/$c.counters.json" 2>/dev/null | cut -d: -f2)
+        if [ -z "$psegs" ]; then
+            REASON+=" no-counters"
+        elif [ "$psegs" = 0 ] || [ "$pfpdus" -lt $(( 2 * psegs )) ]; then
+            REASON+=" no-packs($psegs,$pfpdus)"
+        else
+            NOTE+=" ($psegs segments carried $pfpdus FPDUs)"
         fi
     fi
     if [ "$TEST" != rping ] && [ "${EXPECT:-ok}" = ok ] && [ "$HOST_RC" = 0 ] && [ "$GUEST_RC" = 0 ]; then
