@@ -346,8 +346,9 @@ const MAX_PIECES: usize = 16;
 const MEM_TSO_BYTES: usize = 32 * 1024;
 const MEM_TSO_RECORDS: usize = 24;
 const MEM_TSO_PIECES: usize = 1 + 3 * MEM_TSO_RECORDS;
-/// Frames a [`MemLink`] queue with trains makes up front.
-const MEM_TSO_FRAMES: usize = 64;
+/// Frames a [`MemLink`] queue makes up front (at least a transmit burst
+/// and a spare).
+const MEM_POOL_FRAMES: usize = 64;
 
 /// Configuration of a [`MemLink`] pair.
 #[derive(Debug, Clone, PartialEq)]
@@ -729,16 +730,13 @@ impl Link for MemLink {
         }
         *slot = true;
         let tso = self.caps.tso.is_some();
-        // With room for trains a frame is large: made up front, as a
-        // port's pool is, for the most a worker holds (its transmit
-        // burst, and one spare), not while it runs.
-        let spare = if tso {
-            (0..MEM_TSO_FRAMES)
-                .map(|_| MemFrame::new(self.frame_cap, self.caps.multi_seg_tx, true))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        // Made up front, as a port's pool is, for the most a worker holds
+        // (its transmit burst, and one spare), not while it runs: a burst
+        // larger than any before (loss and its repairs, a run of ACKs)
+        // must not allocate.
+        let spare = (0..MEM_POOL_FRAMES)
+            .map(|_| MemFrame::new(self.frame_cap, self.caps.multi_seg_tx, tso))
+            .collect();
         Some(MemQueue {
             index,
             me: self.me.clone(),
