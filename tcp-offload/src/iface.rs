@@ -1148,7 +1148,7 @@ struct TcpIn {
 mod tests {
     use super::*;
     use crate::seq::SeqNumber;
-    use crate::tcp::Event;
+    use crate::tcp::{ConnId, Event};
     use crate::wire::{TcpFlags, TcpOptions};
     use core::net::SocketAddrV4;
 
@@ -1841,30 +1841,10 @@ mod tests {
         assert!(parts_frame(&mut parts, now, false).is_none());
     }
 
-    /// Cuts a train as a port with segmentation offload does: one frame
-    /// per `seg_len` bytes of payload, headers from [`cut_header`], the
-    /// TCP checksum completed.
-    fn cut_train(hdr: &[u8], payload: &[u8], seg_len: usize) -> Vec<Vec<u8>> {
-        let pieces: Vec<&[u8]> = payload.chunks(seg_len).collect();
-        let last = pieces.len() - 1;
-        let mut out = Vec::new();
-        for (k, piece) in pieces.into_iter().enumerate() {
-            let mut f = vec![0u8; hdr.len()];
-            cut_header(hdr, k, k * seg_len, piece.len(), k == last, &mut f);
-            f.extend_from_slice(piece);
-            TcpPacket::new_unchecked(&mut f[14 + 20..]).fill_checksum(IP_B, IP_A);
-            out.push(f);
-        }
-        out
-    }
-
-    #[test]
-    fn trains_of_whole_records_are_cut_into_one_record_per_segment() {
+    /// A server at IP_A:7000 and a client configured by `cfg` (at IP_B),
+    /// connected: (server, client, client's connection, server's, now).
+    fn connected(cfg: InterfaceConfig) -> (Iface, Iface, ConnId, ConnId, Instant) {
         let mut server = iface(MAC_A, IP_A);
-        let mut cfg = InterfaceConfig::new(MAC_B, IP_B, [3; 16]);
-        cfg.tcp.train_bytes = 8 * 1448;
-        cfg.tcp.train_records = 8;
-        cfg.tcp.train_shortfall = 14;
         let mut client: Iface = Interface::new(cfg);
         let mut now = Instant::from_millis(1);
         client.add_static_arp(IP_A, MAC_A);
@@ -1884,6 +1864,33 @@ mod tests {
             Instant::from_millis(100),
         );
         let sid = server.stack_mut().accept(7000).expect("accepted");
+        (server, client, cid, sid, now)
+    }
+
+    /// Cuts a train as a port with segmentation offload does: one frame
+    /// per `seg_len` bytes of payload, headers from [`cut_header`], the
+    /// TCP checksum completed.
+    fn cut_train(hdr: &[u8], payload: &[u8], seg_len: usize) -> Vec<Vec<u8>> {
+        let pieces: Vec<&[u8]> = payload.chunks(seg_len).collect();
+        let last = pieces.len() - 1;
+        let mut out = Vec::new();
+        for (k, piece) in pieces.into_iter().enumerate() {
+            let mut f = vec![0u8; hdr.len()];
+            cut_header(hdr, k, k * seg_len, piece.len(), k == last, &mut f);
+            f.extend_from_slice(piece);
+            TcpPacket::new_unchecked(&mut f[14 + 20..]).fill_checksum(IP_B, IP_A);
+            out.push(f);
+        }
+        out
+    }
+
+    #[test]
+    fn trains_of_whole_records_are_cut_into_one_record_per_segment() {
+        let mut cfg = InterfaceConfig::new(MAC_B, IP_B, [3; 16]);
+        cfg.tcp.train_bytes = 8 * 1448;
+        cfg.tcp.train_records = 8;
+        cfg.tcp.train_shortfall = 14;
+        let (mut server, mut client, cid, sid, mut now) = connected(cfg);
         let conn = client.stack_mut().conn_mut(cid).unwrap();
         // The shortfall comes off the records, not the MSS.
         let rec_len = conn.max_record_len();
@@ -1984,28 +1991,9 @@ mod tests {
     /// with every seventh data frame lost the records go again one by one
     /// and arrive byte-exact. Built in parts (`whole == false`) and whole.
     fn packs_of_small_records(whole: bool) {
-        let mut server = iface(MAC_A, IP_A);
         let mut cfg = InterfaceConfig::new(MAC_B, IP_B, [3; 16]);
         cfg.tcp.pack_records = 16;
-        let mut client: Iface = Interface::new(cfg);
-        let mut now = Instant::from_millis(1);
-        client.add_static_arp(IP_A, MAC_A);
-        server.add_static_arp(IP_B, MAC_B);
-        server
-            .stack_mut()
-            .listen(SocketAddrV4::new(IP_A, 7000), 8)
-            .unwrap();
-        let cid = client
-            .stack_mut()
-            .connect(now, IP_B, SocketAddrV4::new(IP_A, 7000))
-            .unwrap();
-        run(
-            &mut server,
-            &mut client,
-            &mut now,
-            Instant::from_millis(100),
-        );
-        let sid = server.stack_mut().accept(7000).expect("accepted");
+        let (mut server, mut client, cid, sid, mut now) = connected(cfg);
         let sizes = |k: usize| 20 + (k * 37) % 180;
         let total: usize = (0..3000).map(sizes).sum();
         let data: Vec<u8> = (0..total as u32).map(|i| (i * 7 + i / 253) as u8).collect();

@@ -700,49 +700,9 @@ impl<Q: LinkQueue> Worker<Q> {
                 Some(FrameParts::Segment {
                     header_len,
                     payload,
-                    more: Some(pack),
-                    pad,
-                    ..
-                }) if pack.is_pack() => {
-                    let first = payload.clone().map(|(r, range)| (records.get(r), range));
-                    let rest = pack.records().map(|r| (records.get(r), 0..r.len()));
-                    let ok = match fused {
-                        // Headers in front of the records already there.
-                        Some(f) => {
-                            f.is_ok()
-                                && frame.patch(0, &hdr[..header_len]).is_ok()
-                                && frame.append_zeros(pad).is_ok()
-                        }
-                        None => {
-                            frame.append(&hdr[..header_len]).is_ok()
-                                && first.into_iter().chain(rest).all(|(r, range)| {
-                                    r.is_some_and(|r| r.emit(&mut frame, range, attach).is_ok())
-                                })
-                                && frame.append_zeros(pad).is_ok()
-                        }
-                    };
-                    if ok {
-                        if let (Some(ring), Some(ts)) = (self.capture.ring(), capture_ts) {
-                            let all = payload
-                                .into_iter()
-                                .chain(pack.records().map(|r| (r, 0..r.len())))
-                                .filter_map(|(r, range)| records.get(r).map(|r| (r, range)));
-                            ring.record_segment(ts, &hdr[..header_len], all, pad);
-                        }
-                        bump(&self.counters.tx_packed_segments, 1);
-                        bump(&self.counters.tx_packed_fpdus, pack.count() as u64 + 1);
-                        self.tx_batch.push(frame);
-                        copied += u64::from(!attach);
-                    } else {
-                        self.local_drops += 1;
-                    }
-                }
-                Some(FrameParts::Segment {
-                    header_len,
-                    payload,
                     more: Some(train),
                     ..
-                }) => {
+                }) if !train.is_pack() => {
                     let first = payload.and_then(|(r, _)| records.get(r));
                     let rest = train.records().map(|r| records.get(r));
                     let head = &hdr[..header_len];
@@ -765,15 +725,19 @@ impl<Q: LinkQueue> Worker<Q> {
                 Some(FrameParts::Segment {
                     header_len,
                     payload,
+                    more,
                     pad,
                     ..
                 }) => {
-                    // The record behind TCP's handle, in place.
-                    let payload = payload.map(|(r, range)| (records.get(r), range));
-                    let captured = capture_ts.map(|ts| (ts, payload.clone()));
+                    // The records behind TCP's handles, in place: one, or a
+                    // pack's (several whole FPDUs in the segment).
                     let has_payload = payload.is_some();
+                    let recs = payload.into_iter().chain(
+                        more.iter()
+                            .flat_map(|t| t.records().map(|r| (r, 0..r.len()))),
+                    );
                     let ok = match fused {
-                        // Headers in front of the record already there.
+                        // Headers in front of the records already there.
                         Some(f) => {
                             f.is_ok()
                                 && frame.patch(0, &hdr[..header_len]).is_ok()
@@ -781,16 +745,23 @@ impl<Q: LinkQueue> Worker<Q> {
                         }
                         None => {
                             frame.append(&hdr[..header_len]).is_ok()
-                                && payload.map_or(true, |(r, range)| {
-                                    r.is_some_and(|r| r.emit(&mut frame, range, attach).is_ok())
+                                && recs.clone().all(|(r, range)| {
+                                    records
+                                        .get(r)
+                                        .is_some_and(|r| r.emit(&mut frame, range, attach).is_ok())
                                 })
                                 && frame.append_zeros(pad).is_ok()
                         }
                     };
                     if ok {
-                        if let (Some(ring), Some((ts, p))) = (self.capture.ring(), captured) {
-                            let p = p.and_then(|(r, range)| r.map(|r| (r, range)));
-                            ring.record_segment(ts, &hdr[..header_len], p.into_iter(), pad);
+                        if let (Some(ring), Some(ts)) = (self.capture.ring(), capture_ts) {
+                            let all =
+                                recs.filter_map(|(r, range)| records.get(r).map(|r| (r, range)));
+                            ring.record_segment(ts, &hdr[..header_len], all, pad);
+                        }
+                        if let Some(t) = &more {
+                            bump(&self.counters.tx_packed_segments, 1);
+                            bump(&self.counters.tx_packed_fpdus, t.count() as u64 + 1);
                         }
                         self.tx_batch.push(frame);
                         copied += u64::from(has_payload && !attach);

@@ -418,13 +418,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     /// or F-RTO.
     fn train_extent(&self, idx: usize, seg_len: usize) -> (usize, usize) {
         let (max_bytes, max_records) = (self.config.train_bytes, self.config.train_records);
-        if max_bytes < 2 * seg_len
-            || max_records < 2
-            || self.cc.in_recovery
-            || self.frto_holds()
-            || self.frto_new_allowed()
-            || !self.sendq.get(idx).record.joins_train()
-        {
+        if max_bytes < 2 * seg_len || !self.may_join(idx, max_records) {
             return (0, 0);
         }
         let wnd_end = self.snd_una + self.snd_wnd;
@@ -452,6 +446,17 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         (count, total - seg_len)
     }
 
+    /// Whether record `idx` may lead a segment of up to `max_records`
+    /// records (a train or a pack): at least two allowed, no loss
+    /// recovery or F-RTO under way, and the record willing to share.
+    fn may_join(&self, idx: usize, max_records: usize) -> bool {
+        max_records >= 2
+            && !self.cc.in_recovery
+            && !self.frto_holds()
+            && !self.frto_new_allowed()
+            && self.sendq.get(idx).record.joins_train()
+    }
+
     /// How many whole new records after record `idx` (`len` bytes, whole
     /// and new) can be packed into its segment ([`Segment::more`] as a
     /// pack), and their bytes: as many as follow it, within
@@ -461,12 +466,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     /// more to come.
     fn pack_extent(&self, idx: usize, len: usize) -> (usize, usize) {
         let max_records = self.config.pack_records;
-        if max_records < 2
-            || self.cc.in_recovery
-            || self.frto_holds()
-            || self.frto_new_allowed()
-            || !self.sendq.get(idx).record.joins_train()
-        {
+        if !self.may_join(idx, max_records) {
             return (0, 0);
         }
         let wnd_end = self.snd_una + self.snd_wnd;
