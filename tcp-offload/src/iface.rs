@@ -1841,6 +1841,28 @@ mod tests {
         assert!(parts_frame(&mut parts, now, false).is_none());
     }
 
+    /// The server's frames to the client, what it received read into
+    /// `got`, then a millisecond on for both; the new time.
+    fn answer_and_read(
+        server: &mut Iface,
+        client: &mut Iface,
+        sid: ConnId,
+        now: Instant,
+        got: &mut Vec<u8>,
+    ) -> Instant {
+        let mut buf = vec![0u8; 2048];
+        while let Some(n) = server.poll_frame(now, &mut buf) {
+            client.handle_frame(now, buf[..n].to_vec());
+        }
+        while let Some(p) = server.stack_mut().conn_mut(sid).unwrap().recv() {
+            got.extend_from_slice(p.bytes());
+        }
+        let now = now + Duration::from_millis(1);
+        server.handle_timeout(now);
+        client.handle_timeout(now);
+        now
+    }
+
     /// A server at IP_A:7000 and a client configured by `cfg` (at IP_B),
     /// connected: (server, client, client's connection, server's, now).
     fn connected(cfg: InterfaceConfig) -> (Iface, Iface, ConnId, ConnId, Instant) {
@@ -1964,16 +1986,7 @@ mod tests {
                 tcp_of(&f);
                 server.handle_frame(now, f);
             }
-            let mut buf = vec![0u8; 2048];
-            while let Some(n) = server.poll_frame(now, &mut buf) {
-                client.handle_frame(now, buf[..n].to_vec());
-            }
-            while let Some(p) = server.stack_mut().conn_mut(sid).unwrap().recv() {
-                got.extend_from_slice(p.bytes());
-            }
-            now += Duration::from_millis(1);
-            server.handle_timeout(now);
-            client.handle_timeout(now);
+            now = answer_and_read(&mut server, &mut client, sid, now, &mut got);
         }
         assert!(got == data, "byte-exact");
         assert!(trains > 10, "{trains} trains");
@@ -2060,16 +2073,7 @@ mod tests {
                 }
                 server.handle_frame(now, f);
             }
-            let mut buf = vec![0u8; 2048];
-            while let Some(n) = server.poll_frame(now, &mut buf) {
-                client.handle_frame(now, buf[..n].to_vec());
-            }
-            while let Some(p) = server.stack_mut().conn_mut(sid).unwrap().recv() {
-                got.extend_from_slice(p.bytes());
-            }
-            now += Duration::from_millis(1);
-            server.handle_timeout(now);
-            client.handle_timeout(now);
+            now = answer_and_read(&mut server, &mut client, sid, now, &mut got);
         }
         assert!(got == data, "byte-exact");
         let c = client.stack().conn(cid).unwrap().stats();
