@@ -1519,9 +1519,7 @@ impl<'a> Runner<'a> {
         let r = self.write_lat_loop(&mut posts);
         self.lat_end(r)?;
         // Ready for another round: the peer writes nothing more in this one.
-        if !self.peer_gone() {
-            self.res.write(self.res.adv_off(0) + size - 1, &[0])?;
-        }
+        self.res.write(self.res.adv_off(0) + size - 1, &[0])?;
         Ok(lat_result(
             size,
             &posts,
