@@ -655,6 +655,18 @@ fn end_to_end_sizes(test: TestKind, n: usize, all_sizes: bool) {
         bw_avg: 1900.5,
         msg_rate: 0.03,
     };
+    // Each side has seen its data connections up before either finishes
+    // (bounded: a side that failed before it does not hold the other).
+    let connected = std::sync::atomic::AtomicUsize::new(0);
+    let both_connected = || {
+        connected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + timeout;
+        while connected.load(std::sync::atomic::Ordering::SeqCst) < 2
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
     let (server_got, client_got) = std::thread::scope(|s| {
         let server = s.spawn(|| {
             let mut sess = Session::server(&pair.b, PORT, &p, &sb.qps, &sb.bufs, timeout)
@@ -662,6 +674,9 @@ fn end_to_end_sizes(test: TestKind, n: usize, all_sizes: bool) {
             let remote = sess.remote();
             assert_eq!(sess.peer_version(), "6.06");
             assert!(sb.qps.iter().all(|q| q.status() == QpStatus::Connected));
+            // Where the script has no sync after the setup (the latency
+            // tests), finishing closes at once: wait for the client's look.
+            both_connected();
             for _ in 0..between {
                 sess.next_size().unwrap();
             }
@@ -693,6 +708,7 @@ fn end_to_end_sizes(test: TestKind, n: usize, all_sizes: bool) {
             };
             let remote = sess.remote();
             assert!(sa.qps.iter().all(|q| q.status() == QpStatus::Connected));
+            both_connected();
             for _ in 0..between {
                 sess.next_size().unwrap();
             }
