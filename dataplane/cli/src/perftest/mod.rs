@@ -82,8 +82,8 @@ use std::time::{Duration, Instant};
 
 use dataplane::api::{
     Access, CmEvent, ConnectFailure, ConnectParams, ConnectRequest, Cq, Dataplane,
-    MemoryRegistration, PostError, Qp, QpOptions, QpStatus, RecvWr, Region, SendWr, SgeList,
-    WcOpcode, WcStatus,
+    DisconnectReason, MemoryRegistration, PostError, Qp, QpOptions, QpStatus, RecvWr, Region,
+    SendWr, SgeList, WcOpcode, WcStatus,
 };
 
 use super::runner::{RemoteBuf, TestKind};
@@ -641,7 +641,19 @@ impl<'dp> Session<'dp> {
                 // The worker completes the Send before it reports the
                 // peer's close; both may land between our CQ poll and the
                 // event check, so look at the CQ once more.
-                return if self.poll_ctrl(what)? {
+                if self.poll_ctrl(what)? {
+                    return Ok(());
+                }
+                // Our last message answers the peer's last: a peer that
+                // then closes in order has read it (it waits for it before
+                // it closes), whether or not its acknowledgement was
+                // reported before the close.
+                let ctrl = self.ctrl.qp.num();
+                let closed_in_order = self.events.iter().any(|e| {
+                    matches!(e, CmEvent::Disconnected { qp, reason: DisconnectReason::Closed }
+                        if *qp == ctrl)
+                });
+                return if self.x.is_done() && self.side == Side::Server && closed_in_order {
                     Ok(())
                 } else {
                     Err(e)
