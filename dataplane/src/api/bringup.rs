@@ -12,7 +12,7 @@ use crossbeam_queue::ArrayQueue;
 use rdmap::verbs::{Device, DeviceLimits};
 use tcp_offload::wire::EthernetAddress;
 
-use crate::config::Config;
+use crate::config::{Config, IdleConfig};
 use crate::ctl::Error;
 use crate::ctl::{Ctl, DispatchRings, IdleWake, SmallFrame, FORWARD_RING};
 use crate::link::{Link, LinkQueue, MemLink, MemLinkConfig};
@@ -20,12 +20,22 @@ use crate::worker::{
     Clock, ManualTime, MrSyncLinks, Worker, WorkerCounters, WorkerSetup, WorkerStats,
 };
 
+use super::busy::Handover;
 use super::control::{lock, Control};
 use super::{Dataplane, DriveMode, CONTROL_TIMEOUT};
 
+/// A worker, whatever its port: what inline mode, a worker thread and a
+/// busy-polling application thread call.
 pub(super) trait Pollable: Send {
+    /// One iteration of its loop.
     fn poll(&mut self) -> bool;
+    /// Closes its connections (the end of its life).
     fn shutdown(&mut self);
+    /// Its loop on its own thread, until a shutdown (true) or until an
+    /// application thread wants it (false; see `busy`).
+    fn run_until(&mut self, idle: &IdleConfig, wanted: &AtomicUsize) -> bool;
+    /// Prepares the calling thread to poll it (see `busy`).
+    fn enter_thread(&self) -> Result<Option<Box<dyn core::any::Any>>, String>;
 }
 
 impl<Q: LinkQueue> Pollable for Worker<Q> {
@@ -36,6 +46,14 @@ impl<Q: LinkQueue> Pollable for Worker<Q> {
     fn shutdown(&mut self) {
         Worker::shutdown(self)
     }
+
+    fn run_until(&mut self, idle: &IdleConfig, wanted: &AtomicUsize) -> bool {
+        Worker::run_until(self, idle, wanted)
+    }
+
+    fn enter_thread(&self) -> Result<Option<Box<dyn core::any::Any>>, String> {
+        Worker::enter_thread(self)
+    }
 }
 
 #[derive(Debug)]
@@ -43,6 +61,8 @@ pub(super) struct WorkerHandle {
     pub(super) ctl: Sender<Ctl>,
     pub(super) counters: Arc<WorkerCounters>,
     pub(super) thread: Option<JoinHandle<()>>,
+    /// Where its thread lends the worker to busy-polling threads.
+    pub(super) handover: Arc<Handover>,
 }
 
 /// 16 bytes from the operating system's random source: the secret of
@@ -158,6 +178,7 @@ impl Dataplane {
                 .ok_or(Error::InvalidArgument("port queue unavailable"))?;
             let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
             let counters = Arc::new(WorkerCounters::default());
+            let handover = Handover::new();
             let setup = WorkerSetup {
                 index: i,
                 queue,
@@ -192,6 +213,7 @@ impl Dataplane {
                     let idle = config.idle;
                     let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
                     let clock = clock.clone();
+                    let lend = handover.clone();
                     let handle = std::thread::Builder::new()
                         .name(format!("iwarp-worker-{i}"))
                         .spawn(move || {
@@ -213,9 +235,9 @@ impl Dataplane {
                             let mut w = Worker::new(setup);
                             w.set_clock(clock);
                             let _ = ready_tx.send(Ok(()));
-                            // `run` consumes the worker (and its queue)
+                            // `drive` consumes the worker (and its queue)
                             // before the thread's lcore registration goes.
-                            w.run(&idle);
+                            lend.drive(Box::new(w), &idle);
                         })
                         .map_err(|e| Error::Thread(e.to_string()))?;
                     match ready_rx.recv_timeout(CONTROL_TIMEOUT) {
@@ -230,6 +252,7 @@ impl Dataplane {
                 ctl: ctl_tx,
                 counters,
                 thread,
+                handover,
             });
         }
         let l = &config.limits;
@@ -259,6 +282,7 @@ impl Dataplane {
             limits: *l,
             next_connect: AtomicUsize::new(0),
             qps: Mutex::new(Vec::new()),
+            busy_threads: Mutex::new(Vec::new()),
             link_counters: None,
             dev_port,
             capture: crate::capture::Capture::default(),

@@ -75,6 +75,15 @@ impl Dataplane {
         }
     }
 
+    /// Refuses a control call that would wait for workers only the
+    /// calling thread runs ([`super::BusyPoll`]).
+    fn control_allowed(&self) -> Result<(), Error> {
+        if self.inline.is_none() && self.busy_here() {
+            return Err(Error::BusyPolling);
+        }
+        Ok(())
+    }
+
     /// Wakes worker `w` if it sleeps: a control message was sent to it.
     pub(super) fn wake_worker(&self, w: usize) {
         if let Some(k) = self.wake.get(w) {
@@ -88,6 +97,7 @@ impl Dataplane {
         w: usize,
         make: impl FnOnce(Sender<CtlReply>) -> Ctl,
     ) -> Result<CtlReply, Error> {
+        self.control_allowed()?;
         let (tx, rx) = crossbeam_channel::bounded(1);
         let h = self.workers.get(w).ok_or(Error::WorkerGone)?;
         h.ctl.send(make(tx)).map_err(|_| Error::WorkerGone)?;
@@ -104,6 +114,9 @@ impl Dataplane {
         &self,
         make: impl Fn(Sender<CtlReply>) -> Ctl,
     ) -> Vec<Result<CtlReply, Error>> {
+        if let Err(e) = self.control_allowed() {
+            return self.workers.iter().map(|_| Err(e.clone())).collect();
+        }
         let rxs: Vec<_> = self
             .workers
             .iter()

@@ -8,7 +8,10 @@
 //!   and starts the workers (one thread per worker, pinned when cores are
 //!   configured); [`Dataplane::open_with_link`] takes a port directly, and
 //!   [`DriveMode::Inline`] lets the caller run the workers' loops itself
-//!   ([`Dataplane::poll`]) for deterministic tests.
+//!   ([`Dataplane::poll`]) for deterministic tests, and
+//!   [`Dataplane::busy_poll`] lets an application thread take the workers
+//!   from their threads for a while and drive them itself ([`BusyPoll`]:
+//!   run to completion, no hand-off between threads).
 //! - [`ProtectionDomain`] ([`Dataplane::alloc_pd`]).
 //! - [`Region`] (from [`crate::memory`]): memory the application owns;
 //!   [`Dataplane::reg_mr`] registers part of it under an STag, valid on
@@ -168,7 +171,7 @@
 //! allocation of protection domains, STags and queue-pair numbers and the
 //! calls that create objects, `cm` connection management and the event
 //! channel ([`EventScope`]), `bringup` opening and stopping, `observe`
-//! counters, snapshots and packet capture. What the API shares with the
+//! counters, snapshots and packet capture, `busy` busy polling. What the API shares with the
 //! workers (messages, CM events, queue pairs' rings) is in `crate::ctl`.
 
 use core::net::Ipv4Addr;
@@ -197,12 +200,14 @@ pub use crate::ctl::{
 use crate::ctl::{IdleWake, QpShared, WorkerMsg};
 
 mod bringup;
+mod busy;
 mod cm;
 mod control;
 mod handles;
 mod observe;
 
 use bringup::{Pollable, WorkerHandle};
+pub use busy::BusyPoll;
 pub use cm::{ConnectParams, EventScope};
 use control::{lock, Control};
 pub use handles::{
@@ -244,6 +249,9 @@ pub struct Dataplane {
     /// Every queue pair created, for the control path's snapshots (locked
     /// on creation and when read, never by a worker).
     qps: Mutex<Vec<Weak<QpShared>>>,
+    /// Threads that hold a [`BusyPoll`] (locked when one is taken or
+    /// dropped and by control calls, never on the data path).
+    busy_threads: Mutex<Vec<std::thread::ThreadId>>,
     /// The port's own counters, when [`Dataplane::open`] made the link.
     link_counters: Option<Box<dyn crate::link::LinkStats>>,
     /// The device under the link, if any ([`Dataplane::port_stats`]).

@@ -30,6 +30,10 @@ pub enum Error {
     QpInUse,
     /// A worker thread has stopped.
     WorkerGone,
+    /// A control call from a thread that drives the workers itself
+    /// ([`BusyPoll`](crate::api::BusyPoll)): no worker thread would answer
+    /// it while it waits.
+    BusyPolling,
     /// A worker did not answer within [`CONTROL_TIMEOUT`](crate::api::CONTROL_TIMEOUT).
     Timeout,
     /// A worker thread could not be started or pinned.
@@ -55,6 +59,9 @@ impl core::fmt::Display for Error {
             Error::NoSuchRequest => f.write_str("no such pending connection request"),
             Error::QpInUse => f.write_str("queue pair already in use"),
             Error::WorkerGone => f.write_str("a worker has stopped"),
+            Error::BusyPolling => f.write_str(
+                "this thread drives the workers (busy polling): end that before a control call",
+            ),
             Error::Timeout => f.write_str("a worker did not answer in time"),
             Error::Thread(m) => write!(f, "worker thread: {m}"),
             Error::Device(m) => write!(f, "device: {m}"),

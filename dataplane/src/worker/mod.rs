@@ -104,6 +104,12 @@
 //! system call, and only when it sleeps); frames arriving from the
 //! network cannot, so they wait for the sleep to end.
 //!
+//! A worker thread also checks, once per iteration, whether an
+//! application thread wants to drive the worker itself (busy polling,
+//! `crate::api::BusyPoll`); it then stops its loop, hands the worker over
+//! and waits until it comes back, so that a post, its transmission and its
+//! completion run on one thread with no hand-off.
+//!
 //! Allocation happens at connection setup and on the slow path (control
 //! messages, connection requests, ARP holds), never per packet: received
 //! buffers come from the port's pool, frames are reused, records carry
@@ -415,6 +421,13 @@ impl<Q: LinkQueue> Worker<Q> {
     /// Uses `clock` (shared by the workers of one dataplane).
     pub(crate) fn set_clock(&mut self, clock: Clock) {
         self.clock = clock;
+    }
+
+    /// Prepares the calling thread to run this worker's loop (the port's
+    /// [`LinkQueue::on_worker_thread`]); the guard lives as long as the
+    /// thread drives it.
+    pub(crate) fn enter_thread(&self) -> Result<Option<Box<dyn core::any::Any>>, String> {
+        self.queue.on_worker_thread()
     }
 
     /// Whether a shutdown was requested.
