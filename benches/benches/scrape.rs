@@ -54,6 +54,7 @@ fn spec(role: Role) -> RunSpec {
         outstanding_reads: 0,
         verify: false,
         all_sizes: false,
+        busy_poll: false,
     }
 }
 

@@ -232,6 +232,7 @@ mod tests {
             outstanding_reads: 16,
             verify: false,
             all_sizes: false,
+            busy_poll: false,
         }
     }
 

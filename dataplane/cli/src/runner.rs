@@ -38,9 +38,9 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 
 use dataplane::api::{
-    Access, Cq, Dataplane, MemoryRegistration, PostError, ProtectionDomain, Qp, QpOptions,
-    QpStatus, RecvWr, Region, SendFlags, SendOp, SendWr, SgeList, Stag, WcOpcode, WcStatus,
-    WorkCompletion,
+    Access, BusyPoll, Cq, Dataplane, MemoryRegistration, PostError, ProtectionDomain, Qp,
+    QpOptions, QpStatus, RecvWr, Region, SendFlags, SendOp, SendWr, SgeList, Stag, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 use super::ToolError;
@@ -155,6 +155,10 @@ pub struct RunSpec {
     /// Every size from 2 bytes to 8 MiB (`-a`): buffers are sized for the
     /// largest, and [`Resources::run`] is called once per size.
     pub all_sizes: bool,
+    /// The run's thread drives the dataplane's workers itself while it
+    /// measures ([`Dataplane::busy_poll`]): a post, its transmission and
+    /// its completion on one core, no hand-off between threads.
+    pub busy_poll: bool,
 }
 
 /// The largest message of `-a` (perftest's 2^23).
@@ -233,12 +237,6 @@ fn slots(size: usize) -> u64 {
     } else {
         1
     }
-}
-
-/// Nothing to do yet: let the workers run (the machine may have fewer
-/// cores than busy threads).
-fn idle() {
-    std::thread::yield_now();
 }
 
 fn wr_id(qp: usize, flags: u64, n: u64) -> u64 {
@@ -507,7 +505,19 @@ impl Resources {
                 "run: fewer remote buffers than QPs".into(),
             ));
         }
-        let mut r = Runner::new(dp, self, spec, remote, progress);
+        let passive = matches!(
+            (spec.test, spec.role),
+            (
+                TestKind::WriteBw | TestKind::ReadBw | TestKind::ReadLat,
+                Role::Server
+            )
+        );
+        let busy = if spec.busy_poll && !passive {
+            Some(dp.busy_poll()?)
+        } else {
+            None
+        };
+        let mut r = Runner::new(dp, busy, self, spec, remote, progress);
         match (spec.test, spec.role) {
             (TestKind::WriteBw | TestKind::ReadBw | TestKind::SendBw, Role::Client) => {
                 r.bw_client()
@@ -979,6 +989,8 @@ fn wire_counters(dp: &Dataplane, qps: &[Qp]) -> (u64, u64, u64) {
 /// One run's state: counters, clocks, progress and stall watch.
 struct Runner<'a> {
     dp: &'a Dataplane,
+    /// The workers, while this thread drives them ([`RunSpec::busy_poll`]).
+    busy: Option<BusyPoll<'a>>,
     wire: WireWatch,
     /// The connections' (sent, received) byte counters when the run began:
     /// progress counts from there.
@@ -1009,6 +1021,7 @@ const EXPECT_CACHE_BYTES: usize = 64 << 20;
 impl<'a> Runner<'a> {
     fn new(
         dp: &'a Dataplane,
+        busy: Option<BusyPoll<'a>>,
         res: &'a Resources,
         spec: &'a RunSpec,
         remote: &'a [RemoteBuf],
@@ -1028,6 +1041,7 @@ impl<'a> Runner<'a> {
         };
         Runner {
             dp,
+            busy,
             wire,
             wire_base: (counters.0, counters.1),
             res,
@@ -1044,6 +1058,18 @@ impl<'a> Runner<'a> {
             expect_cache: HashMap::new(),
             expect_cached: 0,
             verified: 0,
+        }
+    }
+
+    /// Nothing to do yet: drive the workers if this thread has them,
+    /// otherwise let them run (the machine may have fewer cores than busy
+    /// threads).
+    fn idle(&mut self) {
+        match &mut self.busy {
+            Some(b) => {
+                b.poll();
+            }
+            None => std::thread::yield_now(),
         }
     }
 
@@ -1107,6 +1133,9 @@ impl<'a> Runner<'a> {
     }
 
     fn poll(&mut self) -> usize {
+        if let Some(b) = &mut self.busy {
+            b.poll();
+        }
         let n = self.res.cq.poll(&mut self.wcs);
         if n > 0 {
             self.last_activity = Instant::now();
@@ -1279,7 +1308,7 @@ impl<'a> Runner<'a> {
             }
             if got == 0 {
                 self.tick(done, total)?;
-                idle();
+                self.idle();
             }
         }
         let elapsed = self.start.elapsed();
@@ -1498,7 +1527,7 @@ impl<'a> Runner<'a> {
                         e => e,
                     });
                 }
-                idle();
+                self.idle();
             }
         }
         let elapsed = self.start.elapsed();
@@ -1587,7 +1616,7 @@ impl<'a> Runner<'a> {
                         break;
                     }
                     self.reap_sends(&mut ccnt)?;
-                    idle();
+                    self.idle();
                 }
                 if byte[0] != want {
                     break;
@@ -1717,7 +1746,7 @@ impl<'a> Runner<'a> {
                     if self.time_up(now) {
                         break 'outer;
                     }
-                    idle();
+                    self.idle();
                 };
                 rcnt += 1;
                 st[0].taken += 1;
@@ -1825,7 +1854,7 @@ impl<'a> Runner<'a> {
                     }
                 }
                 self.tick(scnt, total)?;
-                idle();
+                self.idle();
             }
             scnt += 1;
             if spec.verify {
@@ -2085,6 +2114,7 @@ mod tests {
             outstanding_reads: 16,
             verify: true,
             all_sizes: false,
+            busy_poll: false,
         }
     }
 

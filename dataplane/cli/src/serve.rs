@@ -810,6 +810,7 @@ fn spec_of(plan: &Plan, size: usize) -> RunSpec {
         outstanding_reads: plan.outstanding_reads,
         verify: plan.verify,
         all_sizes: plan.all_sizes,
+        busy_poll: false,
     }
 }
 

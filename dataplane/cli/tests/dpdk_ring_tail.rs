@@ -32,6 +32,7 @@ fn round(a: &Dataplane, b: &Dataplane, test: TestKind, port: u16) -> Result<u64,
         outstanding_reads: 16,
         verify: true,
         all_sizes: false,
+        busy_poll: false,
     };
     let server = RunSpec {
         role: Role::Server,

@@ -64,6 +64,18 @@ fn demo_json_has_every_figure_and_leaves_nothing_behind() {
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
     assert_eq!(j["data_check"], "passed");
     positive(&j["verified_bytes"], "verified_bytes");
+    // `--drive auto` tried both ways and kept the faster.
+    let trial = &j["drive_trial"];
+    positive(&trial["round_trips"], "drive_trial round_trips");
+    positive(&trial["trials"], "drive_trial trials");
+    let threads = positive(&trial["threads_p50_us"], "drive_trial threads_p50_us");
+    let busy = positive(&trial["busy_poll_p50_us"], "drive_trial busy_poll_p50_us");
+    let want = if busy <= threads {
+        "busy-poll"
+    } else {
+        "threads"
+    };
+    assert_eq!(j["drive"], want, "{trial}");
     let bw = j["bandwidth"].as_array().expect("bandwidth rounds");
     let tests: Vec<&str> = bw.iter().map(|r| r["test"].as_str().unwrap()).collect();
     assert_eq!(tests, ["write-bw", "read-bw", "send-bw"]);
@@ -176,6 +188,42 @@ fn demo_json_has_every_figure_and_leaves_nothing_behind() {
     }
 }
 
+/// `--drive busy-poll`: the application's threads drive the workers in
+/// every round (no trial), the data is checked, and the CPU figures still
+/// count the time the workers' work took (on the driving threads).
+#[test]
+fn demo_can_be_told_to_busy_poll() {
+    let out = Command::new(env!("CARGO_BIN_EXE_iwarp"))
+        .args([
+            "demo",
+            "--json",
+            "--drive",
+            "busy-poll",
+            "--size",
+            "4K",
+            "--seconds",
+            "0.3",
+            "--lat-iterations",
+            "100",
+        ])
+        .output()
+        .expect("iwarp runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "iwarp demo failed: {stderr}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(j["drive"], "busy-poll");
+    assert!(j["drive_trial"].is_null(), "no trial when told");
+    assert_eq!(j["data_check"], "passed");
+    for r in j["bandwidth"].as_array().unwrap() {
+        let t = r["test"].as_str().unwrap();
+        positive(&r["source_workers"]["ns_per_byte"], &format!("{t} source"));
+        positive(&r["bw_avg_mbps"], &format!("{t} bw"));
+    }
+    for r in j["latency"].as_array().unwrap() {
+        positive(&r["p50_us"], "latency p50");
+    }
+}
+
 #[test]
 fn demo_refuses_a_bad_option_in_one_line() {
     let out = Command::new(env!("CARGO_BIN_EXE_iwarp"))
@@ -215,6 +263,7 @@ fn demo_help_explains_every_option() {
         "--rate-size",
         "--lat-iterations",
         "--mtu",
+        "--drive",
     ] {
         assert!(help.contains(opt), "{opt} missing from:\n{help}");
     }

@@ -96,6 +96,24 @@ pub struct DemoArgs {
     /// IP MTU of the virtual link (68 to 9000).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MTU)]
     pub mtu: usize,
+    /// Who drives the workers in the measured loops: their own threads
+    /// (the application hands work over through the rings), the
+    /// application's threads themselves (busy polling), or whichever is
+    /// faster here (auto: a short trial of each before the rounds).
+    #[arg(long, value_enum, default_value_t = Drive::Auto)]
+    pub drive: Drive,
+}
+
+/// Who drives the workers in the demo's measured loops (`--drive`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Drive {
+    /// Try both, keep the faster.
+    Auto,
+    /// Worker threads; the application hands work over.
+    Threads,
+    /// The application's threads (`Dataplane::busy_poll`).
+    BusyPoll,
 }
 
 impl Default for DemoArgs {
@@ -109,6 +127,7 @@ impl Default for DemoArgs {
             rate_size: DEFAULT_RATE_SIZE,
             lat_iterations: DEFAULT_LAT_ITERATIONS,
             mtu: DEFAULT_MTU,
+            drive: Drive::Auto,
         }
     }
 }
@@ -251,6 +270,20 @@ pub struct RateRow {
     pub verified_bytes: u64,
 }
 
+/// The `--drive auto` trial: send-lat rounds each way, the median of
+/// their typical latencies.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct DriveTrial {
+    /// Round trips of each trial round.
+    pub round_trips: u64,
+    /// Trial rounds each way.
+    pub trials: u64,
+    /// With worker threads, microseconds.
+    pub threads_p50_us: f64,
+    /// Busy polling, microseconds.
+    pub busy_poll_p50_us: f64,
+}
+
 /// The demo's JSON document.
 #[derive(Debug, Clone, Serialize)]
 pub struct DemoReport {
@@ -262,6 +295,12 @@ pub struct DemoReport {
     pub mtu: usize,
     /// Workers per endpoint.
     pub workers: usize,
+    /// Who drove the workers in the measured loops: `"threads"` or
+    /// `"busy-poll"` (the CPU figures then count the driving threads'
+    /// time with the worker threads').
+    pub drive: Drive,
+    /// The `--drive auto` trial that chose it.
+    pub drive_trial: Option<DriveTrial>,
     /// Bandwidth unit of every `*_mbps` figure.
     pub bw_unit: &'static str,
     /// WRITE, READ, SEND bandwidth.
@@ -358,9 +397,16 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
         ),
     );
     let mut port = BASE_PORT;
+    let (busy, trial) = choose_drive(args, &a, &b, &mut port)?;
+    let drive = if busy {
+        Drive::BusyPoll
+    } else {
+        Drive::Threads
+    };
     let mut bandwidth = Vec::new();
     for test in [TestKind::WriteBw, TestKind::ReadBw, TestKind::SendBw] {
-        let (c, s, (source_cpu, sink_cpu)) = measured_round(args, &a, &b, test, args.size, port)?;
+        let (c, s, (source_cpu, sink_cpu)) =
+            measured_round(args, &a, &b, test, args.size, port, busy)?;
         port += 1;
         let seconds = c.elapsed.as_secs_f64();
         let (copy_crc, _) = copy_crc_rate(args.size, c.bytes);
@@ -410,7 +456,7 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
     let mut message_rate = Vec::new();
     for test in [TestKind::WriteBw, TestKind::ReadBw, TestKind::SendBw] {
         let (c, s, (source_cpu, sink_cpu)) =
-            measured_round(args, &a, &b, test, args.rate_size, port)?;
+            measured_round(args, &a, &b, test, args.rate_size, port, busy)?;
         port += 1;
         let seconds = c.elapsed.as_secs_f64();
         let row = RateRow {
@@ -436,7 +482,7 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
     }
     let mut latency = Vec::new();
     for test in [TestKind::WriteLat, TestKind::ReadLat, TestKind::SendLat] {
-        let (c, s) = round(args, &a, &b, test, args.lat_size, port)?;
+        let (c, s, _) = round(args, &a, &b, test, args.lat_size, port, busy)?;
         port += 1;
         let Some(l) = c.latency else {
             return Err(ToolError::Peer(format!("{test}: no latency samples")));
@@ -478,6 +524,8 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
         link: "net_ring",
         mtu: args.mtu,
         workers,
+        drive,
+        drive_trial: trial,
         bw_unit: "MiB/s",
         bandwidth,
         message_rate,
@@ -563,6 +611,74 @@ fn kernel_latency_baseline(args: &DemoArgs) -> Result<LatencySummary, ToolError>
 /// Worker CPU nanoseconds of a round's (source, sink) sides, where read.
 type SideCpu = (Option<u64>, Option<u64>);
 
+/// Round trips of each `--drive auto` trial.
+const TRIAL_ROUND_TRIPS: u64 = 300;
+/// Trials each way of `--drive auto`.
+const TRIAL_PAIRS: u64 = 3;
+
+/// Whether the rounds busy-poll, and the trial that chose it: with
+/// `--drive auto`, short send-lat rounds each way in turn (worker
+/// threads, then busy polling, [`TRIAL_PAIRS`] times), the lower median of
+/// their typical latencies winning (busy polling on a tie).
+fn choose_drive(
+    args: &DemoArgs,
+    a: &Dataplane,
+    b: &Dataplane,
+    port: &mut u16,
+) -> Result<(bool, Option<DriveTrial>), ToolError> {
+    match args.drive {
+        Drive::Threads => return Ok((false, None)),
+        Drive::BusyPoll => return Ok((true, None)),
+        Drive::Auto => {}
+    }
+    let trial_args = DemoArgs {
+        lat_iterations: TRIAL_ROUND_TRIPS,
+        ..args.clone()
+    };
+    let mut typical: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for _ in 0..TRIAL_PAIRS {
+        for (i, busy) in [false, true].into_iter().enumerate() {
+            let (c, _, _) = round(
+                &trial_args,
+                a,
+                b,
+                TestKind::SendLat,
+                args.lat_size,
+                *port,
+                busy,
+            )?;
+            *port += 1;
+            let l = c
+                .latency
+                .ok_or_else(|| ToolError::Peer("the drive trial took no samples".into()))?;
+            typical[i].push(l.p50_us);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (threads, busy_poll) = (median(&mut typical[0]), median(&mut typical[1]));
+    let busy = busy_poll <= threads;
+    say(
+        args,
+        &format!(
+            "  drive: send-lat typical {threads:.2} us with worker threads, {busy_poll:.2} us busy \
+             polling (medians of {TRIAL_PAIRS}): the rounds {}",
+            if busy { "busy-poll" } else { "use worker threads" }
+        ),
+    );
+    Ok((
+        busy,
+        Some(DriveTrial {
+            round_trips: TRIAL_ROUND_TRIPS,
+            trials: TRIAL_PAIRS,
+            threads_p50_us: threads,
+            busy_poll_p50_us: busy_poll,
+        }),
+    ))
+}
+
 /// A bandwidth round with the CPU time of each side's workers over it:
 /// `(client, server, (source, sink))`, the source being the side the data
 /// leaves (the server for READ).
@@ -573,12 +689,18 @@ fn measured_round(
     test: TestKind,
     size: usize,
     port: u16,
+    busy: bool,
 ) -> Result<(RunResult, RunResult, SideCpu), ToolError> {
     let cpu0 = (workers_cpu_ns(a), workers_cpu_ns(b));
-    let (c, s) = round(args, a, b, test, size, port)?;
+    let (c, s, drivers) = round(args, a, b, test, size, port, busy)?;
     let cpu1 = (workers_cpu_ns(a), workers_cpu_ns(b));
     let spent = |t0: Option<u64>, t1: Option<u64>| t0.zip(t1).map(|(x, y)| y - x.min(y));
-    let (client_cpu, server_cpu) = (spent(cpu0.0, cpu1.0), spent(cpu0.1, cpu1.1));
+    let plus = |w: Option<u64>, d: Option<u64>| match d {
+        Some(d) => w.map(|w| w + d),
+        None => w,
+    };
+    let client_cpu = plus(spent(cpu0.0, cpu1.0), drivers.0);
+    let server_cpu = plus(spent(cpu0.1, cpu1.1), drivers.1);
     let cpu = if test.is_read() {
         (server_cpu, client_cpu)
     } else {
@@ -623,7 +745,8 @@ fn round(
     test: TestKind,
     size: usize,
     port: u16,
-) -> Result<(RunResult, RunResult), ToolError> {
+    busy_poll: bool,
+) -> Result<(RunResult, RunResult, SideCpu), ToolError> {
     let lat = test.is_latency();
     let (iterations, duration) = if lat {
         (args.lat_iterations, None)
@@ -655,6 +778,7 @@ fn round(
         outstanding_reads: 16,
         verify: true,
         all_sizes: false,
+        busy_poll,
     };
     let server = RunSpec {
         role: Role::Server,
@@ -678,12 +802,20 @@ fn round(
     } else {
         0
     };
+    // A busy-polling side's thread does its worker's work: its CPU time
+    // counts with the worker threads'.
+    let own = || busy_poll.then(cpu::own_ns).flatten();
+    let spent = |t0: Option<u64>| t0.zip(own()).map(|(x, y)| y - x.min(y));
     let result = (|| {
         connect_direct(a, &rc, b, &rs, SocketAddrV4::new(IP_B, port), ord)?;
         let to_server: Vec<RemoteBuf> = (0..client.qps).map(|i| rs.local_buf(i)).collect();
         let to_client: Vec<RemoteBuf> = (0..client.qps).map(|i| rc.local_buf(i)).collect();
         std::thread::scope(|scope| {
-            let srv = scope.spawn(|| rs.run(b, &server, &to_client, &mut |_| {}));
+            let srv = scope.spawn(|| {
+                let t0 = own();
+                let r = rs.run(b, &server, &to_client, &mut |_| {});
+                (r, spent(t0))
+            });
             let mut show = |p: &Progress| {
                 let total = if p.total > 0 {
                     format!(" of {}", p.total)
@@ -707,11 +839,16 @@ fn round(
                     ),
                 );
             };
+            let t0 = own();
             let c = rc.run(a, &client, &to_server, &mut show);
-            let s = srv
-                .join()
-                .unwrap_or_else(|_| Err(ToolError::Peer("the server loop panicked".into())));
-            Ok((c?, s?))
+            let client_cpu = spent(t0);
+            let (s, server_cpu) = srv.join().unwrap_or_else(|_| {
+                (
+                    Err(ToolError::Peer("the server loop panicked".into())),
+                    None,
+                )
+            });
+            Ok((c?, s?, (client_cpu, server_cpu)))
         })
     })();
     rc.close(a);
@@ -744,8 +881,16 @@ pub fn table(r: &DemoReport) -> String {
     let mut out = String::new();
     let rule = "-".repeat(126);
     out.push_str(&format!(
-        "\niwarp demo {}: two endpoints over a DPDK {} pair, MTU {}, {} worker each, data verified\n",
-        r.version, r.link, r.mtu, r.workers
+        "\niwarp demo {}: two endpoints over a DPDK {} pair, MTU {}, {} worker each, {}, data \
+         verified\n",
+        r.version,
+        r.link,
+        r.mtu,
+        r.workers,
+        match r.drive {
+            Drive::BusyPoll => "driven by the application's threads (busy polling)",
+            _ => "driven by worker threads",
+        }
     ));
     out.push_str(&rule);
     out.push('\n');
@@ -912,6 +1057,8 @@ mod tests {
             link: "net_ring",
             mtu: 1500,
             workers: 1,
+            drive: Drive::BusyPoll,
+            drive_trial: None,
             bw_unit: "MiB/s",
             bandwidth: vec![BwRow {
                 test: TestKind::WriteBw,
