@@ -315,3 +315,60 @@ fn a_port_taking_part_of_each_burst_still_carries_everything() {
     }
     assert_eq!(ok, 10);
 }
+
+/// A list of work requests longer than one iteration drains
+/// (`Qp::post_send_list`, one doorbell for all of it): the worker takes
+/// what one iteration takes and comes back for the rest by itself, all
+/// within a few round trips of the link.
+#[test]
+fn a_long_posted_list_drains_in_a_few_round_trips() {
+    const N: usize = 300;
+    const SIZE: usize = 64;
+    let (mut w, ends) = connected(&WorldSpec::new(5));
+    let (_src, src_mr) = buffer(w.dp(0), ends[0].pd, 0x5a);
+    let (dst, dst_mr) = buffer(w.dp(1), ends[1].pd, 0);
+    let wrs: Vec<SendWr> = (0..N)
+        .map(|k| {
+            let off = ((k % (LEN / SIZE)) * SIZE) as u64;
+            let mut wr = SendWr::write(
+                k as u64,
+                SgeList::single(src_mr.sge(off, SIZE as u32)),
+                dst_mr.addr() + off,
+                dst_mr.rkey(),
+            );
+            if k + 1 < N {
+                wr.flags = dataplane::api::SendFlags::NONE;
+            }
+            wr
+        })
+        .collect();
+    // The queue takes 256: post in two lists.
+    ends[0].qp.post_send_list(&wrs[..200]).unwrap();
+    let start = w.now();
+    let mut posted = 200;
+    let mut done = None;
+    w.run_until(
+        "the last WRITE's completion",
+        Duration::from_secs(5),
+        |_, _, now| {
+            if posted < N && ends[0].qp.post_send_list(&wrs[posted..]).is_ok() {
+                posted = N;
+            }
+            if let Some(wc) = ends[0].cq.poll_one() {
+                assert_eq!((wc.wr_id, wc.status), (N as u64 - 1, WcStatus::Success));
+                done = Some(now - start);
+            }
+            Ok(done.is_some())
+        },
+    )
+    .unwrap();
+    let took = done.unwrap();
+    let mut got = vec![0u8; LEN];
+    dst.read(0, &mut got).unwrap();
+    assert!(got[..SIZE * (LEN / SIZE)].iter().all(|&b| b == 0x5a));
+    // A few round trips of the link, far less than one delayed ACK.
+    assert!(
+        took < Duration::from_millis(10),
+        "{N} WRITEs took {took:?} of virtual time"
+    );
+}

@@ -200,6 +200,31 @@ impl Qp {
     /// The ring holds `max_send_wr` requests; a full ring is
     /// [`PostError::QueueFull`].
     pub fn post_send(&self, wr: &SendWr) -> Result<(), PostError> {
+        self.push_send(wr)?;
+        self.inner.wake_worker();
+        Ok(())
+    }
+
+    /// Posts a list of send work requests in order, as `ibv_post_send`
+    /// with a chain of them does: one wake-up of the worker for the whole
+    /// list. On the first request refused (its shape, or a full ring),
+    /// stops and returns its index with the reason; the requests before it
+    /// are posted.
+    pub fn post_send_list(&self, wrs: &[SendWr]) -> Result<(), (usize, PostError)> {
+        let mut r = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(e) = self.push_send(wr) {
+                r = Err((i, e));
+                break;
+            }
+        }
+        if !wrs.is_empty() && !matches!(r, Err((0, _))) {
+            self.inner.wake_worker();
+        }
+        r
+    }
+
+    fn push_send(&self, wr: &SendWr) -> Result<(), PostError> {
         let a = &self.inner.attr;
         if self.status() == QpStatus::Disconnected {
             return Err(PostError::InvalidState);
@@ -219,15 +244,36 @@ impl Qp {
         if wr.sges.total_len().is_none() {
             return Err(PostError::InvalidWr);
         }
-        self.inner.sq.push(*wr).map_err(|_| PostError::QueueFull)?;
-        self.inner.wake_worker();
-        Ok(())
+        self.inner.sq.push(*wr).map_err(|_| PostError::QueueFull)
     }
 
     /// Posts a receive (`ibv_post_recv`) for one incoming Send. A queue
     /// pair on a shared receive queue takes none
     /// ([`PostError::SrqAttached`]): post to the [`Srq`].
     pub fn post_recv(&self, wr: &RecvWr) -> Result<(), PostError> {
+        self.push_recv(wr)?;
+        self.inner.wake_worker();
+        Ok(())
+    }
+
+    /// Posts a list of receives in order with one wake-up of the worker
+    /// (`ibv_post_recv` with a chain); like [`Qp::post_send_list`], the
+    /// first refused stops the list and its index is returned.
+    pub fn post_recv_list(&self, wrs: &[RecvWr]) -> Result<(), (usize, PostError)> {
+        let mut r = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(e) = self.push_recv(wr) {
+                r = Err((i, e));
+                break;
+            }
+        }
+        if !wrs.is_empty() && !matches!(r, Err((0, _))) {
+            self.inner.wake_worker();
+        }
+        r
+    }
+
+    fn push_recv(&self, wr: &RecvWr) -> Result<(), PostError> {
         if self.inner.srq.is_some() {
             return Err(PostError::SrqAttached);
         }
@@ -240,9 +286,7 @@ impl Qp {
         if wr.sges.total_len().is_none() {
             return Err(PostError::InvalidWr);
         }
-        self.inner.rq.push(*wr).map_err(|_| PostError::QueueFull)?;
-        self.inner.wake_worker();
-        Ok(())
+        self.inner.rq.push(*wr).map_err(|_| PostError::QueueFull)
     }
 }
 

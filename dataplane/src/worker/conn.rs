@@ -540,9 +540,15 @@ impl Conn {
                 Err(_) => {}
             }
         }
+        // Stopped at the batch limit with more posted: the rest is for
+        // the next iteration, whether or not what was taken makes traffic
+        // whose answer would bring the connection back (local operations
+        // make none, and the doorbell rang once for the whole list).
+        let more = sends == MAX_POSTS_PER_POLL && !shared.sq.is_empty();
         self.stash_recv = stash_recv;
         self.stash_send = stash_send;
         self.local_ops = local_ops;
+        self.kick |= more;
         n > 0
     }
 
