@@ -1151,6 +1151,16 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// Posts `wrs` on QP `i` as one list; how many went in (the rest
+    /// found the send queue full).
+    fn send_list(&self, i: usize, wrs: &[SendWr]) -> Result<usize, ToolError> {
+        match self.res.qps[i].post_send_list(wrs) {
+            Ok(()) => Ok(wrs.len()),
+            Err((k, PostError::QueueFull)) => Ok(k),
+            Err((_, e)) => Err(post_error(e)),
+        }
+    }
+
     fn remote_stag(&self, i: usize) -> Stag {
         Stag(self.remote[i].rkey)
     }
@@ -1224,6 +1234,7 @@ impl<'a> Runner<'a> {
         let mut scnt = vec![0u64; q];
         let mut ccnt = vec![0u64; q];
         let mut signalled = vec![0u64; q];
+        let mut batch: Vec<SendWr> = Vec::with_capacity(tx as usize);
         let mut samples: Vec<(Duration, u64)> = Vec::with_capacity(4096);
         let mut done = 0u64;
         self.start = Instant::now();
@@ -1235,8 +1246,11 @@ impl<'a> Runner<'a> {
             let now = Instant::now();
             let posting = !self.time_up(now);
             for i in 0..q {
-                while posting && scnt[i] < n && scnt[i] < tx + ccnt[i] {
-                    let s = scnt[i];
+                // Everything there is room for goes as one list: one
+                // wake-up of the worker for all of it.
+                batch.clear();
+                let mut s = scnt[i];
+                while posting && s < n && s < tx + ccnt[i] {
                     if credits {
                         let c = res.credit_word(q + i);
                         if ((s + 1) as u32).wrapping_sub(c) >= rx {
@@ -1269,14 +1283,16 @@ impl<'a> Runner<'a> {
                             SendFlags::NONE
                         },
                     };
-                    if !self.send(i, &wr)? {
-                        break;
-                    }
-                    scnt[i] += 1;
-                    if sig {
-                        signalled[i] = s + 1;
+                    batch.push(wr);
+                    s += 1;
+                }
+                let posted = self.send_list(i, &batch)?;
+                for (k, wr) in batch[..posted].iter().enumerate() {
+                    if wr.flags.contains(SendFlags::SIGNALED) {
+                        signalled[i] = scnt[i] + k as u64 + 1;
                     }
                 }
+                scnt[i] += posted as u64;
             }
             let got = self.poll();
             for k in 0..got {
