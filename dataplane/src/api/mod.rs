@@ -111,7 +111,10 @@
 //! # Data path and control path
 //!
 //! Posting work and polling completions touch only lock-free rings
-//! (`crossbeam` `ArrayQueue`): no lock, no system call. The control path
+//! (`crossbeam` `ArrayQueue`): no lock, no system call.
+//! [`Qp::post_send_list`] and [`Qp::post_recv_list`] post a list with one
+//! wake-up of the worker, [`Cq::poll`] takes completions in batches, and
+//! unsignalled requests that succeed make no completion at all. The control path
 //! (open, registration, connection management) uses channels to the
 //! workers and waits for their answers, so that, for example, an STag is
 //! known to every worker before `reg_mr` returns.
