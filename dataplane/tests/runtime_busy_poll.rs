@@ -85,8 +85,9 @@ fn ping_pong(dp: &dataplane::api::Dataplane, end: &End, buf: &Buf, first: bool) 
     }
 }
 
-#[test]
-fn a_side_that_ends_first_still_serves_its_peer() {
+/// Two dataplanes with worker threads, connected, and a buffer of `len`
+/// bytes registered on each end.
+fn connected_threads(len: usize) -> (Pair, End, End, Buf, Buf) {
     let o = PairOptions {
         mode: DriveMode::Threads,
         static_arp: true,
@@ -95,10 +96,13 @@ fn a_side_that_ends_first_still_serves_its_peer() {
     let p = Pair::new(&o);
     let (a, b) = connect(&p);
     let rw = Access::LOCAL_WRITE;
-    let (ba, bb) = (
-        buffer(&p.a, a.pd, 2 * LEN, rw),
-        buffer(&p.b, b.pd, 2 * LEN, rw),
-    );
+    let (ba, bb) = (buffer(&p.a, a.pd, len, rw), buffer(&p.b, b.pd, len, rw));
+    (p, a, b, ba, bb)
+}
+
+#[test]
+fn a_side_that_ends_first_still_serves_its_peer() {
+    let (p, a, b, ba, bb) = connected_threads(2 * LEN);
     for _ in 0..3 {
         post_receives(&a, &ba);
         post_receives(&b, &bb);
@@ -118,15 +122,8 @@ fn a_side_that_ends_first_still_serves_its_peer() {
 
 #[test]
 fn only_the_polling_thread_moves_the_worker_while_it_holds_it() {
-    let o = PairOptions {
-        mode: DriveMode::Threads,
-        static_arp: true,
-        ..PairOptions::default()
-    };
-    let p = Pair::new(&o);
-    let (a, b) = connect(&p);
+    let (p, a, b, ba, bb) = connected_threads(LEN);
     let rw = Access::LOCAL_WRITE;
-    let (ba, bb) = (buffer(&p.a, a.pd, LEN, rw), buffer(&p.b, b.pd, LEN, rw));
     b.qp.post_recv(&RecvWr {
         wr_id: 5,
         sges: SgeList::single(bb.mr.sge(0, LEN as u32)),

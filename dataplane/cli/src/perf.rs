@@ -1108,14 +1108,7 @@ mod tests {
     /// peer's last messages.
     #[test]
     fn every_test_runs_busy_polling_on_both_sides() {
-        for test in [
-            TestKind::WriteBw,
-            TestKind::ReadBw,
-            TestKind::SendBw,
-            TestKind::WriteLat,
-            TestKind::ReadLat,
-            TestKind::SendLat,
-        ] {
+        for test in TestKind::ALL {
             for duration in [false, true] {
                 let (c, s) = both(test, |a| {
                     a.busy_poll = true;

@@ -211,9 +211,19 @@ impl Qp {
     /// stops and returns its index with the reason; the requests before it
     /// are posted.
     pub fn post_send_list(&self, wrs: &[SendWr]) -> Result<(), (usize, PostError)> {
+        self.post_list(wrs, Qp::push_send)
+    }
+
+    /// Pushes `wrs` in order with `push` until one is refused, then rings
+    /// the doorbell once if any went in.
+    fn post_list<W>(
+        &self,
+        wrs: &[W],
+        push: impl Fn(&Qp, &W) -> Result<(), PostError>,
+    ) -> Result<(), (usize, PostError)> {
         let mut r = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            if let Err(e) = self.push_send(wr) {
+            if let Err(e) = push(self, wr) {
                 r = Err((i, e));
                 break;
             }
@@ -260,17 +270,7 @@ impl Qp {
     /// (`ibv_post_recv` with a chain); like [`Qp::post_send_list`], the
     /// first refused stops the list and its index is returned.
     pub fn post_recv_list(&self, wrs: &[RecvWr]) -> Result<(), (usize, PostError)> {
-        let mut r = Ok(());
-        for (i, wr) in wrs.iter().enumerate() {
-            if let Err(e) = self.push_recv(wr) {
-                r = Err((i, e));
-                break;
-            }
-        }
-        if !wrs.is_empty() && !matches!(r, Err((0, _))) {
-            self.inner.wake_worker();
-        }
-        r
+        self.post_list(wrs, Qp::push_recv)
     }
 
     fn push_recv(&self, wr: &RecvWr) -> Result<(), PostError> {
