@@ -36,6 +36,24 @@
 //! frames are copies, at most [`ARP_HOLD_PER_ADDR`] per address and
 //! [`ARP_HOLD`] in all, in buffers allocated once and reused. Frames held
 //! past the last unanswered request are dropped and counted.
+//!
+//! Learned entries age, after RFC 1122's unicast poll (section 2.3.2.1):
+//!
+//! - an entry confirmed by an ARP packet from its address (a reply, or a
+//!   request for anyone) within [`ARP_REACHABLE`] is used as it is;
+//! - an older one is still used, and the first TCP frame sent with it
+//!   starts a refresh: an ARP request to the cached MAC address, sent
+//!   again every [`ARP_RETRY`] by [`Interface::handle_timeout`] up to
+//!   [`ARP_MAX_TRIES`] in all. An answer confirms the entry and ends it;
+//! - an entry whose refresh goes unanswered is removed one retry interval
+//!   after the last request, and the next frame to its address is
+//!   resolved afresh (broadcast request, frame held);
+//! - an entry neither confirmed nor refreshed for [`ARP_FORGET`] was not
+//!   used since it aged (use would have refreshed or removed it), and is
+//!   removed.
+//!
+//! Static entries ([`Interface::add_static_arp`]) never age.
+//! [`Interface::poll_timeout`] includes every refresh and removal time.
 
 use core::net::Ipv4Addr;
 use core::ops::Range;
@@ -62,6 +80,19 @@ pub const ARP_PENDING: usize = 16;
 /// Minimum interval between ARP requests for one address.
 pub const ARP_RETRY: Duration = Duration::from_secs(1);
 
+/// How long a learned entry is used without question after an ARP packet
+/// from its address confirmed it; afterwards its next use refreshes it.
+/// Linux's base reachable time: a neighbour that changed its MAC address
+/// is found out within this (and a refresh) of a connection's traffic,
+/// and a busy neighbour costs one unicast request per period.
+pub const ARP_REACHABLE: Duration = Duration::from_secs(30);
+
+/// An entry neither confirmed nor used for this long after it aged is
+/// removed, so that the cache keeps no dead neighbours. Four reachable
+/// periods: long enough that a connection pausing for a while still
+/// finds its neighbour, short enough to free the slot of one gone.
+pub const ARP_FORGET: Duration = Duration::from_secs(4 * ARP_REACHABLE.as_secs());
+
 /// Frames held for one address while it is resolved; the oldest gives way
 /// to a newer one. A handshake needs one; a few more cover a connection
 /// whose neighbour entry was replaced while it was sending.
@@ -72,7 +103,7 @@ pub const ARP_HOLD_PER_ADDR: usize = 4;
 pub const ARP_HOLD: usize = 32;
 
 /// Requests sent for one address before giving up until traffic asks
-/// again.
+/// again; also the requests of one refresh of an aged entry.
 pub const ARP_MAX_TRIES: u32 = 3;
 
 /// Budget of the slow-path queue (ARP replies and requests, ICMP echo
@@ -225,6 +256,13 @@ pub struct IfaceStats {
     /// Received frames the device found a bad checksum in (also counted
     /// in [`IfaceStats::drops`] as [`WireError::BadChecksum`]).
     pub rx_cksum_device_bad: u64,
+    /// ARP requests queued to the cached MAC address of an entry past
+    /// [`ARP_REACHABLE`] to refresh it, every try counted (also counted
+    /// in [`IfaceStats::arp_out`] when sent).
+    pub arp_refreshes: u64,
+    /// Learned entries removed from the cache: their refresh went
+    /// unanswered, or they went unused for [`ARP_FORGET`].
+    pub arp_expired: u64,
 }
 
 impl IfaceStats {
@@ -238,8 +276,27 @@ impl IfaceStats {
 struct ArpEntry {
     ip: Ipv4Addr,
     mac: EthernetAddress,
+    /// When an ARP packet from `ip` last confirmed it.
     learned: Instant,
     is_static: bool,
+    /// Refresh requests sent since the entry was last confirmed; zero
+    /// while it is not being refreshed.
+    probes: u32,
+    /// While refreshing: when the next request is due, or, after the
+    /// last, when the entry is given up.
+    probe_at: Instant,
+}
+
+impl ArpEntry {
+    /// When [`Interface::handle_timeout`] has work on the entry: the next
+    /// step of its refresh, or its removal as unused.
+    fn deadline(&self) -> Option<Instant> {
+        match (self.is_static, self.probes) {
+            (true, _) => None,
+            (false, 0) => Some(self.learned + ARP_FORGET),
+            (false, _) => Some(self.probe_at),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -257,6 +314,57 @@ struct HeldFrame {
     /// Known once the address is resolved: the frame may go.
     mac: Option<EthernetAddress>,
     frame: Vec<u8>,
+}
+
+/// The MAC address a TCP frame to `ip` sent at `now` goes to, if known.
+/// The first use of an entry past [`ARP_REACHABLE`] starts its refresh
+/// with a request to the cached address.
+fn next_hop(
+    config: &InterfaceConfig,
+    cache: &mut [ArpEntry],
+    slow: &mut VecDeque<SlowFrame>,
+    stats: &mut IfaceStats,
+    now: Instant,
+    ip: Ipv4Addr,
+) -> Option<EthernetAddress> {
+    let e = cache.iter_mut().find(|e| e.ip == ip)?;
+    if !e.is_static && e.probes == 0 && now >= e.learned + ARP_REACHABLE {
+        e.probes = 1;
+        e.probe_at = now + ARP_RETRY;
+        if push_slow(slow, stats, SlowFrame::request(config, e.mac, ip)) {
+            stats.arp_refreshes += 1;
+        }
+    }
+    Some(e.mac)
+}
+
+/// Queues `f` on the slow path unless [`SLOW_QUEUE`] frames wait
+/// already (counted); whether it was queued.
+fn push_slow(slow: &mut VecDeque<SlowFrame>, stats: &mut IfaceStats, f: SlowFrame) -> bool {
+    if slow.len() >= SLOW_QUEUE {
+        stats.slow_queue_drops += 1;
+        false
+    } else {
+        slow.push_back(f);
+        true
+    }
+}
+
+impl SlowFrame {
+    /// An ARP request from us for `ip`, to `dst_mac`: broadcast to
+    /// resolve it, the cached address to refresh its entry.
+    fn request(config: &InterfaceConfig, dst_mac: EthernetAddress, ip: Ipv4Addr) -> SlowFrame {
+        SlowFrame::Arp {
+            dst_mac,
+            repr: ArpRepr::EthernetIpv4 {
+                operation: ArpOperation::Request,
+                source_hardware_addr: config.mac,
+                source_protocol_addr: config.ip,
+                target_hardware_addr: EthernetAddress([0; 6]),
+                target_protocol_addr: ip,
+            },
+        }
+    }
 }
 
 /// A frame waiting in the slow-path queue.
@@ -405,9 +513,11 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
         let create = create || self.pending.iter().any(|p| p.ip == ip);
         if let Some(e) = self.arp_cache.iter_mut().find(|e| e.ip == ip) {
             if !e.is_static || st {
+                // Confirmed: a refresh under way ends.
                 e.mac = mac;
                 e.learned = now;
                 e.is_static |= st;
+                e.probes = 0;
             }
             let mac = e.mac;
             self.resolved(ip, mac);
@@ -422,6 +532,8 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
             mac,
             learned: now,
             is_static: st,
+            probes: 0,
+            probe_at: now,
         };
         if self.arp_cache.len() < ARP_CACHE_SIZE {
             self.arp_cache.push(entry);
@@ -526,11 +638,7 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
     }
 
     fn queue_slow(&mut self, f: SlowFrame) {
-        if self.slow.len() >= SLOW_QUEUE {
-            self.stats.slow_queue_drops += 1;
-        } else {
-            self.slow.push_back(f);
-        }
+        push_slow(&mut self.slow, &mut self.stats, f);
     }
 
     /// Processes one received frame (without FCS), verifying its
@@ -700,22 +808,15 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
     }
 
     fn queue_arp_request(&mut self, ip: Ipv4Addr) {
-        self.queue_slow(SlowFrame::Arp {
-            dst_mac: EthernetAddress::BROADCAST,
-            repr: ArpRepr::EthernetIpv4 {
-                operation: ArpOperation::Request,
-                source_hardware_addr: self.config.mac,
-                source_protocol_addr: self.config.ip,
-                target_hardware_addr: EthernetAddress([0; 6]),
-                target_protocol_addr: ip,
-            },
-        });
+        let f = SlowFrame::request(&self.config, EthernetAddress::BROADCAST, ip);
+        self.queue_slow(f);
     }
 
     /// When `handle_timeout` must next be called: the stack's timers, ARP
-    /// retries, and the end of resolutions that frames wait for.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        let arp = self
+    /// retries, the end of resolutions that frames wait for, and the
+    /// refresh and removal times of learned entries.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        let pending = self
             .pending
             .iter()
             .filter(|p| {
@@ -723,17 +824,45 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
             })
             .map(|p| p.next)
             .min();
-        match (self.stack.poll_timeout(), arp) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let aging = self.arp_cache.iter().filter_map(ArpEntry::deadline).min();
+        [self.stack.poll_timeout(), pending, aging]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Moves the refreshes of aged entries on: a request again, or, after
+    /// the last went unanswered, the entry's removal; and removes entries
+    /// unused for [`ARP_FORGET`].
+    fn age_arp(&mut self, now: Instant) {
+        let mut i = 0;
+        while let Some(e) = self.arp_cache.get_mut(i) {
+            if e.deadline().map_or(true, |t| t > now) {
+                i += 1;
+            } else if (1..ARP_MAX_TRIES).contains(&e.probes) {
+                e.probes += 1;
+                e.probe_at = now + ARP_RETRY;
+                let f = SlowFrame::request(&self.config, e.mac, e.ip);
+                if push_slow(&mut self.slow, &mut self.stats, f) {
+                    self.stats.arp_refreshes += 1;
+                }
+                i += 1;
+            } else {
+                // The refresh went unanswered, or the entry went unused:
+                // gone. The order of the cache does not matter.
+                self.arp_cache.swap_remove(i);
+                self.stats.arp_expired += 1;
+            }
         }
     }
 
-    /// Runs the stack's timers, retries ARP requests that are due, and
-    /// drops the frames held for addresses that did not answer.
+    /// Runs the stack's timers, retries ARP requests that are due, drops
+    /// the frames held for addresses that did not answer, and ages the
+    /// ARP cache.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.stack.handle_timeout(now);
         self.expire_held(now);
+        self.age_arp(now);
         let mut due = [Ipv4Addr::UNSPECIFIED; ARP_PENDING];
         let mut n = 0;
         for p in &mut self.pending {
@@ -781,7 +910,15 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
             }
             let ident = self.ident.wrapping_add(1);
             let (tuple, seg) = self.stack.poll_transmit(now)?;
-            let frame = TcpFrame::new(self.config.mac, &self.arp_cache, &tuple, &seg, ident);
+            let dst_mac = next_hop(
+                &self.config,
+                &mut self.arp_cache,
+                &mut self.slow,
+                &mut self.stats,
+                now,
+                *tuple.remote.ip(),
+            );
+            let frame = TcpFrame::new(self.config.mac, dst_mac, &tuple, &seg, ident);
             let len = frame.len();
             if frame.ip.buffer_len() > self.config.mtu || len.max(MIN_FRAME) > buf.len() {
                 self.stats.tx_too_large += 1;
@@ -851,7 +988,15 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
         self.flush_pending_hold(now);
         let ident = self.ident.wrapping_add(1);
         let (tuple, seg) = self.stack.poll_transmit(now)?;
-        let frame = TcpFrame::new(self.config.mac, &self.arp_cache, &tuple, &seg, ident);
+        let dst_mac = next_hop(
+            &self.config,
+            &mut self.arp_cache,
+            &mut self.slow,
+            &mut self.stats,
+            now,
+            *tuple.remote.ip(),
+        );
+        let frame = TcpFrame::new(self.config.mac, dst_mac, &tuple, &seg, ident);
         let ip = frame.ip;
         let tcp_hl = seg.repr.header_len();
         let payload_len = seg.payload_len();
@@ -1066,13 +1211,12 @@ struct TcpFrame {
 impl TcpFrame {
     fn new<R: Record>(
         src_mac: EthernetAddress,
-        arp_cache: &[ArpEntry],
+        dst_mac: Option<EthernetAddress>,
         tuple: &FourTuple,
         seg: &Segment<'_, R>,
         ident: u16,
     ) -> TcpFrame {
         let dst_ip = *tuple.remote.ip();
-        let dst_mac = arp_cache.iter().find(|e| e.ip == dst_ip).map(|e| e.mac);
         TcpFrame {
             dst_mac,
             eth: EthernetRepr {
@@ -1592,6 +1736,204 @@ mod tests {
         assert_eq!(conn.stats().rto_expirations, 0);
         assert_eq!((a.stats().tcp_out, a.stats().arp_miss_drops), (1, 0));
         assert!(poll_all(&mut a, t1).is_empty());
+    }
+
+    const MAC_C: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x0c]);
+
+    /// An interface at A that learned B from B's request for
+    /// A at `t`; the reply it answered with is sent.
+    fn learned_b(t: Instant) -> Iface {
+        let mut a = iface(MAC_A, IP_A);
+        a.handle_frame(t, arp_from(ArpOperation::Request, MAC_B, IP_B, IP_A));
+        assert_eq!(poll_all(&mut a, t).len(), 1, "the reply");
+        assert_eq!(a.arp_lookup(IP_B), Some(MAC_B));
+        a
+    }
+
+    /// B's ARP reply to A, from `mac`.
+    fn reply_from_b(mac: EthernetAddress) -> Vec<u8> {
+        let mut p = [0u8; 28];
+        ArpRepr::EthernetIpv4 {
+            operation: ArpOperation::Reply,
+            source_hardware_addr: mac,
+            source_protocol_addr: IP_B,
+            target_hardware_addr: MAC_A,
+            target_protocol_addr: IP_A,
+        }
+        .emit(&mut p);
+        eth(mac, MAC_A, EtherType::Arp, &p)
+    }
+
+    /// B's SYN to closed `port` at `t` and what A sends then: its ARP
+    /// packets, and the destination of each TCP frame (the RSTs).
+    #[allow(clippy::type_complexity)]
+    fn rst_to_b(
+        a: &mut Iface,
+        t: Instant,
+        port: u16,
+    ) -> (Vec<(EthernetRepr, ArpRepr)>, Vec<EthernetAddress>) {
+        a.handle_frame(t, tcp_frame(&syn_to(port), &[]));
+        split(&poll_all(a, t))
+    }
+
+    /// Frames as ARP packets and TCP frames' destinations.
+    #[allow(clippy::type_complexity)]
+    fn split(frames: &[Vec<u8>]) -> (Vec<(EthernetRepr, ArpRepr)>, Vec<EthernetAddress>) {
+        let (mut arps, mut tcp) = (Vec::new(), Vec::new());
+        for f in frames {
+            match EthernetFrame::new_checked(&f[..]).unwrap().ethertype() {
+                EtherType::Arp => arps.push(arp_of(f)),
+                _ => tcp.push(tcp_of(f).0),
+            }
+        }
+        (arps, tcp)
+    }
+
+    /// A's request for B's address, sent to `dst`.
+    fn request_for_b(dst: EthernetAddress) -> (EthernetRepr, ArpRepr) {
+        (
+            EthernetRepr {
+                src_addr: MAC_A,
+                dst_addr: dst,
+                ethertype: EtherType::Arp,
+                vlan: None,
+            },
+            ArpRepr::EthernetIpv4 {
+                operation: ArpOperation::Request,
+                source_hardware_addr: MAC_A,
+                source_protocol_addr: IP_A,
+                target_hardware_addr: EthernetAddress([0; 6]),
+                target_protocol_addr: IP_B,
+            },
+        )
+    }
+
+    #[test]
+    fn fresh_entry_is_used_without_request() {
+        let t0 = Instant::from_millis(1);
+        let mut a = learned_b(t0);
+        assert_eq!(a.poll_timeout(), Some(t0 + ARP_FORGET));
+        let t = t0 + ARP_REACHABLE - Duration::from_micros(1);
+        a.handle_timeout(t);
+        assert_eq!(rst_to_b(&mut a, t, 80), (vec![], vec![MAC_B]));
+        assert_eq!(a.poll_timeout(), Some(t0 + ARP_FORGET));
+        // Any ARP packet from B confirms the entry, even a request for
+        // another host: past the first period, still no request.
+        let t1 = t0 + ARP_REACHABLE / 2;
+        let other = Ipv4Addr::new(10, 9, 0, 77);
+        a.handle_frame(t1, arp_from(ArpOperation::Request, MAC_B, IP_B, other));
+        assert!(poll_all(&mut a, t1).is_empty());
+        let t = t0 + ARP_REACHABLE + Duration::from_secs(1);
+        assert_eq!(rst_to_b(&mut a, t, 81), (vec![], vec![MAC_B]));
+        assert_eq!(a.poll_timeout(), Some(t1 + ARP_FORGET));
+        assert_eq!((a.stats().arp_refreshes, a.stats().arp_expired), (0, 0));
+    }
+
+    #[test]
+    fn aged_entry_in_use_is_refreshed_by_unicast_request() {
+        let t0 = Instant::from_millis(1);
+        let mut a = learned_b(t0);
+        // Past the reachable period, frames still go to the cached
+        // address at once, and the first of them sends one request, to
+        // that address rather than broadcast.
+        let t1 = t0 + ARP_REACHABLE;
+        a.handle_frame(t1, tcp_frame(&syn_to(80), &[]));
+        a.handle_frame(t1, tcp_frame(&syn_to(81), &[]));
+        let (arps, tcp) = split(&poll_all(&mut a, t1));
+        assert_eq!(tcp, [MAC_B, MAC_B]);
+        assert_eq!(arps, [request_for_b(MAC_B)]);
+        assert_eq!((a.stats().arp_refreshes, a.stats().arp_held), (1, 0));
+        assert_eq!(a.poll_timeout(), Some(t1 + ARP_RETRY));
+        // B answers: the entry is confirmed and the refresh ends.
+        let t2 = t1 + Duration::from_millis(3);
+        a.handle_frame(t2, reply_from_b(MAC_B));
+        assert_eq!(a.poll_timeout(), Some(t2 + ARP_FORGET));
+        // Nothing follows for longer than the refresh would have taken:
+        // no retry, no broadcast, the entry kept.
+        let end = t1 + ARP_RETRY * (ARP_MAX_TRIES + 1);
+        let mut t = t2;
+        while t < end {
+            t += Duration::from_millis(100);
+            a.handle_timeout(t);
+            assert!(poll_all(&mut a, t).is_empty(), "at {t}");
+        }
+        assert_eq!(a.arp_lookup(IP_B), Some(MAC_B));
+        // Traffic within the new period sends no request.
+        assert_eq!(rst_to_b(&mut a, end, 82), (vec![], vec![MAC_B]));
+        assert_eq!((a.stats().arp_refreshes, a.stats().arp_expired), (1, 0));
+    }
+
+    #[test]
+    fn unanswered_refresh_removes_entry_and_resolution_starts_over() {
+        let t0 = Instant::from_millis(1);
+        let mut a = learned_b(t0);
+        let t1 = t0 + ARP_REACHABLE + Duration::from_secs(5);
+        let (arps, tcp) = rst_to_b(&mut a, t1, 80);
+        assert_eq!(tcp, [MAC_B]);
+        assert_eq!(arps, [request_for_b(MAC_B)]);
+        // Retried by the timer, always to the cached address, up to the
+        // limit; the entry goes one retry interval after the last.
+        let (mut t, mut requests) = (t1, 1);
+        while let Some(next) = a.poll_timeout() {
+            t = next;
+            a.handle_timeout(t);
+            let (arps, tcp) = split(&poll_all(&mut a, t));
+            assert!(tcp.is_empty());
+            assert!(arps.iter().all(|r| *r == request_for_b(MAC_B)), "{arps:?}");
+            requests += arps.len();
+        }
+        assert_eq!(requests, ARP_MAX_TRIES as usize);
+        assert_eq!(t, t1 + ARP_RETRY * ARP_MAX_TRIES);
+        assert_eq!(a.arp_lookup(IP_B), None);
+        let s = *a.stats();
+        assert_eq!(
+            (s.arp_refreshes, s.arp_expired),
+            (u64::from(ARP_MAX_TRIES), 1)
+        );
+        // The next frame to B is resolved afresh: a broadcast request,
+        // the RST held...
+        let (arps, tcp) = rst_to_b(&mut a, t, 81);
+        assert!(tcp.is_empty());
+        assert_eq!(arps, [request_for_b(EthernetAddress::BROADCAST)]);
+        assert_eq!((a.stats().arp_held, a.stats().tcp_out), (1, 1));
+        // ...and released by the reply, from B's new address.
+        let t2 = t + Duration::from_millis(2);
+        a.handle_frame(t2, reply_from_b(MAC_C));
+        assert_eq!(split(&poll_all(&mut a, t2)), (vec![], vec![MAC_C]));
+        assert_eq!(a.arp_lookup(IP_B), Some(MAC_C));
+        assert_eq!((a.stats().tcp_out, a.stats().arp_miss_drops), (2, 0));
+    }
+
+    #[test]
+    fn unused_entry_is_forgotten() {
+        let t0 = Instant::from_millis(1);
+        let mut a = learned_b(t0);
+        let end = t0 + ARP_FORGET;
+        assert_eq!(a.poll_timeout(), Some(end));
+        a.handle_timeout(end - Duration::from_micros(1));
+        assert_eq!(a.arp_lookup(IP_B), Some(MAC_B));
+        a.handle_timeout(end);
+        assert_eq!(a.arp_lookup(IP_B), None);
+        assert!(poll_all(&mut a, end).is_empty(), "removed without a word");
+        assert_eq!(a.poll_timeout(), None);
+        assert_eq!((a.stats().arp_refreshes, a.stats().arp_expired), (0, 1));
+    }
+
+    #[test]
+    fn static_entries_never_age() {
+        let mut a = iface(MAC_A, IP_A);
+        a.add_static_arp(IP_B, MAC_B);
+        assert_eq!(a.poll_timeout(), None);
+        let t = Instant::ZERO + ARP_FORGET * 10;
+        a.handle_timeout(t);
+        assert_eq!(rst_to_b(&mut a, t, 80), (vec![], vec![MAC_B]));
+        assert_eq!(a.poll_timeout(), None);
+        let t = t + ARP_RETRY * (ARP_MAX_TRIES + 1);
+        a.handle_timeout(t);
+        assert_eq!(rst_to_b(&mut a, t, 81), (vec![], vec![MAC_B]));
+        assert_eq!(a.arp_lookup(IP_B), Some(MAC_B));
+        assert_eq!((a.stats().arp_refreshes, a.stats().arp_expired), (0, 0));
+        assert_eq!(a.stats().arp_out, 0);
     }
 
     #[test]

@@ -73,7 +73,7 @@ impl Endpoint for Pinger {
     fn poll_frame(&mut self, _now: Instant) -> Option<Vec<u8>> {
         self.outbox.pop_front()
     }
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&mut self) -> Option<Instant> {
         self.next
     }
     fn handle_timeout(&mut self, now: Instant) {
@@ -376,7 +376,7 @@ impl Endpoint for Stuck {
     fn poll_frame(&mut self, _: Instant) -> Option<Vec<u8>> {
         None
     }
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&mut self) -> Option<Instant> {
         Some(Instant::ZERO)
     }
     fn handle_timeout(&mut self, _: Instant) {}

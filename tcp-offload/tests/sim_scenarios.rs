@@ -499,7 +499,7 @@ impl Endpoint for SynFlooder {
     fn poll_frame(&mut self, _now: Instant) -> Option<Vec<u8>> {
         self.outbox.pop_front()
     }
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&mut self) -> Option<Instant> {
         self.next
     }
     fn handle_timeout(&mut self, now: Instant) {
@@ -549,7 +549,7 @@ impl Endpoint for Node {
             Node::Flooder(f) => f.poll_frame(now),
         }
     }
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&mut self) -> Option<Instant> {
         match self {
             Node::Host(h) => h.poll_timeout(),
             Node::Flooder(f) => f.poll_timeout(),

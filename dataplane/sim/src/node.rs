@@ -88,7 +88,7 @@ impl Endpoint for Node {
         None
     }
 
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&mut self) -> Option<Instant> {
         Some(self.next_tick)
     }
 

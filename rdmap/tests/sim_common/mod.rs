@@ -155,7 +155,7 @@ impl sim::Endpoint for RdmaHost {
         }
     }
 
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&mut self) -> Option<Instant> {
         self.iface.poll_timeout()
     }
 

@@ -97,7 +97,7 @@ impl Endpoint for Host {
         }
     }
 
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&mut self) -> Option<Instant> {
         self.iface.poll_timeout()
     }
 

@@ -27,7 +27,7 @@ pub trait Endpoint {
     /// The next frame to put on the wire, if any.
     fn poll_frame(&mut self, now: Instant) -> Option<Vec<u8>>;
     /// When [`Endpoint::handle_timeout`] must next be called, if ever.
-    fn poll_timeout(&self) -> Option<Instant>;
+    fn poll_timeout(&mut self) -> Option<Instant>;
     /// Runs the timers due at `now`.
     fn handle_timeout(&mut self, now: Instant);
 }
@@ -39,7 +39,7 @@ impl<E: Endpoint + ?Sized> Endpoint for Box<E> {
     fn poll_frame(&mut self, now: Instant) -> Option<Vec<u8>> {
         (**self).poll_frame(now)
     }
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&mut self) -> Option<Instant> {
         (**self).poll_timeout()
     }
     fn handle_timeout(&mut self, now: Instant) {
@@ -550,9 +550,9 @@ impl<E: Endpoint> Network<E> {
     /// The time of the next event: an arrival, a wake-up or an endpoint
     /// timer. It may be `now` (or even earlier, for an endpoint whose timer
     /// is overdue).
-    pub fn next_event_time(&self) -> Option<Instant> {
+    pub fn next_event_time(&mut self) -> Option<Instant> {
         let mut next = self.events.peek().map(|e| e.at);
-        for node in &self.nodes {
+        for node in &mut self.nodes {
             if let Node::Endpoint { endpoint, .. } = node {
                 if let Some(t) = endpoint.poll_timeout() {
                     next = Some(next.map_or(t, |n| n.min(t)));

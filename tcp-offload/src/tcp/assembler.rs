@@ -77,10 +77,10 @@ pub struct Assembler<B> {
 impl<B: AsRef<[u8]>> Assembler<B> {
     /// An empty assembler holding at most `max_bytes` of payload in at most
     /// `max_segments` buffers. Storage for the segment list is allocated
-    /// here, once.
+    /// at the first insert, once.
     pub fn new(max_bytes: usize, max_segments: usize) -> Assembler<B> {
         Assembler {
-            held: VecDeque::with_capacity(max_segments),
+            held: VecDeque::new(),
             bytes: 0,
             max_bytes,
             max_segments,
@@ -190,6 +190,7 @@ impl<B: AsRef<[u8]>> Assembler<B> {
         self.bytes += payload.len();
         let stamp = self.next_stamp;
         self.next_stamp += 1;
+        super::room_for(&mut self.held, self.max_segments);
         self.held.insert(
             i,
             Held {

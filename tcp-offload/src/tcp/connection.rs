@@ -112,6 +112,11 @@ pub struct ConnStats {
 /// later state.
 pub const MAX_PENDING_ACKS: usize = 64;
 
+/// Events a connection has room for before it first sees a record
+/// acknowledged: state changes. Room for one event per record is added
+/// then.
+pub(super) const EVENTS_AT_OPEN: usize = 8;
+
 /// Why a record was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendError {
@@ -291,7 +296,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             irs: SeqNumber(0),
             rcv_nxt: SeqNumber(0),
             rcv_adv: SeqNumber(0),
-            rx_queue: VecDeque::with_capacity(rx_max_segments),
+            rx_queue: VecDeque::new(),
             rx_bytes: 0,
             rx_max_segments,
             assembler,
@@ -301,7 +306,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             ts_recent_at: now,
             last_ack_sent: SeqNumber(0),
             ack_now: false,
-            ack_queue: VecDeque::with_capacity(MAX_PENDING_ACKS),
+            ack_queue: VecDeque::new(),
             rcv_unacked: 0,
             rcv_pushed: false,
             rcv_mss: 536.min(mss),
@@ -318,7 +323,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             tlp: Tlp::default(),
             rtt,
             timers: Timers::default(),
-            events: VecDeque::with_capacity(records + 8),
+            events: VecDeque::with_capacity(EVENTS_AT_OPEN),
             last_now: now,
             config,
         }
@@ -471,7 +476,8 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     /// The next segment to send, if any: SYN, SYN-ACK, a new or
     /// retransmitted record, a pure ACK, a window probe, FIN or RST.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Segment<'_, R>> {
-        self.next_segment(now)
+        let plan = self.plan_segment(now)?;
+        Some(self.planned_segment(plan))
     }
 
     /// When `handle_timeout` must next be called, if ever.

@@ -295,3 +295,17 @@ pub enum Event<R> {
     /// each exactly once, through [`Connection::poll_dropped`].
     TimedOut,
 }
+
+/// Makes room in `q`, which never holds more than `n` entries, for one
+/// more: when it is full, its storage doubles (from 8), up to `n` and
+/// never past it. A connection's queues so take memory as its traffic
+/// needs it, a few times in its life and never in a steady state: one
+/// that is only open (most of them, in a server holding thousands)
+/// holds a handful of entries, one that runs at full window as many as
+/// its window takes.
+pub(crate) fn room_for<T>(q: &mut std::collections::VecDeque<T>, n: usize) {
+    if q.len() == q.capacity() && q.len() < n {
+        let want = (q.capacity() * 2).max(8).min(n);
+        q.reserve_exact(want - q.len());
+    }
+}

@@ -90,11 +90,41 @@ enum Tx {
     Ack,
 }
 
+/// The next segment as [`Connection::plan_segment`] decided it: the
+/// header, and which records it carries (indices into the send queue).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Planned {
+    repr: TcpRepr,
+    data: Option<PlannedData>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PlannedData {
+    /// The first record, and the part of it sent.
+    idx: usize,
+    off: usize,
+    len: usize,
+    /// Whole records after it (a train or a pack), their bytes, and which.
+    count: usize,
+    bytes: usize,
+    pack: bool,
+}
+
+impl Planned {
+    fn bare(repr: TcpRepr) -> Planned {
+        Planned { repr, data: None }
+    }
+}
+
 impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
-    pub(super) fn next_segment(&mut self, now: Instant) -> Option<Segment<'_, R>> {
+    /// Decides the next segment and updates the connection's state as if
+    /// it were sent; [`Connection::planned_segment`] then builds it. Split
+    /// in two so that a caller can look for a connection with something to
+    /// send and borrow its send queue only once it has found one.
+    pub(super) fn plan_segment(&mut self, now: Instant) -> Option<Planned> {
         if let Some(rst) = self.rst_pending.take() {
             let repr = self.rst_repr(rst);
-            return Some(Segment::bare(repr));
+            return Some(Planned::bare(repr));
         }
         match self.state {
             State::Closed | State::Listen => return None,
@@ -103,20 +133,20 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                     return None;
                 }
                 let repr = self.syn_repr(now);
-                return Some(Segment::bare(repr));
+                return Some(Planned::bare(repr));
             }
             State::SynReceived => {
                 if !self.syn_pending && !self.ack_now {
                     return None;
                 }
                 let repr = self.syn_repr(now);
-                return Some(Segment::bare(repr));
+                return Some(Planned::bare(repr));
             }
             _ => {}
         }
         if let Some(snap) = self.ack_queue.pop_front() {
             let repr = self.snapshot_repr(now, snap);
-            return Some(Segment::bare(repr));
+            return Some(Planned::bare(repr));
         }
         let tx = self.pick(now)?;
         match tx {
@@ -148,12 +178,16 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                     self.stats.packed_records += count as u64 + 1;
                 }
                 let repr = self.header(now, seq, flags, len);
-                let more = (count > 0).then(|| self.sendq.train(idx + 1, count, len, bytes, pack));
-                let rec = &self.sendq.get(idx).record;
-                Some(Segment {
+                Some(Planned {
                     repr,
-                    more,
-                    payload: Some((rec, off..off + len)),
+                    data: Some(PlannedData {
+                        idx,
+                        off,
+                        len,
+                        count,
+                        bytes,
+                        pack,
+                    }),
                 })
             }
             Tx::Fin { rtx, probe } => {
@@ -171,7 +205,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                     self.note_probe(now, Some((fin, fin + 1)));
                 }
                 let repr = self.header(now, fin, TcpFlags::FIN | TcpFlags::ACK, 0);
-                Some(Segment::bare(repr))
+                Some(Planned::bare(repr))
             }
             Tx::Probe => {
                 self.probe_pending = false;
@@ -179,17 +213,32 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 self.timers.persist_backoff += 1;
                 let repr = self.header(now, self.snd_una - 1, TcpFlags::ACK, 0);
                 self.update_persist(now);
-                Some(Segment::bare(repr))
+                Some(Planned::bare(repr))
             }
             Tx::Keepalive => {
                 self.keepalive_pending = false;
                 let repr = self.header(now, self.snd_nxt - 1, TcpFlags::ACK, 0);
-                Some(Segment::bare(repr))
+                Some(Planned::bare(repr))
             }
             Tx::Ack => {
                 let repr = self.header(now, self.snd_nxt, TcpFlags::ACK, 0);
-                Some(Segment::bare(repr))
+                Some(Planned::bare(repr))
             }
+        }
+    }
+
+    /// The segment `plan` decided on, borrowing the records it carries.
+    pub(super) fn planned_segment(&self, plan: Planned) -> Segment<'_, R> {
+        let Some(d) = plan.data else {
+            return Segment::bare(plan.repr);
+        };
+        let more =
+            (d.count > 0).then(|| self.sendq.train(d.idx + 1, d.count, d.len, d.bytes, d.pack));
+        let rec = &self.sendq.get(d.idx).record;
+        Segment {
+            repr: plan.repr,
+            more,
+            payload: Some((rec, d.off..d.off + d.len)),
         }
     }
 
@@ -631,6 +680,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             self.ack_queue.pop_front();
             self.stats.acks_coalesced += 1;
         }
+        super::room_for(&mut self.ack_queue, MAX_PENDING_ACKS);
         self.ack_queue.push_back(AckSnapshot {
             ack: self.rcv_nxt,
             window,

@@ -213,7 +213,11 @@ impl<R> SentRecord<R> {
 /// Records from `snd.una` on, with the scoreboard totals.
 #[derive(Debug)]
 pub(super) struct SendQueue<R> {
+    /// Records queued, oldest first; room for `capacity` of them is taken
+    /// at the first push.
     recs: VecDeque<SentRecord<R>>,
+    /// Most records queued at once.
+    capacity: usize,
     /// Records given up unacknowledged (`drop_all`), oldest first, until
     /// the upper layer takes them back (`pop_dropped`).
     dropped: VecDeque<SentRecord<R>>,
@@ -241,11 +245,13 @@ pub(super) struct SendQueue<R> {
 }
 
 impl<R> SendQueue<R> {
-    /// An empty queue whose first record will start at `start`, with room
-    /// for `capacity` records allocated now.
+    /// An empty queue whose first record will start at `start`, for at
+    /// most `capacity` records; their storage is allocated at the first
+    /// push, once.
     pub(super) fn new(start: SeqNumber, capacity: usize) -> SendQueue<R> {
         SendQueue {
-            recs: VecDeque::with_capacity(capacity),
+            recs: VecDeque::new(),
+            capacity,
             dropped: VecDeque::new(),
             end: start,
             next_new: 0,
@@ -269,6 +275,7 @@ impl<R> SendQueue<R> {
     pub(super) fn push(&mut self, record: R, len: usize, now: Instant) {
         let seq = self.end;
         self.end += len;
+        super::room_for(&mut self.recs, self.capacity);
         self.recs.push_back(SentRecord {
             record,
             seq,
@@ -288,6 +295,10 @@ impl<R> SendQueue<R> {
 
     pub(super) fn end(&self) -> SeqNumber {
         self.end
+    }
+
+    pub(super) fn capacity(&self) -> usize {
+        self.capacity
     }
 
     pub(super) fn len(&self) -> usize {

@@ -36,9 +36,10 @@
 //! flood therefore costs at most `backlog` connections per listener, and a
 //! genuine client still completes through a cookie.
 
+use core::cmp::Reverse;
 use core::hash::{BuildHasher, Hash, Hasher};
 use core::net::{Ipv4Addr, SocketAddrV4};
-use std::collections::VecDeque;
+use std::collections::{BinaryHeap, VecDeque};
 
 use super::config::Config;
 use super::connection::Connection;
@@ -218,6 +219,12 @@ pub struct StackStats {
     pub half_open_failed: u64,
     /// Connections handed to the user by `accept`.
     pub accepted: u64,
+    /// Times `poll_transmit` asked a connection for a segment: how the
+    /// send path's work grows with the connections that have output.
+    pub transmit_asks: u64,
+    /// Timer entries `handle_timeout` examined: how the timer path's work
+    /// grows with the deadlines that come due.
+    pub timer_checks: u64,
 }
 
 /// Who a connection belongs to, and for passive ones where it stands.
@@ -248,7 +255,25 @@ struct Slot<B, R> {
     entry: Option<Entry<B, R>>,
     /// In [`Stack::take_touched`]'s list.
     touched: bool,
+    /// What the next [`Stack::settle`] must do for it ([`RECHECK_TX`],
+    /// [`RECHECK_TIMER`]); non-zero while it is in `Stack::pending`.
+    recheck: u8,
+    /// In `Stack::sending`.
+    sending: bool,
+    /// The earliest deadline of this slot in `Stack::timers` (a lower
+    /// bound of the connection's next timer), if any.
+    queued: Option<Instant>,
+    /// In `Stack::reapable`.
+    reap_listed: bool,
 }
+
+/// [`Slot::recheck`]: the connection may have a segment to send.
+const RECHECK_TX: u8 = 1;
+/// [`Slot::recheck`]: the connection's next timer may have moved earlier.
+const RECHECK_TIMER: u8 = 2;
+
+/// An entry of the timer heap: deadline, slot, the slot's generation.
+type TimerEntry = Reverse<(Instant, u32, u32)>;
 
 /// The connection map. Its hasher is [`FlowHasherBuilder`], seeded from
 /// the stack key, so the map never touches `RandomState` and its layout is
@@ -287,8 +312,19 @@ pub struct Stack<B, R> {
     map: FlowMap,
     listeners: Vec<Listener>,
     stateless: VecDeque<(FourTuple, TcpRepr)>,
-    /// Next slot `poll_transmit` looks at first (round robin).
-    cursor: usize,
+    /// Slots with a [`Slot::recheck`] to do, each once.
+    pending: Vec<u32>,
+    /// Slots that may have a segment to send, in the order
+    /// `poll_transmit` serves them (round robin), each once.
+    sending: VecDeque<u32>,
+    /// Connection deadlines, earliest first. Lazy: a slot's entry is
+    /// current while it equals [`Slot::queued`] under the same
+    /// generation; others are skipped when they surface and swept out
+    /// when the heap fills its capacity.
+    timers: BinaryHeap<TimerEntry>,
+    /// Slots whose user has received the terminal event: what `reap`
+    /// looks at.
+    reapable: Vec<u32>,
     /// Slots whose connection a segment or a timer changed since the last
     /// [`Stack::take_touched`], each once.
     touched: Vec<u32>,
@@ -341,7 +377,10 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             map: FlowMap::with_capacity_and_hasher(max_connections, FlowHasherBuilder { seed }),
             listeners: Vec::new(),
             stateless: VecDeque::with_capacity(STATELESS_QUEUE),
-            cursor: 0,
+            pending: Vec::with_capacity(max_connections),
+            sending: VecDeque::with_capacity(max_connections),
+            timers: BinaryHeap::with_capacity(2 * max_connections + 64),
+            reapable: Vec::with_capacity(max_connections),
             touched: Vec::with_capacity(max_connections),
             port_counter: 0,
             last_cookie: None,
@@ -501,12 +540,17 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
     }
 
     /// The connection `id`, mutably (to send records, `recv`, `close`).
+    /// Whatever the caller does with it, the table looks at the
+    /// connection's output and timers again at the next `poll_transmit`,
+    /// `poll_timeout` or `handle_timeout`.
     pub fn conn_mut(&mut self, id: ConnId) -> Option<&mut Connection<B, R>> {
-        let s = self.slots.get_mut(id.index as usize)?;
-        if s.generation != id.generation {
+        let i = id.index as usize;
+        let s = self.slots.get(i)?;
+        if s.generation != id.generation || s.entry.is_none() {
             return None;
         }
-        s.entry.as_mut().map(|e| &mut e.conn)
+        self.mark(i, RECHECK_TX | RECHECK_TIMER);
+        self.slots[i].entry.as_mut().map(|e| &mut e.conn)
     }
 
     /// The 4-tuple of connection `id`.
@@ -529,6 +573,10 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
         let ev = e.conn.poll_event()?;
         if matches!(ev, Event::Closed | Event::Reset | Event::TimedOut) {
             e.terminal_seen = true;
+            if !s.reap_listed {
+                s.reap_listed = true;
+                self.reapable.push(id.index);
+            }
         }
         Some(ev)
     }
@@ -770,12 +818,17 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
                     generation: 0,
                     entry: Some(entry),
                     touched: false,
+                    recheck: 0,
+                    sending: false,
+                    queued: None,
+                    reap_listed: false,
                 });
                 (self.slots.len() - 1) as u32
             }
         };
         self.map.insert(tuple, index);
         self.live += 1;
+        self.mark(index as usize, RECHECK_TX | RECHECK_TIMER);
         ConnId {
             index,
             generation: self.slots[index as usize].generation,
@@ -792,6 +845,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
                 self.touched.push(i as u32);
             }
         }
+        self.mark(i, RECHECK_TX | RECHECK_TIMER);
         let Some(e) = self.slots.get_mut(i).and_then(|s| s.entry.as_mut()) else {
             return;
         };
@@ -847,6 +901,8 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             return;
         };
         slot.generation = slot.generation.wrapping_add(1);
+        // Its heap entries are stale now; the lists skip the empty slot.
+        slot.queued = None;
         if e.mapped {
             self.map.remove(&e.tuple);
         }
@@ -875,38 +931,125 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
     }
 
     /// Removes user-owned connections that are CLOSED and whose terminal
-    /// event the user has received (see the module documentation).
+    /// event the user has received (see the module documentation). Looks
+    /// only at connections whose terminal event was taken.
     pub fn reap(&mut self, now: Instant) {
-        for i in 0..self.slots.len() {
-            let done = self.slots[i].entry.as_ref().is_some_and(|e| {
-                e.owner == Owner::User && e.terminal_seen && e.conn.state() == State::Closed
-            });
-            if done {
-                self.free_slot(now, i);
+        let mut k = 0;
+        while k < self.reapable.len() {
+            let i = self.reapable[k] as usize;
+            let (done, gone) = match self.slots[i].entry.as_ref() {
+                Some(e) => (
+                    e.owner == Owner::User && e.terminal_seen && e.conn.state() == State::Closed,
+                    false,
+                ),
+                None => (false, true),
+            };
+            if done || gone {
+                self.reapable.swap_remove(k);
+                self.slots[i].reap_listed = false;
+                if done {
+                    self.free_slot(now, i);
+                }
+            } else {
+                k += 1;
             }
         }
     }
 
+    /// Notes that slot `i` needs `what` rechecked at the next settle.
+    fn mark(&mut self, i: usize, what: u8) {
+        if let Some(s) = self.slots.get_mut(i) {
+            if s.recheck == 0 {
+                self.pending.push(i as u32);
+            }
+            s.recheck |= what;
+        }
+    }
+
+    /// Does the rechecks marked since the last settle: a connection that
+    /// may have output joins the send list, and one whose next deadline
+    /// is earlier than its entry in the timer heap gets a new entry. The
+    /// cost is proportional to the connections touched, not to those that
+    /// exist.
+    fn settle(&mut self) {
+        if self.timers.len() + self.pending.len() > self.timers.capacity() {
+            self.sweep_timers();
+        }
+        let Stack {
+            slots,
+            pending,
+            sending,
+            timers,
+            ..
+        } = self;
+        for &i in pending.iter() {
+            let s = &mut slots[i as usize];
+            let what = core::mem::take(&mut s.recheck);
+            let Some(e) = s.entry.as_ref() else {
+                continue;
+            };
+            if what & RECHECK_TX != 0 && !s.sending {
+                s.sending = true;
+                sending.push_back(i);
+            }
+            if what & RECHECK_TIMER != 0 {
+                if let Some(d) = e.conn.poll_timeout() {
+                    if !s.queued.is_some_and(|q| d >= q) {
+                        s.queued = Some(d);
+                        timers.push(Reverse((d, i, s.generation)));
+                    }
+                }
+            }
+        }
+        pending.clear();
+    }
+
+    /// Drops the heap entries that are no longer any slot's current one.
+    fn sweep_timers(&mut self) {
+        let slots = &self.slots;
+        self.timers.retain(|&Reverse((t, i, g))| {
+            let s = &slots[i as usize];
+            s.generation == g && s.queued == Some(t)
+        });
+    }
+
+    /// Whether a heap entry is its slot's current one.
+    fn current(&self, &Reverse((t, i, g)): &TimerEntry) -> bool {
+        let s = &self.slots[i as usize];
+        s.generation == g && s.queued == Some(t) && s.entry.is_some()
+    }
+
     /// The next segment to send: stateless RSTs and cookie SYN-ACKs first,
     /// then the connections' segments, round robin. The tuple says where
-    /// it goes (`remote`) and from which address (`local`).
+    /// it goes (`remote`) and from which address (`local`). Only
+    /// connections that a segment, a timer or the user touched since they
+    /// last had nothing to send are asked.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<(FourTuple, Segment<'_, R>)> {
         if let Some((tuple, repr)) = self.stateless.pop_front() {
             return Some((tuple, Segment::bare(repr)));
         }
-        // O(connections) per call; a ready list would make it O(1).
-        let n = self.slots.len();
-        let start = self.cursor.min(n);
-        let (head, tail) = self.slots.split_at_mut(start);
-        for (k, slot) in tail.iter_mut().chain(head.iter_mut()).enumerate() {
-            let Some(e) = slot.entry.as_mut() else {
+        self.settle();
+        while let Some(i) = self.sending.pop_front() {
+            let s = &mut self.slots[i as usize];
+            // Sending arms timers: look at them at the next settle.
+            if s.recheck == 0 {
+                self.pending.push(i);
+            }
+            s.recheck |= RECHECK_TIMER;
+            let Some(e) = s.entry.as_mut() else {
+                s.sending = false;
                 continue;
             };
-            if let Some(seg) = e.conn.poll_transmit(now) {
-                // Next call starts after this one, so each connection gets
-                // a turn.
-                self.cursor = (start + k + 1) % n;
-                return Some((e.tuple, seg));
+            self.stats.transmit_asks += 1;
+            match e.conn.plan_segment(now) {
+                Some(plan) => {
+                    // Back of the list, so that each connection gets a
+                    // turn; it leaves the list when it has nothing left.
+                    self.sending.push_back(i);
+                    let e = self.slots[i as usize].entry.as_ref()?;
+                    return Some((e.tuple, e.conn.planned_segment(plan)));
+                }
+                None => s.sending = false,
             }
         }
         None
@@ -926,29 +1069,55 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
         }
     }
 
-    /// When `handle_timeout` must next be called, if ever.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.slots
-            .iter()
-            .filter_map(|s| s.entry.as_ref())
-            .filter_map(|e| e.conn.poll_timeout())
-            .min()
+    /// When `handle_timeout` must next be called, if ever. It may be
+    /// earlier than needed (a timer that moved later is found so when it
+    /// comes due), never later.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        self.settle();
+        while let Some(top) = self.timers.peek() {
+            if self.current(top) {
+                return Some(top.0 .0);
+            }
+            self.timers.pop();
+        }
+        None
     }
 
     /// Runs every connection timer due at `now` and removes connections
     /// that are finished (half-open ones that timed out; user-owned ones
-    /// per the module documentation).
+    /// per the module documentation). Looks only at the connections whose
+    /// deadline has come.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.reap(now);
-        for i in 0..self.slots.len() {
-            let Some(e) = self.slots[i].entry.as_mut() else {
+        self.settle();
+        while let Some(&top) = self.timers.peek() {
+            let Reverse((t, i, _)) = top;
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            self.stats.timer_checks += 1;
+            if !self.current(&top) {
                 continue;
-            };
-            if e.conn.poll_timeout().is_some_and(|t| t <= now) {
-                e.conn.handle_timeout(now);
+            }
+            let i = i as usize;
+            self.slots[i].queued = None;
+            // The heap's time is a lower bound: the timer may have moved.
+            let due = self.slots[i]
+                .entry
+                .as_ref()
+                .and_then(|e| e.conn.poll_timeout())
+                .is_some_and(|d| d <= now);
+            if due {
+                if let Some(e) = self.slots[i].entry.as_mut() {
+                    e.conn.handle_timeout(now);
+                }
                 self.after_update(now, i);
+            } else {
+                self.mark(i, RECHECK_TIMER);
             }
         }
+        self.settle();
     }
 }
 
@@ -1318,6 +1487,127 @@ mod tests {
             assert!(s.conn(id).is_none(), "reaped");
             assert!(s.is_empty());
         }
+    }
+
+    /// Many idle connections cost nothing per call: sending on one asks
+    /// that one only, and timers are examined only when they come due.
+    #[test]
+    fn work_follows_the_connections_that_have_it() {
+        const N: usize = 1000;
+        let mut server = TestStack::new(Config::default(), KEY, N);
+        server.listen(SocketAddrV4::new(SERVER, 5000), N).unwrap();
+        let mut client = TestStack::new(Config::default(), [9; 16], N);
+        let mut now = Instant::from_millis(10);
+        let ids: Vec<ConnId> = (0..N)
+            .map(|_| {
+                client
+                    .connect(now, CLIENT, SocketAddrV4::new(SERVER, 5000))
+                    .unwrap()
+            })
+            .collect();
+        exchange(&mut server, &mut client, now);
+        let mut sids = Vec::new();
+        while let Some(id) = server.accept(5000) {
+            sids.push(id);
+        }
+        assert_eq!(sids.len(), N);
+        run(&mut server, &mut client, &mut now, Instant::from_millis(50));
+        // Idle now: nothing to send, nothing due for a long while.
+        let (asks, checks) = (client.stats().transmit_asks, client.stats().timer_checks);
+        for _ in 0..100 {
+            assert!(client.poll_transmit(now).is_none());
+            assert!(client.poll_timeout().is_none_or(|t| t > now));
+            client.handle_timeout(now);
+        }
+        assert_eq!(client.stats().transmit_asks, asks);
+        assert_eq!(client.stats().timer_checks, checks);
+        // One record on one connection: that connection alone is asked.
+        let one = ids[N / 2];
+        client
+            .conn_mut(one)
+            .unwrap()
+            .send_record(now, b"only this one".to_vec())
+            .unwrap();
+        let asks = client.stats().transmit_asks;
+        let (_, seg) = client.poll_transmit(now).expect("the record");
+        assert_eq!(
+            seg.payload.map(|(r, _)| r.clone()),
+            Some(b"only this one".to_vec())
+        );
+        assert!(client.poll_transmit(now).is_none());
+        assert!(client.stats().transmit_asks - asks <= 2);
+        // Its retransmission timer is armed, and found without a scan: the
+        // record was not delivered, so the timeout retransmits it.
+        let rto = client.poll_timeout().expect("an armed timer");
+        assert!(rto > now);
+        let checks = client.stats().timer_checks;
+        client.handle_timeout(rto);
+        assert!(client.stats().timer_checks - checks <= 4);
+        let tuple = client.tuple(one).unwrap();
+        let (t, seg) = client.poll_transmit(rto).expect("the retransmission");
+        assert!(seg.payload.is_some());
+        assert_eq!(t, tuple);
+        assert_eq!(client.conn(one).unwrap().stats().retransmits, 1);
+    }
+
+    /// Timers moved earlier and later by the user are honoured: the heap
+    /// holds a lower bound and finds the true deadline when it surfaces.
+    #[test]
+    fn timers_that_move_are_found() {
+        let (mut server, mut client) = pair(4);
+        let mut now = Instant::from_millis(10);
+        let cid = client
+            .connect(now, CLIENT, SocketAddrV4::new(SERVER, 5000))
+            .unwrap();
+        exchange(&mut server, &mut client, now);
+        let sid = server.accept(5000).unwrap();
+        run(&mut server, &mut client, &mut now, Instant::from_millis(50));
+        // The handshake's timer is still the heap's lower bound; once it
+        // surfaces, an idle connection has no deadline (keepalive is off by
+        // default).
+        let stale = client.poll_timeout().expect("the SYN's timer");
+        now = now.max(stale);
+        client.handle_timeout(now);
+        assert_eq!(client.conn(cid).unwrap().stats().retransmits, 0);
+        assert_eq!(client.poll_timeout(), None);
+        // Data lost on the way arms the RTO; each later send that is lost
+        // as well keeps one deadline, and it fires once per expiry.
+        for k in 0..3u8 {
+            client
+                .conn_mut(cid)
+                .unwrap()
+                .send_record(now, vec![k; 10])
+                .unwrap();
+            while client.poll_transmit(now).is_some() {}
+            now += Duration::from_millis(5);
+        }
+        let first = client.poll_timeout().expect("armed");
+        let mut fired = 0;
+        let until = first + Duration::from_secs(2);
+        while let Some(t) = client.poll_timeout() {
+            if t > until {
+                break;
+            }
+            now = now.max(t);
+            client.handle_timeout(now);
+            while client.poll_transmit(now).is_some() {}
+            fired = client.conn(cid).unwrap().stats().retransmits;
+        }
+        assert!(fired >= 1, "the RTO fired");
+        // Now let the segments through: everything is acknowledged and
+        // the deadline goes away.
+        run(
+            &mut server,
+            &mut client,
+            &mut now,
+            until + Duration::from_secs(5),
+        );
+        let mut got = Vec::new();
+        while let Some(p) = server.conn_mut(sid).unwrap().recv() {
+            got.extend_from_slice(p.bytes());
+        }
+        assert_eq!(got.len(), 30);
+        assert_eq!(client.poll_timeout(), None);
     }
 
     #[test]
