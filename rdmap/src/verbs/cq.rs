@@ -157,7 +157,7 @@ impl CompletionQueue {
         let capacity = capacity.max(1) as usize;
         CompletionQueue {
             id,
-            ring: VecDeque::with_capacity(capacity),
+            ring: VecDeque::new(),
             capacity,
             armed: None,
             notified: false,
@@ -204,6 +204,7 @@ impl CompletionQueue {
                 self.notified = true;
             }
         }
+        super::room_at_first_use(&mut self.ring, self.capacity);
         self.ring.push_back(wc);
         Ok(())
     }

@@ -45,6 +45,8 @@ pub use qp::{
 pub use srq::{RecvSupply, SharedReceiveQueue, SrqEvent, SrqId, SrqInitAttr};
 pub use wr::{PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, SgeList, MAX_SGE};
 
+use std::collections::VecDeque;
+
 use crate::placement::MemSpan;
 
 /// Why a control-path verb failed (the errno of libibverbs, as a small enum).
@@ -440,6 +442,15 @@ impl Device {
             use_slot(&mut self.srqs, srq.0, -1);
         }
         Ok(())
+    }
+}
+
+/// Gives `q` room for `n` entries the first time it is used, once, so
+/// that it never grows after: a queue pair that is never used (most of
+/// them, in a server holding thousands) costs nothing for its queues.
+pub(crate) fn room_at_first_use<T>(q: &mut VecDeque<T>, n: usize) {
+    if q.capacity() == 0 {
+        q.reserve_exact(n);
     }
 }
 

@@ -326,7 +326,7 @@ impl QueuePair {
             qp_num,
             attr,
             state: QpState::Idle,
-            sq: VecDeque::with_capacity(attr.max_send_wr as usize),
+            sq: VecDeque::new(),
             head_seq: 0,
             exec_seq: 0,
             ack_seq: 0,
@@ -526,6 +526,7 @@ impl QueuePair {
             }
         }
         let seq = self.head_seq + self.sq.len() as u64;
+        super::room_at_first_use(&mut self.sq, self.attr.max_send_wr as usize);
         self.sq.push_back(SqEntry {
             wr: *wr,
             len,

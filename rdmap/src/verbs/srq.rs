@@ -58,7 +58,7 @@ pub(crate) struct RecvQueue {
 impl RecvQueue {
     pub(crate) fn new(capacity: u32, max_sge: u32) -> RecvQueue {
         RecvQueue {
-            ring: VecDeque::with_capacity(capacity as usize),
+            ring: VecDeque::new(),
             capacity: capacity as usize,
             max_sge: max_sge as usize,
         }
@@ -74,6 +74,7 @@ impl RecvQueue {
         if self.ring.len() >= self.capacity {
             return Err(PostError::QueueFull);
         }
+        super::room_at_first_use(&mut self.ring, self.capacity);
         self.ring.push_back(*wr);
         Ok(())
     }
