@@ -280,6 +280,7 @@ impl Dataplane {
             ip: port.ip,
             mac: port.mac.map_or(caps.mac, |m| m.0),
             limits: *l,
+            max_connections: config.tcp.max_connections,
             next_connect: AtomicUsize::new(0),
             qps: Mutex::new(Vec::new()),
             busy_threads: Mutex::new(Vec::new()),

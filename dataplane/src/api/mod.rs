@@ -248,6 +248,8 @@ pub struct Dataplane {
     ip: Ipv4Addr,
     mac: EthernetAddress,
     limits: crate::config::LimitsConfig,
+    /// `tcp.max_connections`: each worker's connection table.
+    max_connections: usize,
     next_connect: AtomicUsize,
     /// Every queue pair created, for the control path's snapshots (locked
     /// on creation and when read, never by a worker).
@@ -287,6 +289,17 @@ impl Dataplane {
     /// How many workers run.
     pub fn workers(&self) -> usize {
         self.workers.len()
+    }
+
+    /// The sizes of the verbs tables (the configuration's `limits`).
+    pub fn limits(&self) -> &crate::config::LimitsConfig {
+        &self.limits
+    }
+
+    /// Connections each worker's table holds (`tcp.max_connections`),
+    /// half-open ones and those in TIME-WAIT included.
+    pub fn max_connections(&self) -> usize {
+        self.max_connections
     }
 
     /// [`DriveMode::Inline`]: runs one iteration of every worker's loop;

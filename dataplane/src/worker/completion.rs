@@ -7,7 +7,7 @@ use rdmap::verbs::{WcOpcode, WcStatus};
 
 use crate::ctl::MrOp;
 
-use super::conn::Conn;
+use super::conn::{first_use, Conn};
 use super::stag_mesh::{Hold, MrSyncLinks};
 
 impl Conn {
@@ -26,9 +26,11 @@ impl Conn {
             if let Some(h) = self.hold {
                 if !sync.acked(h.seq) {
                     while let Some(wc) = self.cq.poll_one() {
+                        first_use(&mut self.unexamined, self.room.unexamined);
                         self.unexamined.push_back((wc, false));
                     }
                     while let Some(wc) = self.rcq.poll_one() {
+                        first_use(&mut self.unexamined, self.room.unexamined);
                         self.unexamined.push_back((wc, true));
                     }
                     break;
@@ -36,6 +38,7 @@ impl Conn {
                 self.hold = None;
                 n += 1;
                 if let Some(entry) = h.wc {
+                    first_use(&mut self.backlog, self.room.backlog);
                     self.backlog.push_front(entry);
                 }
             }
@@ -92,6 +95,7 @@ impl Conn {
                 &shared.send_cq
             };
             if let Err(wc) = ring.push(wc) {
+                first_use(&mut self.backlog, self.room.backlog);
                 self.backlog.push_front((wc, recv));
                 break;
             }

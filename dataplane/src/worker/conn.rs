@@ -129,7 +129,8 @@ pub(super) struct Conn {
     /// Receive completions, likewise.
     pub(super) rcq: CompletionQueue,
     /// Completions a full CQ ring refused; delivered first next time
-    /// (with whether they are receive completions).
+    /// (with whether they are receive completions). Allocated at its
+    /// first use, like `local_ops` and `unexamined` ([`Room`]).
     pub(super) backlog: VecDeque<(WorkCompletion, bool)>,
     /// Why the stream is ending, once known before TCP's end says it: a
     /// Terminate, or our abort.
@@ -152,6 +153,28 @@ pub(super) struct Conn {
     pub(super) kick: bool,
     /// In the worker's list of connections with a setup timer.
     pub(super) timed: bool,
+    /// What `backlog`, `local_ops` and `unexamined` can hold at most.
+    pub(super) room: Room,
+}
+
+/// The most entries each of a connection's queues for the rare cases
+/// ever holds: completions a full CQ ring refused, local operations in
+/// the engine, completions taken out while one is held. Each queue gets
+/// this room at its first use, once, so that it never grows after; a
+/// connection that never meets the case (most, and every idle one) pays
+/// nothing for it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Room {
+    pub(super) backlog: u32,
+    pub(super) local_ops: u32,
+    pub(super) unexamined: u32,
+}
+
+/// Gives `q` room for `n` entries the first time it is used.
+pub(super) fn first_use<T>(q: &mut VecDeque<T>, n: u32) {
+    if q.capacity() == 0 {
+        q.reserve_exact(n as usize);
+    }
 }
 
 impl Conn {
@@ -182,6 +205,7 @@ impl Conn {
             unexamined: VecDeque::new(),
             kick: false,
             timed: false,
+            room: Room::default(),
         }
     }
 
@@ -203,11 +227,13 @@ impl Conn {
             .map_or(a.max_recv_wr, |s| s.capacity() as u32);
         self.cq = CompletionQueue::new(a.send_cq, a.max_send_wr + 8);
         self.rcq = CompletionQueue::new(a.recv_cq, recvs + 8);
-        self.backlog = VecDeque::with_capacity((a.max_send_wr + a.max_recv_wr) as usize + 16);
-        // Sends stop draining while a completion is held, so at most two
-        // send queues' worth of local operations are ever tracked.
-        self.local_ops = VecDeque::with_capacity(2 * a.max_send_wr as usize + 8);
-        self.unexamined = VecDeque::with_capacity((a.max_send_wr + recvs) as usize + 16);
+        self.room = Room {
+            backlog: a.max_send_wr + a.max_recv_wr + 16,
+            // Sends stop draining while a completion is held, so at most
+            // two send queues' worth of local operations are ever tracked.
+            local_ops: 2 * a.max_send_wr + 8,
+            unexamined: a.max_send_wr + recvs + 16,
+        };
         self.srq = match (&shared.srq, a.srq) {
             (Some(srq), Some(id)) => Some(SharedReceiveQueue::with_supply(
                 id,
@@ -501,6 +527,7 @@ impl Conn {
         // new send work starts (it bounds what completes behind it).
         let held = self.hold.is_some();
         let mut local_ops = core::mem::take(&mut self.local_ops);
+        let room = self.room.local_ops;
         let Some(qp) = self.qp_mut() else {
             self.stash_recv = stash_recv;
             self.stash_send = stash_send;
@@ -531,7 +558,12 @@ impl Conn {
             sends += 1;
             let (run, local) = prepare_local(&wr, &attr, mem);
             match qp.post_send(&run, mrs) {
-                Ok(_) => local_ops.extend(local),
+                Ok(_) => {
+                    if local.is_some() {
+                        first_use(&mut local_ops, room);
+                    }
+                    local_ops.extend(local);
+                }
                 Err(rdmap::verbs::PostError::InvalidState | rdmap::verbs::PostError::QueueFull) => {
                     stash_send = Some(wr);
                     break;

@@ -111,9 +111,13 @@
 //! completion run on one thread with no hand-off.
 //!
 //! Allocation happens at connection setup and on the slow path (control
-//! messages, connection requests, ARP holds), never per packet: received
-//! buffers come from the port's pool, frames are reused, records carry
-//! their headers inline.
+//! messages, connection requests, ARP holds, ARP frames forwarded from
+//! another worker), never per packet of a connection: received buffers
+//! come from the port's pool, frames are reused, records carry their
+//! headers inline. A connection's queues for the rare cases (completions
+//! a full CQ ring refused or held for the STag replicas, local
+//! operations) are allocated at their first use, once, at the size that
+//! setup used to give them.
 
 use core::time::Duration;
 use std::sync::atomic::Ordering;

@@ -15,12 +15,17 @@ use super::{Worker, DISPATCH_PER_POLL, RX_BURST};
 
 /// What the worker's interface receives: a frame of its own queue, or one
 /// forwarded by another worker.
+///
+/// TCP keeps received payload in these (the in-order queue and the
+/// out-of-order assembler of every connection have room for thousands),
+/// so the rare forwarded frame (ARP, the slow path) is boxed: inline, its
+/// 65 bytes would make every entry of those queues that much larger.
 #[derive(Debug)]
 pub enum RxFrame<B> {
     /// From the port.
     Nic(B),
     /// From another worker.
-    Forwarded(SmallFrame),
+    Forwarded(Box<SmallFrame>),
 }
 
 impl<B: AsRef<[u8]>> AsRef<[u8]> for RxFrame<B> {
@@ -87,7 +92,8 @@ impl<Q: LinkQueue> Worker<Q> {
         let mut fwd = 0;
         while let Some(sf) = self.forward_in.pop() {
             fwd += 1;
-            self.iface.handle_frame(now, RxFrame::Forwarded(sf));
+            self.iface
+                .handle_frame(now, RxFrame::Forwarded(Box::new(sf)));
         }
         let mut handed = 0;
         if self.dispatch_rss.is_some() {
