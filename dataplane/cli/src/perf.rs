@@ -25,7 +25,7 @@ use super::perftest::wire::ib_mtu_code;
 use super::perftest::{text, BwFigures, Session, SessionParams};
 use super::report::{self, BwUnits, PerfReport};
 use super::runner::{
-    cq_moderation, Progress, RemoteBuf, Resources, Role, RunResult, RunSpec, TestKind, MB,
+    cq_moderation, Progress, RemoteBuf, Resources, Role, RunResult, RunSpec, TestKind, MAX_QPS, MB,
 };
 use super::ToolError;
 use dataplane::api::Dataplane;
@@ -39,9 +39,6 @@ pub const MAX_SIZE: usize = 1 << 30;
 /// `MIN_RX`..`MAX_RX`).
 const MAX_TX_DEPTH: u32 = 15_000;
 const MAX_RX_DEPTH: u32 = 16_384;
-/// Queue pairs: perftest allows 16384; each needs a connection and a
-/// buffer here, so fewer.
-const MAX_QPS: usize = 256;
 /// Outstanding RDMA Reads: the most a queue pair may negotiate.
 const MAX_OUTS: u32 = 128;
 /// What a read test asks for without `-o` (the queue pair's default ORD).
@@ -96,7 +93,10 @@ pub struct PerfOptions {
     /// Run for this many seconds instead of a number of iterations.
     #[arg(short = 'D', long = "duration", value_name = "SECONDS")]
     pub duration: Option<String>,
-    /// Queue pairs, each its own connection on the same port (default 1).
+    /// Queue pairs, each its own connection on the same port (default 1,
+    /// at most 16384). The configuration must have room for them:
+    /// `limits.max_qp` and `tcp.max_connections` (per worker; the session's
+    /// own connection counts too), e.g. `--set tcp.max_connections=10240`.
     #[arg(short = 'q', long = "qp", value_name = "N")]
     pub qps: Option<String>,
     /// TCP port of the control connection and of the data connections
@@ -689,6 +689,30 @@ impl PortInfo {
     }
 }
 
+/// Refuses a run that needs more queue pairs or connections than the
+/// dataplane's tables hold, naming the setting to raise: otherwise the
+/// run would fail part way through its setup with a table-full error.
+fn check_capacity(dp: &Dataplane, qps: usize) -> Result<(), ToolError> {
+    let max_qp = dp.limits().max_qp as usize;
+    if qps > max_qp {
+        return Err(ToolError::Usage(format!(
+            "-q/--qp {qps}: limits.max_qp is {max_qp}; raise it, e.g. --set limits.max_qp={qps}"
+        )));
+    }
+    // The data connections and the session's own.
+    let needed = qps + 1;
+    let room = dp.max_connections().saturating_mul(dp.workers().max(1));
+    if needed > room {
+        return Err(ToolError::Usage(format!(
+            "-q/--qp {qps}: {needed} connections do not fit in tcp.max_connections = {} \
+             per worker ({} worker(s)); raise it, e.g. --set tcp.max_connections={needed}",
+            dp.max_connections(),
+            dp.workers()
+        )));
+    }
+    Ok(())
+}
+
 /// Writes perftest's lines, if they are wanted, flushed at once (a person
 /// or a script watches them arrive as perftest's do).
 fn emit(out: &mut Option<&mut dyn Write>, text: &str) -> Result<(), ToolError> {
@@ -707,6 +731,7 @@ fn run_on(
 ) -> Result<Outcome, ToolError> {
     let role = plan.role();
     let name = plan.test.perftest_name();
+    check_capacity(dp, plan.qps)?;
     let resources = Resources::new(dp, &plan.spec(plan.size))?;
     let local: Vec<RemoteBuf> = (0..plan.qps).map(|i| resources.local_buf(i)).collect();
     let params = plan.session(port.mtu);
@@ -1156,6 +1181,52 @@ mod tests {
         assert_eq!(s.results[0].iterations, 60);
         assert_eq!(s.results[0].verified_bytes, 60 * 4096);
         assert!(c.mismatch.is_none() && s.mismatch.is_none());
+    }
+
+    /// A thousand QPs between two dataplanes of one worker each: every
+    /// connection is set up, moves its share and the data checks out.
+    #[test]
+    fn a_thousand_qps_write_and_verify() {
+        let (c, s) = both(TestKind::WriteBw, |a| {
+            a.iters = Some("8".into());
+            a.size = Some("1K".into());
+            a.qps = Some("1000".into());
+            a.tx_depth = Some("4".into());
+            a.verify = true;
+        });
+        assert_eq!(c.results[0].iterations, 8000);
+        assert!(c.mismatch.is_none() && s.mismatch.is_none());
+    }
+
+    /// More QPs than the tables hold is refused up front, naming the
+    /// setting to raise.
+    #[test]
+    fn more_qps_than_the_tables_hold_is_refused() {
+        let (c, _s) = pair();
+        let plan = args(|a| {
+            a.qps = Some("2000".into());
+            a.peer = Some(IP_S.to_string());
+        })
+        .plan(TestKind::WriteBw)
+        .expect("plan");
+        let err = match run_on(&c, &plan, &port(), None) {
+            Err(ToolError::Usage(m)) => m,
+            Err(e) => panic!("expected a usage error, got {e:?}"),
+            Ok(_) => panic!("ran"),
+        };
+        assert!(err.contains("limits.max_qp"), "{err}");
+        let mut cfg = Config::single("mem:perf", IP_C, MAC_C);
+        cfg.limits.max_qp = 4096;
+        let (l, _peer) = MemLink::pair(&MemLinkConfig::default(), MAC_C, MAC_S);
+        let dp = Dataplane::open_with_link(&cfg, l, DriveMode::Threads).expect("dataplane");
+        let err = match run_on(&dp, &plan, &port(), None) {
+            Err(ToolError::Usage(m)) => m,
+            Err(e) => panic!("expected a usage error, got {e:?}"),
+            Ok(_) => panic!("ran"),
+        };
+        assert!(err.contains("--set tcp.max_connections=2001"), "{err}");
+        let too_many = args(|a| a.qps = Some("16385".into())).plan(TestKind::WriteBw);
+        assert!(usage(too_many).contains("-q/--qp"));
     }
 
     fn args(f: impl FnOnce(&mut PerfOptions)) -> PerfOptions {

@@ -161,6 +161,9 @@ pub struct RunSpec {
     pub busy_poll: bool,
 }
 
+/// Most queue pairs of one run (perftest's limit).
+pub const MAX_QPS: usize = 16_384;
+
 /// The largest message of `-a` (perftest's 2^23).
 pub const MAX_ALL_SIZES: usize = 8 << 20;
 
@@ -374,7 +377,7 @@ impl Resources {
         // signalled sends (credit writes included) and receives.
         let cqe = (q as u32)
             .saturating_mul(tx.saturating_add(rx).saturating_add(8))
-            .clamp(64, 64 * 1024);
+            .clamp(64, dp.limits().max_cqe.max(64));
         let cq = dp.create_cq(cqe)?;
         let opts = QpOptions {
             // The engine keeps unsignalled requests until they are done:
@@ -632,10 +635,15 @@ impl Resources {
     }
 }
 
-/// Connects the client's QPs to the server's directly (`listen`,
-/// `connect`, `accept`), without perftest's control exchange: the demo
-/// and tests, where both ends are in one process. `port` must be free on
-/// the server; read tests pass their depth as `ord` (IRD and ORD).
+/// Connects the client's QPs to the server's, QP *i* to QP *i*, with the
+/// connection manager alone (`listen`, `connect`, `accept`), without
+/// perftest's control exchange: the demo and tests, where both ends are
+/// in one process. `port` must be free on the server; read tests pass
+/// their depth as `ord` (IRD and ORD). Up to [`CONNECT_WINDOW`]
+/// connections are being set up at once, each naming its index in its
+/// private data so that the server pairs it with its own QP of that
+/// index whatever order the requests arrive in: thousands of QPs are
+/// connected in a few round trips' time each, not one after another.
 pub fn connect_direct(
     client: &Dataplane,
     client_res: &Resources,
@@ -645,63 +653,104 @@ pub fn connect_direct(
     ord: u16,
 ) -> Result<(), ToolError> {
     use dataplane::api::{CmEvent, ConnectParams};
-    server.listen(server_addr.port(), 16)?;
-    let params = ConnectParams {
+    let n = client_res.qps.len();
+    if server_res.qps.len() < n {
+        return Err(ToolError::Usage(
+            "the server has fewer QPs than the client".into(),
+        ));
+    }
+    server.listen(server_addr.port(), CONNECT_WINDOW)?;
+    let params = |i: usize| ConnectParams {
         ird: ord,
         ord,
-        private_data: Vec::new(),
+        private_data: (i as u32).to_le_bytes().to_vec(),
     };
-    for (i, qp) in client_res.qps.iter().enumerate() {
-        let Some(sqp) = server_res.qps.get(i) else {
-            return Err(ToolError::Usage(
-                "the server has fewer QPs than the client".into(),
-            ));
-        };
-        client.connect(qp, server_addr, &params)?;
-        let deadline = Instant::now() + STALL_TIMEOUT;
-        let (mut up_c, mut up_s) = (false, false);
-        while !(up_c && up_s) {
-            if Instant::now() >= deadline {
-                return Err(ToolError::Peer(format!(
-                    "connection {} to {server_addr} not established within {} s",
-                    i + 1,
-                    STALL_TIMEOUT.as_secs()
-                )));
-            }
-            while let Some(e) = server.poll_event() {
-                match e {
-                    CmEvent::ConnectRequest(req) => server.accept(&req, sqp, &params)?,
-                    CmEvent::Established { qp: n, .. } if n == sqp.num() => up_s = true,
-                    CmEvent::Disconnected { qp: n, reason } if n == sqp.num() => {
-                        return Err(ToolError::Peer(format!("connection ended: {reason}")))
-                    }
-                    _ => {}
+    let client_index: std::collections::HashMap<_, usize> = client_res
+        .qps
+        .iter()
+        .enumerate()
+        .map(|(i, q)| (q.num(), i))
+        .collect();
+    let server_index: std::collections::HashMap<_, usize> = server_res.qps[..n]
+        .iter()
+        .enumerate()
+        .map(|(i, q)| (q.num(), i))
+        .collect();
+    let (mut next, mut up_c, mut up_s) = (0, 0, 0);
+    let mut last_progress = Instant::now();
+    while up_c < n || up_s < n {
+        while next < n && next - up_c.min(up_s) < CONNECT_WINDOW {
+            client.connect(&client_res.qps[next], server_addr, &params(next))?;
+            next += 1;
+        }
+        let mut moved = false;
+        while let Some(e) = server.poll_event() {
+            moved = true;
+            match e {
+                CmEvent::ConnectRequest(req) => {
+                    let i = match <[u8; 4]>::try_from(req.private_data.as_slice()) {
+                        Ok(b) if (u32::from_le_bytes(b) as usize) < n => {
+                            u32::from_le_bytes(b) as usize
+                        }
+                        _ => {
+                            return Err(ToolError::Peer(format!(
+                                "a connection request from {} names no QP of this run",
+                                req.remote
+                            )))
+                        }
+                    };
+                    server.accept(&req, &server_res.qps[i], &params(i))?;
                 }
-            }
-            match client.wait_event(Duration::from_millis(2)) {
-                Some(CmEvent::Established { qp: n, .. }) if n == qp.num() => up_c = true,
-                Some(CmEvent::ConnectFailed { qp: n, reason }) if n == qp.num() => {
-                    return Err(ToolError::Peer(format!(
-                        "connection to {server_addr} failed: {reason}"
-                    )))
-                }
-                Some(CmEvent::Rejected { qp: n, .. }) if n == qp.num() => {
-                    return Err(ToolError::Peer(format!(
-                        "{server_addr} rejected the connection"
-                    )))
+                CmEvent::Established { qp, .. } if server_index.contains_key(&qp) => up_s += 1,
+                CmEvent::Disconnected { qp, reason } if server_index.contains_key(&qp) => {
+                    return Err(ToolError::Peer(format!("connection ended: {reason}")))
                 }
                 _ => {}
             }
+        }
+        let wait = if moved {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(1)
+        };
+        match client.wait_event(wait) {
+            Some(CmEvent::Established { qp, .. }) if client_index.contains_key(&qp) => {
+                up_c += 1;
+                moved = true;
+            }
+            Some(CmEvent::ConnectFailed { reason, .. }) => {
+                return Err(ToolError::Peer(format!(
+                    "connection to {server_addr} failed: {reason}"
+                )))
+            }
+            Some(CmEvent::Rejected { .. }) => {
+                return Err(ToolError::Peer(format!(
+                    "{server_addr} rejected the connection"
+                )))
+            }
+            _ => {}
+        }
+        if moved {
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() >= STALL_TIMEOUT {
+            return Err(ToolError::Peer(format!(
+                "{up_c} of {n} connections to {server_addr} established; none more within {} s",
+                STALL_TIMEOUT.as_secs()
+            )));
         }
     }
     Ok(())
 }
 
+/// Connections [`connect_direct`] has being set up at once (and the
+/// server's listen backlog).
+pub const CONNECT_WINDOW: usize = 64;
+
 fn check_spec(spec: &RunSpec) -> Result<(), ToolError> {
     if spec.size == 0 || spec.size > u32::MAX as usize {
         return Err(ToolError::Usage(format!("bad message size {}", spec.size)));
     }
-    if spec.qps == 0 || spec.qps > 1024 {
+    if spec.qps == 0 || spec.qps > MAX_QPS {
         return Err(ToolError::Usage(format!("bad QP count {}", spec.qps)));
     }
     if spec.test.is_latency() && spec.qps != 1 {
