@@ -6,7 +6,7 @@ use core::net::{Ipv4Addr, SocketAddrV4};
 use core::time::Duration;
 
 use dataplane::api::{CmEvent, ConnectParams, ManualTime, Qp};
-use dataplane::config::{Config, MacAddr, MpaConfig, Neighbor, TcpConfig};
+use dataplane::config::{Config, LimitsConfig, MacAddr, MpaConfig, Neighbor, TcpConfig};
 use dataplane::link::{MemLink, MemLinkConfig};
 use dataplane::Dataplane;
 use tcp_offload::wire::EthernetAddress;
@@ -49,6 +49,10 @@ pub struct WorldSpec {
     /// multi-segment transmit): the MPA CRC and the TCP checksum are then
     /// computed in that copy's pass.
     pub copy_tx: [bool; 2],
+    /// Both sides' resource limits (queue pairs, completion queue sizes).
+    pub limits: LimitsConfig,
+    /// Static neighbour entries of side A and side B besides the peer's.
+    pub neighbors: [Vec<Neighbor>; 2],
 }
 
 impl WorldSpec {
@@ -64,6 +68,8 @@ impl WorldSpec {
             static_arp: false,
             tx_burst_max: 0,
             copy_tx: [false, false],
+            limits: LimitsConfig::default(),
+            neighbors: [Vec::new(), Vec::new()],
         }
     }
 }
@@ -82,6 +88,10 @@ fn config(spec: &WorldSpec, side: usize) -> Config {
     c.ports[0].mtu = spec.mtu;
     c.tcp = spec.tcp;
     c.mpa = spec.mpa[side].clone();
+    c.limits = spec.limits;
+    c.ports[0]
+        .neighbors
+        .extend(spec.neighbors[side].iter().copied());
     if spec.static_arp {
         c.ports[0].neighbors.push(Neighbor {
             ip: IP[1 - side],
@@ -137,6 +147,11 @@ impl World {
     /// The network (link statistics, capture).
     pub fn net(&mut self) -> &mut Network<Node> {
         &mut self.net
+    }
+
+    /// Side A's and side B's nodes in [`World::net`].
+    pub fn node_ids(&self) -> [NodeId; 2] {
+        self.nodes
     }
 
     /// The link between the two sides.
