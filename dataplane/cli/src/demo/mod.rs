@@ -39,7 +39,7 @@ use super::common::eal_prefix_dir;
 use super::report::to_json;
 use super::runner::{
     connect_direct, LatencySummary, Progress, RemoteBuf, Resources, Role, RunResult, RunSpec,
-    TestKind, MB,
+    TestKind, MAX_QPS, MB,
 };
 use super::ToolError;
 use dataplane::api::{Dataplane, DriveMode, Error};
@@ -77,8 +77,8 @@ pub struct DemoArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_SECONDS,
           value_parser = parse_seconds, conflicts_with = "iterations")]
     pub seconds: f64,
-    /// Run each bandwidth round for this many messages instead of
-    /// --seconds.
+    /// Run each bandwidth round for this many messages (per queue pair)
+    /// instead of --seconds.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub iterations: Option<u64>,
     /// Message size of the latency rounds, in bytes.
@@ -102,6 +102,33 @@ pub struct DemoArgs {
     /// faster here (auto: a short trial of each before the rounds).
     #[arg(long, value_enum, default_value_t = Drive::Auto)]
     pub drive: Drive,
+    /// Queue pairs of each bandwidth round, each its own connection,
+    /// sharing the round's work (1 to 16384). With more than one, each
+    /// QP's send queue is 128 / N deep (at least 2) and the tables are
+    /// sized to hold them; the message-rate and latency rounds keep one.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_qps)]
+    pub qps: usize,
+    /// Which rounds to run, comma-separated: bandwidth, rate (small
+    /// messages), latency.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        value_name = "LIST",
+        default_value = "bandwidth,rate,latency"
+    )]
+    pub rounds: Vec<Rounds>,
+}
+
+/// The demo's kinds of round (`--rounds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Rounds {
+    /// WRITE, READ and SEND bandwidth with `--size` messages.
+    Bandwidth,
+    /// The same with `--rate-size` messages, in messages per second.
+    Rate,
+    /// WRITE, READ and SEND latency.
+    Latency,
 }
 
 /// Who drives the workers in the demo's measured loops (`--drive`).
@@ -128,6 +155,8 @@ impl Default for DemoArgs {
             lat_iterations: DEFAULT_LAT_ITERATIONS,
             mtu: DEFAULT_MTU,
             drive: Drive::Auto,
+            qps: 1,
+            rounds: vec![Rounds::Bandwidth, Rounds::Rate, Rounds::Latency],
         }
     }
 }
@@ -149,6 +178,13 @@ fn parse_size(s: &str) -> Result<usize, String> {
     }
 }
 
+fn parse_qps(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_QPS).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?}: queue pairs go from 1 to {MAX_QPS}")),
+    }
+}
+
 fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if (0.05..=3600.0).contains(&v) => Ok(v),
@@ -161,6 +197,12 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
 pub struct BwRow {
     /// Which test.
     pub test: TestKind,
+    /// Queue pairs sharing the round.
+    pub qps: usize,
+    /// Time to connect them all, seconds.
+    pub setup_seconds: f64,
+    /// Connections set up per second.
+    pub connects_per_second: f64,
     /// Bytes per message.
     pub size: usize,
     /// Messages.
@@ -295,6 +337,8 @@ pub struct DemoReport {
     pub mtu: usize,
     /// Workers per endpoint.
     pub workers: usize,
+    /// Queue pairs of each bandwidth round.
+    pub qps: usize,
     /// Who drove the workers in the measured loops: `"threads"` or
     /// `"busy-poll"` (the CPU figures then count the driving threads'
     /// time with the worker threads').
@@ -379,6 +423,12 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
         c.idle.spin = 200;
         c.idle.sleep_us = 20;
         c.tcp.recv_buffer = c.tcp.recv_buffer.max(4 * args.mtu);
+        // Room for the rounds' queue pairs, and for as many connections
+        // again still closing from the round before.
+        let q = args.qps as u32;
+        c.limits.max_qp = c.limits.max_qp.max(q + 16);
+        c.limits.max_cqe = c.limits.max_cqe.max(q.saturating_mul(16)).min(1 << 22);
+        c.tcp.max_connections = c.tcp.max_connections.max(3 * args.qps + 64);
         c
     };
     // The kernel's baseline first, while no worker of ours polls the
@@ -403,16 +453,24 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
     } else {
         Drive::Threads
     };
+    let wants = |r: Rounds| args.rounds.contains(&r);
     let mut bandwidth = Vec::new();
     for test in [TestKind::WriteBw, TestKind::ReadBw, TestKind::SendBw] {
-        let (c, s, (source_cpu, sink_cpu)) =
-            measured_round(args, &a, &b, test, args.size, port, busy)?;
+        if !wants(Rounds::Bandwidth) {
+            break;
+        }
+        let (c, s, (source_cpu, sink_cpu), setup) =
+            measured_round(args, &a, &b, test, (args.size, args.qps), port, busy)?;
         port += 1;
         let seconds = c.elapsed.as_secs_f64();
         let (copy_crc, _) = copy_crc_rate(args.size, c.bytes);
         let verified = c.verified_bytes + s.verified_bytes;
+        let setup_seconds = setup.as_secs_f64();
         let row = BwRow {
             test,
+            qps: args.qps,
+            setup_seconds,
+            connects_per_second: ratio(args.qps as f64, setup_seconds),
             size: c.size,
             iterations: c.iterations,
             bytes: c.bytes,
@@ -455,8 +513,11 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
     }
     let mut message_rate = Vec::new();
     for test in [TestKind::WriteBw, TestKind::ReadBw, TestKind::SendBw] {
-        let (c, s, (source_cpu, sink_cpu)) =
-            measured_round(args, &a, &b, test, args.rate_size, port, busy)?;
+        if !wants(Rounds::Rate) {
+            break;
+        }
+        let (c, s, (source_cpu, sink_cpu), _) =
+            measured_round(args, &a, &b, test, (args.rate_size, 1), port, busy)?;
         port += 1;
         let seconds = c.elapsed.as_secs_f64();
         let row = RateRow {
@@ -482,7 +543,10 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
     }
     let mut latency = Vec::new();
     for test in [TestKind::WriteLat, TestKind::ReadLat, TestKind::SendLat] {
-        let (c, s, _) = round(args, &a, &b, test, args.lat_size, port, busy)?;
+        if !wants(Rounds::Latency) {
+            break;
+        }
+        let (c, s, _, _) = round(args, &a, &b, test, (args.lat_size, 1), port, busy)?;
         port += 1;
         let Some(l) = c.latency else {
             return Err(ToolError::Peer(format!("{test}: no latency samples")));
@@ -524,6 +588,7 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
         link: "net_ring",
         mtu: args.mtu,
         workers,
+        qps: args.qps,
         drive,
         drive_trial: trial,
         bw_unit: "MiB/s",
@@ -611,6 +676,9 @@ fn kernel_latency_baseline(args: &DemoArgs) -> Result<LatencySummary, ToolError>
 /// Worker CPU nanoseconds of a round's (source, sink) sides, where read.
 type SideCpu = (Option<u64>, Option<u64>);
 
+/// A round's `(client, server, CPU, connection setup time)`.
+type RoundOut = (RunResult, RunResult, SideCpu, Duration);
+
 /// Round trips of each `--drive auto` trial.
 const TRIAL_ROUND_TRIPS: u64 = 300;
 /// Trials each way of `--drive auto`.
@@ -638,12 +706,12 @@ fn choose_drive(
     let mut typical: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     for _ in 0..TRIAL_PAIRS {
         for (i, busy) in [false, true].into_iter().enumerate() {
-            let (c, _, _) = round(
+            let (c, _, _, _) = round(
                 &trial_args,
                 a,
                 b,
                 TestKind::SendLat,
-                args.lat_size,
+                (args.lat_size, 1),
                 *port,
                 busy,
             )?;
@@ -687,12 +755,12 @@ fn measured_round(
     a: &Dataplane,
     b: &Dataplane,
     test: TestKind,
-    size: usize,
+    shape: (usize, usize),
     port: u16,
     busy: bool,
-) -> Result<(RunResult, RunResult, SideCpu), ToolError> {
+) -> Result<RoundOut, ToolError> {
     let cpu0 = (workers_cpu_ns(a), workers_cpu_ns(b));
-    let (c, s, drivers) = round(args, a, b, test, size, port, busy)?;
+    let (c, s, drivers, setup) = round(args, a, b, test, shape, port, busy)?;
     let cpu1 = (workers_cpu_ns(a), workers_cpu_ns(b));
     let spent = |t0: Option<u64>, t1: Option<u64>| t0.zip(t1).map(|(x, y)| y - x.min(y));
     let plus = |w: Option<u64>, d: Option<u64>| match d {
@@ -706,7 +774,7 @@ fn measured_round(
     } else {
         (client_cpu, server_cpu)
     };
-    Ok((c, s, cpu))
+    Ok((c, s, cpu, setup))
 }
 
 /// `a / b`, 0 when `b` is not positive.
@@ -743,11 +811,14 @@ fn round(
     a: &Dataplane,
     b: &Dataplane,
     test: TestKind,
-    size: usize,
+    (size, qps): (usize, usize),
     port: u16,
     busy_poll: bool,
-) -> Result<(RunResult, RunResult, SideCpu), ToolError> {
+) -> Result<RoundOut, ToolError> {
     let lat = test.is_latency();
+    // Many QPs share the depth of one: as many requests in flight in all,
+    // and no more completions than the queue holds.
+    let share = |depth: u32| (depth / qps as u32).max(2);
     let (iterations, duration) = if lat {
         (args.lat_iterations, None)
     } else {
@@ -758,9 +829,9 @@ fn round(
     };
     let rx_depth = if test.is_send() {
         if duration.is_some() {
-            512
+            share(512)
         } else {
-            512u32.min(u32::try_from(iterations).unwrap_or(u32::MAX))
+            share(512).min(u32::try_from(iterations).unwrap_or(u32::MAX))
         }
     } else {
         1
@@ -771,8 +842,8 @@ fn round(
         size,
         iterations,
         duration,
-        qps: 1,
-        tx_depth: if lat { 1 } else { 128 },
+        qps,
+        tx_depth: if lat { 1 } else { share(128) },
         // perftest's workaround for odd receive depths.
         rx_depth: rx_depth + rx_depth % 2,
         outstanding_reads: 16,
@@ -807,7 +878,19 @@ fn round(
     let own = || busy_poll.then(cpu::own_ns).flatten();
     let spent = |t0: Option<u64>| t0.zip(own()).map(|(x, y)| y - x.min(y));
     let result = (|| {
+        let t0 = Instant::now();
         connect_direct(a, &rc, b, &rs, SocketAddrV4::new(IP_B, port), ord)?;
+        let setup = t0.elapsed();
+        if qps > 1 {
+            say(
+                args,
+                &format!(
+                    "  {test}: {qps} queue pairs connected in {:.2} s ({:.0} per second)",
+                    setup.as_secs_f64(),
+                    qps as f64 / setup.as_secs_f64().max(1e-9)
+                ),
+            );
+        }
         let to_server: Vec<RemoteBuf> = (0..client.qps).map(|i| rs.local_buf(i)).collect();
         let to_client: Vec<RemoteBuf> = (0..client.qps).map(|i| rc.local_buf(i)).collect();
         std::thread::scope(|scope| {
@@ -848,7 +931,7 @@ fn round(
                     None,
                 )
             });
-            Ok((c?, s?, (client_cpu, server_cpu)))
+            Ok((c?, s?, (client_cpu, server_cpu), setup))
         })
     })();
     rc.close(a);
@@ -953,6 +1036,23 @@ pub fn table(r: &DemoReport) -> String {
             first.cross_core_mbps,
             ratios.join(", ")
         ));
+        if r.qps > 1 {
+            let setups: Vec<String> = r
+                .bandwidth
+                .iter()
+                .map(|b| {
+                    format!(
+                        "{} {:.2} s ({:.0}/s)",
+                        b.test, b.setup_seconds, b.connects_per_second
+                    )
+                })
+                .collect();
+            out.push_str(&format!(
+                " {} queue pairs per round, connected in: {}\n",
+                r.qps,
+                setups.join(", ")
+            ));
+        }
     }
     out.push_str(&rule);
     out.push('\n');
@@ -1042,6 +1142,8 @@ mod tests {
         assert!(parse_size("65M").is_err());
         assert!(parse_seconds("0.01").is_err());
         assert_eq!(parse_seconds("0.5"), Ok(0.5));
+        assert_eq!(parse_qps("10000"), Ok(10_000));
+        assert!(parse_qps("0").is_err() && parse_qps("16385").is_err());
     }
 
     #[test]
@@ -1057,11 +1159,15 @@ mod tests {
             link: "net_ring",
             mtu: 1500,
             workers: 1,
+            qps: 100,
             drive: Drive::BusyPoll,
             drive_trial: None,
             bw_unit: "MiB/s",
             bandwidth: vec![BwRow {
                 test: TestKind::WriteBw,
+                qps: 100,
+                setup_seconds: 0.25,
+                connects_per_second: 400.0,
                 size: 65536,
                 iterations: 10,
                 bytes: 655_360,
@@ -1160,5 +1266,12 @@ mod tests {
         assert!(t.contains("24.00") && t.contains("0.500"), "{t}");
         assert_eq!(j["latency"][0]["kernel_ratio"], 0.5);
         assert_eq!(j["latency"][0]["kernel_p50_us"], 24.0);
+        // Many queue pairs: how long they took to connect.
+        assert!(
+            t.contains("100 queue pairs per round, connected in: write-bw 0.25 s (400/s)"),
+            "{t}"
+        );
+        assert_eq!(j["bandwidth"][0]["qps"], 100);
+        assert_eq!(j["bandwidth"][0]["connects_per_second"], 400.0);
     }
 }
