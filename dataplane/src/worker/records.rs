@@ -23,6 +23,7 @@ pub struct RecordRef {
     slot: u32,
     len: u32,
     solo: bool,
+    last: bool,
 }
 
 impl Record for RecordRef {
@@ -32,6 +33,10 @@ impl Record for RecordRef {
 
     fn joins_train(&self) -> bool {
         !self.solo
+    }
+
+    fn ends_message(&self) -> bool {
+        self.last
     }
 }
 
@@ -61,9 +66,15 @@ impl Records {
     pub(super) fn insert(&mut self, rec: FpduRecord) -> RecordRef {
         let solo = self.odd_payload_solo && rec.odd_payload();
         let len = u32::try_from(Record::len(&rec)).unwrap_or(u32::MAX);
+        let last = FpduRecord::ends_message(&rec);
         if let Some(slot) = self.free.pop() {
             self.slots[slot as usize] = Some(rec);
-            return RecordRef { slot, len, solo };
+            return RecordRef {
+                slot,
+                len,
+                solo,
+                last,
+            };
         }
         let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
         self.slots.push(Some(rec));
@@ -71,7 +82,12 @@ impl Records {
         // allocates.
         self.free
             .reserve(self.slots.len().saturating_sub(self.free.len()));
-        RecordRef { slot, len, solo }
+        RecordRef {
+            slot,
+            len,
+            solo,
+            last,
+        }
     }
 
     /// The record behind `r`, in place.
@@ -121,6 +137,7 @@ mod tests {
             slot: d.slot,
             len: d.len,
             solo: d.solo,
+            last: d.last,
         };
         assert!(t.remove(d).is_some());
         assert!(t.remove(again).is_none());

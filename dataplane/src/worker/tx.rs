@@ -154,6 +154,12 @@ impl FpduRecord {
     }
 
     /// Whether the record's payload has an odd length.
+    /// Whether the record ends a message ([`OutRecord::ends_message`]);
+    /// a record without the engine's (a test's) does.
+    pub(super) fn ends_message(&self) -> bool {
+        !self.rec.as_ref().is_some_and(|r| !r.ends_message())
+    }
+
     pub(super) fn odd_payload(&self) -> bool {
         self.rec
             .as_ref()

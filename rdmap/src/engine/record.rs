@@ -124,6 +124,20 @@ pub(super) struct Fpdu {
 }
 
 impl OutRecord {
+    /// Whether it ends a message: an FPDU whose DDP segment is the last of
+    /// its DDP message (the L bit), or a piece of connection setup. TCP
+    /// pushes such a record, and the receiver then acknowledges it at
+    /// once rather than after its delayed-ACK time.
+    pub fn ends_message(&self) -> bool {
+        match &self.body {
+            Body::Setup(_) => true,
+            Body::Fpdu(f) => {
+                f.head_len as usize > crate::mpa::fpdu::LENGTH_LEN
+                    && f.head[crate::mpa::fpdu::LENGTH_LEN] & crate::wire::ddp::ddp_ctrl::LAST != 0
+            }
+        }
+    }
+
     /// What it carries.
     pub fn kind(&self) -> RecordKind {
         self.kind

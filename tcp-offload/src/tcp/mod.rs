@@ -184,6 +184,13 @@ pub trait Record {
         true
     }
 
+    /// Whether the record ends a message of the layer above: its segment
+    /// then carries PSH, which the receiver acknowledges as soon as it
+    /// has read it. The last record queued is pushed whatever this says.
+    fn ends_message(&self) -> bool {
+        true
+    }
+
     /// Whether the record is empty (never true for a record the engine
     /// accepts).
     fn is_empty(&self) -> bool {

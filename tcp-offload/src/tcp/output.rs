@@ -551,7 +551,14 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             (r.seq + off, r.len)
         };
         let mut flags = TcpFlags::ACK;
-        if off + len == rec_len {
+        // PSH ends what the sender has to send (RFC 9293 §3.9.1.2): a
+        // record that ends a message, or the last record queued, not every
+        // record. The receiver acknowledges a pushed segment as soon as it
+        // is read; on every record, that would be an ACK per segment
+        // whenever segments of many connections arrive interleaved.
+        if off + len == rec_len
+            && (idx + 1 == self.sendq.len() || self.sendq.get(idx).record.ends_message())
+        {
             flags |= TcpFlags::PSH;
         }
         if matches!(why, Send::Speculative | Send::Rescue | Send::Probe) {
