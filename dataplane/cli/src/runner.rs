@@ -201,6 +201,10 @@ pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 const PEER_END_GRACE: Duration = Duration::from_millis(500);
 /// How often the stall watch looks at the connections' byte counters.
 const WIRE_CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How often an idle measured loop looks for a QP the peer disconnected:
+/// often enough to end a run at once, seldom enough that thousands of QPs
+/// cost the loop nothing.
+const STATUS_EVERY: Duration = Duration::from_millis(5);
 /// How often the progress callback runs: twice a second, and every 10 ms
 /// in this crate's unit tests, whose memory links move a run of large
 /// messages in well under a second.
@@ -1027,9 +1031,10 @@ impl WireWatch {
 /// Sums of (bytes sent, bytes received, segments retransmitted) over the
 /// connections of `qps`.
 fn wire_counters(dp: &Dataplane, qps: &[Qp]) -> (u64, u64, u64) {
+    let ours: std::collections::HashSet<_> = qps.iter().map(Qp::num).collect();
     dp.qp_snapshots()
         .iter()
-        .filter(|s| qps.iter().any(|q| q.num() == s.qpn))
+        .filter(|s| ours.contains(&s.qpn))
         .fold((0, 0, 0), |(a, b, c), s| {
             (a + s.bytes_sent, b + s.bytes_received, c + s.retransmits)
         })
@@ -1050,6 +1055,8 @@ struct Runner<'a> {
     progress: &'a mut dyn FnMut(&Progress),
     start: Instant,
     last_progress: Instant,
+    /// When the QPs' states were last looked at ([`STATUS_EVERY`]).
+    status_checked: Instant,
     last_activity: Instant,
     deadline: Option<Instant>,
     wcs: [WorkCompletion; POLL_BATCH],
@@ -1099,6 +1106,7 @@ impl<'a> Runner<'a> {
             progress,
             start: now,
             last_progress: now,
+            status_checked: now,
             last_activity: now,
             deadline: spec.duration.map(|d| now + d),
             wcs: [blank; POLL_BATCH],
@@ -1168,11 +1176,16 @@ impl<'a> Runner<'a> {
                 }
             )));
         }
-        if self
-            .res
-            .qps
-            .iter()
-            .any(|q| q.status() == QpStatus::Disconnected)
+        let look = now.duration_since(self.status_checked) >= STATUS_EVERY;
+        if look {
+            self.status_checked = now;
+        }
+        if look
+            && self
+                .res
+                .qps
+                .iter()
+                .any(|q| q.status() == QpStatus::Disconnected)
         {
             return Err(ToolError::Peer(
                 "the connection to the peer ended during the test".into(),
@@ -1286,6 +1299,15 @@ impl<'a> Runner<'a> {
         let mut batch: Vec<SendWr> = Vec::with_capacity(tx as usize);
         let mut samples: Vec<(Duration, u64)> = Vec::with_capacity(4096);
         let mut done = 0u64;
+        // The QPs that may have something to post: all at first, then
+        // those a completion gave room (or that credits or a full queue
+        // held back), so that an iteration costs what it does, not a visit
+        // of every QP.
+        let mut ready: Vec<usize> = (0..q).collect();
+        let mut visiting: Vec<usize> = Vec::with_capacity(q);
+        let mut listed = vec![true; q];
+        // QPs whose every message completed (runs of a number of them).
+        let mut complete = 0;
         self.start = Instant::now();
         self.deadline = spec.duration.map(|d| self.start + d);
         self.last_activity = self.start;
@@ -1294,15 +1316,20 @@ impl<'a> Runner<'a> {
         loop {
             let now = Instant::now();
             let posting = !self.time_up(now);
-            for i in 0..q {
+            core::mem::swap(&mut ready, &mut visiting);
+            for &i in &visiting {
                 // Everything there is room for goes as one list: one
                 // wake-up of the worker for all of it.
                 batch.clear();
                 let mut s = scnt[i];
+                let mut held = false;
                 while posting && s < n && s < tx + ccnt[i] {
                     if credits {
                         let c = res.credit_word(q + i);
                         if ((s + 1) as u32).wrapping_sub(c) >= rx {
+                            // Credits come in the peer's Writes, with no
+                            // completion here: look again next time.
+                            held = true;
                             break;
                         }
                     }
@@ -1335,14 +1362,25 @@ impl<'a> Runner<'a> {
                     batch.push(wr);
                     s += 1;
                 }
-                let posted = self.send_list(i, &batch)?;
+                let posted = if batch.is_empty() {
+                    0
+                } else {
+                    self.send_list(i, &batch)?
+                };
                 for (k, wr) in batch[..posted].iter().enumerate() {
                     if wr.flags.contains(SendFlags::SIGNALED) {
                         signalled[i] = scnt[i] + k as u64 + 1;
                     }
                 }
                 scnt[i] += posted as u64;
+                // A queue that took less than offered is full: look again.
+                if posting && (held || posted < batch.len()) {
+                    ready.push(i);
+                } else {
+                    listed[i] = false;
+                }
             }
+            visiting.clear();
             let got = self.poll();
             for k in 0..got {
                 let wc = self.wcs[k];
@@ -1354,7 +1392,14 @@ impl<'a> Runner<'a> {
                     let c = (wc.wr_id & COUNT_MASK) + 1;
                     if c > ccnt[i] {
                         done += c - ccnt[i];
+                        if ccnt[i] < n && c >= n {
+                            complete += 1;
+                        }
                         ccnt[i] = c;
+                        if !listed[i] {
+                            listed[i] = true;
+                            ready.push(i);
+                        }
                     }
                 }
             }
@@ -1366,7 +1411,7 @@ impl<'a> Runner<'a> {
             let finished = if spec.duration.is_some() {
                 !posting && (0..q).all(|i| ccnt[i] >= signalled[i])
             } else {
-                ccnt.iter().all(|&c| c >= n)
+                complete == q
             };
             if finished {
                 break;

@@ -426,7 +426,7 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
         // Room for the rounds' queue pairs, and for as many connections
         // again still closing from the round before.
         let q = args.qps as u32;
-        c.limits.max_qp = c.limits.max_qp.max(q + 16);
+        c.limits.max_qp = c.limits.max_qp.max(q.saturating_mul(3).saturating_add(16));
         c.limits.max_cqe = c.limits.max_cqe.max(q.saturating_mul(16)).min(1 << 22);
         c.tcp.max_connections = c.tcp.max_connections.max(3 * args.qps + 64);
         c
