@@ -515,6 +515,22 @@ impl Conn {
 
     /// Moves work requests from the submission rings into the QP.
     pub(super) fn drain_posts<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>) -> bool {
+        // Nothing posted and nothing held back: the common case of a
+        // connection serviced for its traffic, checked before any of the
+        // setup below (it runs twice per service, for every connection
+        // with traffic).
+        match &self.shared {
+            None => return false,
+            Some(sh)
+                if self.stash_recv.is_none()
+                    && self.stash_send.is_none()
+                    && sh.rq.is_empty()
+                    && sh.sq.is_empty() =>
+            {
+                return false
+            }
+            Some(_) => {}
+        }
         let Some(shared) = self.shared.clone() else {
             return false;
         };
