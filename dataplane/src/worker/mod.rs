@@ -205,8 +205,15 @@ const SHUTDOWN_NAP: Duration = Duration::from_micros(50);
 const RECORDS_AT_START: usize = 1536;
 
 /// How often the counters that are sums over connections (retransmits,
-/// drops) are published.
+/// drops) are published, with up to [`STATS_CONNS_PER_PERIOD`]
+/// connections.
 pub const STATS_PERIOD: Duration = Duration::from_millis(1);
+
+/// Connections whose figures one [`STATS_PERIOD`] pays for: with more, the
+/// period grows in proportion (10 000 connections, 40 ms), so that
+/// publishing costs a worker the same share of its time however many
+/// connections it holds, rather than a visit of each every millisecond.
+pub const STATS_CONNS_PER_PERIOD: usize = 256;
 
 /// STag changes from other workers applied per iteration (the ring is
 /// drained in a few iterations even when full).
@@ -459,10 +466,16 @@ impl<Q: LinkQueue> Worker<Q> {
         work |= self.service_conns(now);
         self.mr_events();
         work |= self.transmit(now);
-        if now.saturating_duration_since(self.last_publish) >= STATS_PERIOD {
+        if now.saturating_duration_since(self.last_publish) >= self.stats_period() {
             self.publish(now);
         }
         work
+    }
+
+    /// [`STATS_PERIOD`], stretched for many connections.
+    fn stats_period(&self) -> Duration {
+        let n = self.iface.stack().len().div_ceil(STATS_CONNS_PER_PERIOD).max(1);
+        STATS_PERIOD * u32::try_from(n).unwrap_or(u32::MAX)
     }
 
     /// Ends every connection the way a host's TCP does when its
