@@ -66,3 +66,20 @@ fn criterion_dir(target_tmpdir: &Path) -> PathBuf {
         .unwrap_or(target_tmpdir)
         .join("criterion")
 }
+
+/// The median of `v` (sorted in place); NaN when empty.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The JSON document in the file at `path`, or why it could not be read.
+pub fn read_json(path: &str) -> Result<serde_json::Value, String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
+}

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
+use benches::{median, read_json};
 use serde_json::Value;
 
 /// A figure's column name and its path in a row.
@@ -57,15 +58,6 @@ const SECTIONS: [(&str, &[Figure]); 3] = [
 /// (mtu, test) -> one list of values per figure.
 type Rows = BTreeMap<(u64, String), Vec<Vec<f64>>>;
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 fn field(row: &Value, path: &[&str]) -> Option<f64> {
     path.iter().try_fold(row, |v, k| v.get(k))?.as_f64()
 }
@@ -78,10 +70,7 @@ fn main() -> ExitCode {
     }
     let mut tables: Vec<Rows> = vec![Rows::new(); SECTIONS.len()];
     for f in &files {
-        let doc: Value = match std::fs::read_to_string(f)
-            .map_err(|e| e.to_string())
-            .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
-        {
+        let doc: Value = match read_json(f) {
             Ok(d) => d,
             Err(e) => {
                 eprintln!("demo-table: {f}: {e}");

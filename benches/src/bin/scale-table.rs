@@ -8,16 +8,8 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
+use benches::{median, read_json};
 use serde_json::Value;
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
 
 /// Bandwidth, setup seconds and connections per second of each run.
 #[derive(Default)]
@@ -36,10 +28,7 @@ fn main() -> ExitCode {
     // (test, qps) -> runs.
     let mut rows: BTreeMap<(String, u64), Runs> = BTreeMap::new();
     for f in &files {
-        let doc: Value = match std::fs::read_to_string(f)
-            .map_err(|e| e.to_string())
-            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
-        {
+        let doc: Value = match read_json(f) {
             Ok(d) => d,
             Err(e) => {
                 eprintln!("scale-table: {f}: {e}");
