@@ -474,7 +474,12 @@ impl<Q: LinkQueue> Worker<Q> {
 
     /// [`STATS_PERIOD`], stretched for many connections.
     fn stats_period(&self) -> Duration {
-        let n = self.iface.stack().len().div_ceil(STATS_CONNS_PER_PERIOD).max(1);
+        let n = self
+            .iface
+            .stack()
+            .len()
+            .div_ceil(STATS_CONNS_PER_PERIOD)
+            .max(1);
         STATS_PERIOD * u32::try_from(n).unwrap_or(u32::MAX)
     }
 
