@@ -95,8 +95,9 @@ pub struct PerfOptions {
     pub duration: Option<String>,
     /// Queue pairs, each its own connection on the same port (default 1,
     /// at most 16384). The configuration must have room for them:
-    /// `limits.max_qp` and `tcp.max_connections` (per worker; the session's
-    /// own connection counts too), e.g. `--set tcp.max_connections=10240`.
+    /// `limits.max_qp`, `tcp.max_connections` (per worker; the session's
+    /// own connection counts too) and `limits.max_cqe` for their
+    /// completions, e.g. `--set tcp.max_connections=10240`.
     #[arg(short = 'q', long = "qp", value_name = "N")]
     pub qps: Option<String>,
     /// TCP port of the control connection and of the data connections
@@ -692,7 +693,8 @@ impl PortInfo {
 /// Refuses a run that needs more queue pairs or connections than the
 /// dataplane's tables hold, naming the setting to raise: otherwise the
 /// run would fail part way through its setup with a table-full error.
-fn check_capacity(dp: &Dataplane, qps: usize) -> Result<(), ToolError> {
+fn check_capacity(dp: &Dataplane, spec: &RunSpec) -> Result<(), ToolError> {
+    let qps = spec.qps;
     let max_qp = dp.limits().max_qp as usize;
     if qps > max_qp {
         return Err(ToolError::Usage(format!(
@@ -708,6 +710,28 @@ fn check_capacity(dp: &Dataplane, qps: usize) -> Result<(), ToolError> {
              per worker ({} worker(s)); raise it, e.g. --set tcp.max_connections={needed}",
             dp.max_connections(),
             dp.workers()
+        )));
+    }
+    // Completions that can be outstanding at once: signalled sends, and
+    // for Send tests the receives and the credit Writes. A smaller queue
+    // would overrun in mid-run.
+    let (tx, rx) = (
+        u64::from(spec.tx_depth.max(1)),
+        u64::from(spec.rx_depth.max(1)),
+    );
+    let per_qp = tx + 8 + if spec.test.is_send() { rx + tx } else { 0 };
+    let cqe = per_qp * qps as u64;
+    let max_cqe = u64::from(dp.limits().max_cqe);
+    if cqe > max_cqe {
+        return Err(ToolError::Usage(format!(
+            "-q/--qp {qps}: {cqe} completions may be outstanding at once, more than \
+             limits.max_cqe = {max_cqe}; raise it (--set limits.max_cqe={cqe}) or lower \
+             -t/--tx-depth{}",
+            if spec.test.is_send() {
+                " and -r/--rx-depth"
+            } else {
+                ""
+            }
         )));
     }
     Ok(())
@@ -731,7 +755,7 @@ fn run_on(
 ) -> Result<Outcome, ToolError> {
     let role = plan.role();
     let name = plan.test.perftest_name();
-    check_capacity(dp, plan.qps)?;
+    check_capacity(dp, &plan.spec(plan.size))?;
     let resources = Resources::new(dp, &plan.spec(plan.size))?;
     let local: Vec<RemoteBuf> = (0..plan.qps).map(|i| resources.local_buf(i)).collect();
     let params = plan.session(port.mtu);
@@ -1225,6 +1249,18 @@ mod tests {
             Ok(_) => panic!("ran"),
         };
         assert!(err.contains("--set tcp.max_connections=2001"), "{err}");
+        // Room in the tables, not in the completion queue: 2000 QPs of
+        // 128 signalled writes each.
+        cfg.tcp.max_connections = 4096;
+        let (l, _peer) = MemLink::pair(&MemLinkConfig::default(), MAC_C, MAC_S);
+        let dp = Dataplane::open_with_link(&cfg, l, DriveMode::Threads).expect("dataplane");
+        let err = match run_on(&dp, &plan, &port(), None) {
+            Err(ToolError::Usage(m)) => m,
+            Err(e) => panic!("expected a usage error, got {e:?}"),
+            Ok(_) => panic!("ran"),
+        };
+        assert!(err.contains("limits.max_cqe = 65536"), "{err}");
+        assert!(err.contains("-t/--tx-depth"), "{err}");
         let too_many = args(|a| a.qps = Some("16385".into())).plan(TestKind::WriteBw);
         assert!(usage(too_many).contains("-q/--qp"));
     }

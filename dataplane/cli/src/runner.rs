@@ -377,11 +377,7 @@ impl Resources {
         let pd = dp.alloc_pd()?;
         let tx = spec.tx_depth.max(1);
         let rx = spec.rx_depth.max(1);
-        // Room for every completion that can be outstanding at once:
-        // signalled sends (credit writes included) and receives.
-        let cqe = (q as u32)
-            .saturating_mul(tx.saturating_add(rx).saturating_add(8))
-            .clamp(64, dp.limits().max_cqe.max(64));
+        let cqe = cq_entries(spec).clamp(64, dp.limits().max_cqe.max(64));
         let cq = dp.create_cq(cqe)?;
         let opts = QpOptions {
             // The engine keeps unsignalled requests until they are done:
@@ -749,6 +745,14 @@ pub fn connect_direct(
 /// Connections [`connect_direct`] has being set up at once (and the
 /// server's listen backlog).
 pub const CONNECT_WINDOW: usize = 64;
+
+/// Completion-queue entries a run's QPs need: room for every completion
+/// that can be outstanding at once, signalled sends (credit writes
+/// included) and receives.
+fn cq_entries(spec: &RunSpec) -> u32 {
+    let (tx, rx) = (spec.tx_depth.max(1), spec.rx_depth.max(1));
+    (spec.qps as u32).saturating_mul(tx.saturating_add(rx).saturating_add(8))
+}
 
 fn check_spec(spec: &RunSpec) -> Result<(), ToolError> {
     if spec.size == 0 || spec.size > u32::MAX as usize {
