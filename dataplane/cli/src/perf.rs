@@ -1226,39 +1226,32 @@ mod tests {
     /// setting to raise.
     #[test]
     fn more_qps_than_the_tables_hold_is_refused() {
-        let (c, _s) = pair();
         let plan = args(|a| {
             a.qps = Some("2000".into());
             a.peer = Some(IP_S.to_string());
         })
         .plan(TestKind::WriteBw)
         .expect("plan");
-        let err = match run_on(&c, &plan, &port(), None) {
-            Err(ToolError::Usage(m)) => m,
-            Err(e) => panic!("expected a usage error, got {e:?}"),
-            Ok(_) => panic!("ran"),
+        // The usage error a client with `cfg` gets for `plan`.
+        let refusal = |cfg: &Config| {
+            let (l, _peer) = MemLink::pair(&MemLinkConfig::default(), MAC_C, MAC_S);
+            let dp = Dataplane::open_with_link(cfg, l, DriveMode::Threads).expect("dataplane");
+            match run_on(&dp, &plan, &port(), None) {
+                Err(ToolError::Usage(m)) => m,
+                Err(e) => panic!("expected a usage error, got {e:?}"),
+                Ok(_) => panic!("ran"),
+            }
         };
-        assert!(err.contains("limits.max_qp"), "{err}");
         let mut cfg = Config::single("mem:perf", IP_C, MAC_C);
+        let err = refusal(&cfg);
+        assert!(err.contains("limits.max_qp"), "{err}");
         cfg.limits.max_qp = 4096;
-        let (l, _peer) = MemLink::pair(&MemLinkConfig::default(), MAC_C, MAC_S);
-        let dp = Dataplane::open_with_link(&cfg, l, DriveMode::Threads).expect("dataplane");
-        let err = match run_on(&dp, &plan, &port(), None) {
-            Err(ToolError::Usage(m)) => m,
-            Err(e) => panic!("expected a usage error, got {e:?}"),
-            Ok(_) => panic!("ran"),
-        };
+        let err = refusal(&cfg);
         assert!(err.contains("--set tcp.max_connections=2001"), "{err}");
         // Room in the tables, not in the completion queue: 2000 QPs of
         // 128 signalled writes each.
         cfg.tcp.max_connections = 4096;
-        let (l, _peer) = MemLink::pair(&MemLinkConfig::default(), MAC_C, MAC_S);
-        let dp = Dataplane::open_with_link(&cfg, l, DriveMode::Threads).expect("dataplane");
-        let err = match run_on(&dp, &plan, &port(), None) {
-            Err(ToolError::Usage(m)) => m,
-            Err(e) => panic!("expected a usage error, got {e:?}"),
-            Ok(_) => panic!("ran"),
-        };
+        let err = refusal(&cfg);
         assert!(err.contains("limits.max_cqe = 65536"), "{err}");
         assert!(err.contains("-t/--tx-depth"), "{err}");
         let too_many = args(|a| a.qps = Some("16385".into())).plan(TestKind::WriteBw);
