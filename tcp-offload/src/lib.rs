@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod iface;
+pub mod room;
 pub mod seq;
 pub mod tcp;
 pub mod time;

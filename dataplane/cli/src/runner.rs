@@ -665,17 +665,9 @@ pub fn connect_direct(
         ord,
         private_data: (i as u32).to_le_bytes().to_vec(),
     };
-    let client_index: std::collections::HashMap<_, usize> = client_res
-        .qps
-        .iter()
-        .enumerate()
-        .map(|(i, q)| (q.num(), i))
-        .collect();
-    let server_index: std::collections::HashMap<_, usize> = server_res.qps[..n]
-        .iter()
-        .enumerate()
-        .map(|(i, q)| (q.num(), i))
-        .collect();
+    let client_qps: std::collections::HashSet<_> = client_res.qps.iter().map(Qp::num).collect();
+    let server_qps: std::collections::HashSet<_> =
+        server_res.qps[..n].iter().map(Qp::num).collect();
     let (mut next, mut up_c, mut up_s) = (0, 0, 0);
     let mut last_progress = Instant::now();
     while up_c < n || up_s < n {
@@ -701,8 +693,8 @@ pub fn connect_direct(
                     };
                     server.accept(&req, &server_res.qps[i], &params(i))?;
                 }
-                CmEvent::Established { qp, .. } if server_index.contains_key(&qp) => up_s += 1,
-                CmEvent::Disconnected { qp, reason } if server_index.contains_key(&qp) => {
+                CmEvent::Established { qp, .. } if server_qps.contains(&qp) => up_s += 1,
+                CmEvent::Disconnected { qp, reason } if server_qps.contains(&qp) => {
                     return Err(ToolError::Peer(format!("connection ended: {reason}")))
                 }
                 _ => {}
@@ -714,7 +706,7 @@ pub fn connect_direct(
             Duration::from_millis(1)
         };
         match client.wait_event(wait) {
-            Some(CmEvent::Established { qp, .. }) if client_index.contains_key(&qp) => {
+            Some(CmEvent::Established { qp, .. }) if client_qps.contains(&qp) => {
                 up_c += 1;
                 moved = true;
             }

@@ -4,10 +4,11 @@
 //! until the replica mesh has it.
 
 use rdmap::verbs::{WcOpcode, WcStatus};
+use tcp_offload::room::room_at_first_use;
 
 use crate::ctl::MrOp;
 
-use super::conn::{first_use, Conn};
+use super::conn::Conn;
 use super::stag_mesh::{Hold, MrSyncLinks};
 
 impl Conn {
@@ -26,11 +27,11 @@ impl Conn {
             if let Some(h) = self.hold {
                 if !sync.acked(h.seq) {
                     while let Some(wc) = self.cq.poll_one() {
-                        first_use(&mut self.unexamined, self.room.unexamined);
+                        room_at_first_use(&mut self.unexamined, self.room.unexamined);
                         self.unexamined.push_back((wc, false));
                     }
                     while let Some(wc) = self.rcq.poll_one() {
-                        first_use(&mut self.unexamined, self.room.unexamined);
+                        room_at_first_use(&mut self.unexamined, self.room.unexamined);
                         self.unexamined.push_back((wc, true));
                     }
                     break;
@@ -38,7 +39,7 @@ impl Conn {
                 self.hold = None;
                 n += 1;
                 if let Some(entry) = h.wc {
-                    first_use(&mut self.backlog, self.room.backlog);
+                    room_at_first_use(&mut self.backlog, self.room.backlog);
                     self.backlog.push_front(entry);
                 }
             }
@@ -95,7 +96,7 @@ impl Conn {
                 &shared.send_cq
             };
             if let Err(wc) = ring.push(wc) {
-                first_use(&mut self.backlog, self.room.backlog);
+                room_at_first_use(&mut self.backlog, self.room.backlog);
                 self.backlog.push_front((wc, recv));
                 break;
             }

@@ -16,6 +16,7 @@ use rdmap::verbs::{
     CompletionQueue, CqId, Device, QpNum, QueuePair, RecvWr, SendWr, WorkCompletion,
 };
 use rdmap::verbs::{SharedReceiveQueue, SrqInitAttr};
+use tcp_offload::room::room_at_first_use;
 use tcp_offload::tcp::{self, ConnId, Event, Stack, StackError};
 use tcp_offload::Instant;
 
@@ -165,16 +166,9 @@ pub(super) struct Conn {
 /// nothing for it.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Room {
-    pub(super) backlog: u32,
-    pub(super) local_ops: u32,
-    pub(super) unexamined: u32,
-}
-
-/// Gives `q` room for `n` entries the first time it is used.
-pub(super) fn first_use<T>(q: &mut VecDeque<T>, n: u32) {
-    if q.capacity() == 0 {
-        q.reserve_exact(n as usize);
-    }
+    pub(super) backlog: usize,
+    pub(super) local_ops: usize,
+    pub(super) unexamined: usize,
 }
 
 impl Conn {
@@ -228,11 +222,11 @@ impl Conn {
         self.cq = CompletionQueue::new(a.send_cq, a.max_send_wr + 8);
         self.rcq = CompletionQueue::new(a.recv_cq, recvs + 8);
         self.room = Room {
-            backlog: a.max_send_wr + a.max_recv_wr + 16,
+            backlog: (a.max_send_wr + a.max_recv_wr) as usize + 16,
             // Sends stop draining while a completion is held, so at most
             // two send queues' worth of local operations are ever tracked.
-            local_ops: 2 * a.max_send_wr + 8,
-            unexamined: a.max_send_wr + recvs + 16,
+            local_ops: 2 * a.max_send_wr as usize + 8,
+            unexamined: (a.max_send_wr + recvs) as usize + 16,
         };
         self.srq = match (&shared.srq, a.srq) {
             (Some(srq), Some(id)) => Some(SharedReceiveQueue::with_supply(
@@ -515,25 +509,21 @@ impl Conn {
 
     /// Moves work requests from the submission rings into the QP.
     pub(super) fn drain_posts<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>) -> bool {
+        let Some(shared) = &self.shared else {
+            return false;
+        };
         // Nothing posted and nothing held back: the common case of a
         // connection serviced for its traffic, checked before any of the
         // setup below (it runs twice per service, for every connection
         // with traffic).
-        match &self.shared {
-            None => return false,
-            Some(sh)
-                if self.stash_recv.is_none()
-                    && self.stash_send.is_none()
-                    && sh.rq.is_empty()
-                    && sh.sq.is_empty() =>
-            {
-                return false
-            }
-            Some(_) => {}
-        }
-        let Some(shared) = self.shared.clone() else {
+        if self.stash_recv.is_none()
+            && self.stash_send.is_none()
+            && shared.rq.is_empty()
+            && shared.sq.is_empty()
+        {
             return false;
-        };
+        }
+        let shared = shared.clone();
         let attr = shared.attr;
         let mrs = cx.device.mrs();
         let mem = &*cx.mem;
@@ -576,7 +566,7 @@ impl Conn {
             match qp.post_send(&run, mrs) {
                 Ok(_) => {
                     if local.is_some() {
-                        first_use(&mut local_ops, room);
+                        room_at_first_use(&mut local_ops, room);
                     }
                     local_ops.extend(local);
                 }

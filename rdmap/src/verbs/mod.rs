@@ -448,6 +448,8 @@ impl Device {
 /// Gives `q` room for `n` entries the first time it is used, once, so
 /// that it never grows after: a queue pair that is never used (most of
 /// them, in a server holding thousands) costs nothing for its queues.
+/// (`tcp_offload::room` has its twin; this crate does not depend on that
+/// one.)
 pub(crate) fn room_at_first_use<T>(q: &mut VecDeque<T>, n: usize) {
     if q.capacity() == 0 {
         q.reserve_exact(n);

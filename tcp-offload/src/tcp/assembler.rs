@@ -190,7 +190,7 @@ impl<B: AsRef<[u8]>> Assembler<B> {
         self.bytes += payload.len();
         let stamp = self.next_stamp;
         self.next_stamp += 1;
-        super::room_for(&mut self.held, self.max_segments);
+        crate::room::room_for(&mut self.held, self.max_segments);
         self.held.insert(
             i,
             Held {

@@ -363,7 +363,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             if !r.sacked {
                 delivered.note(&r, true);
             }
-            super::room_for(&mut self.events, self.sendq.capacity() + EVENTS_AT_OPEN);
+            crate::room::room_for(&mut self.events, self.sendq.capacity() + EVENTS_AT_OPEN);
             self.events.push_back(Event::RecordAcked(r.record));
         }
         if ambiguous {
@@ -434,7 +434,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             let len = p.len();
             self.rcv_nxt += len;
             self.rx_bytes += len;
-            super::room_for(&mut self.rx_queue, self.rx_max_segments);
+            crate::room::room_for(&mut self.rx_queue, self.rx_max_segments);
             self.rx_queue.push_back(p);
             self.schedule_ack(now, len);
             self.pull_assembler();
@@ -471,7 +471,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             };
             self.rcv_nxt += q.len();
             self.rx_bytes += q.len();
-            super::room_for(&mut self.rx_queue, self.rx_max_segments);
+            crate::room::room_for(&mut self.rx_queue, self.rx_max_segments);
             self.rx_queue.push_back(q);
         }
         if self.rx_fin == Some(self.rcv_nxt) {

@@ -302,24 +302,3 @@ pub enum Event<R> {
     /// each exactly once, through [`Connection::poll_dropped`].
     TimedOut,
 }
-
-/// Entries a connection's queue takes room for at its first use.
-const FIRST_ROOM: usize = 8;
-
-/// Makes room in `q`, which never holds more than `n` entries, for one
-/// more. At its first use it takes room for a few ([`FIRST_ROOM`]); the
-/// first time those are not enough, room for all `n` at once. A
-/// connection's queues so cost little while it is only open (most of
-/// them, in a server holding thousands) and take their whole bound, once
-/// in the connection's life, when it first gets busy: a busy connection
-/// never allocates again, whatever its traffic does after.
-pub(crate) fn room_for<T>(q: &mut std::collections::VecDeque<T>, n: usize) {
-    if q.len() == q.capacity() && q.len() < n {
-        let want = if q.capacity() < FIRST_ROOM {
-            FIRST_ROOM.min(n)
-        } else {
-            n
-        };
-        q.reserve_exact(want - q.len());
-    }
-}

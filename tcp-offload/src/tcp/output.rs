@@ -687,7 +687,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             self.ack_queue.pop_front();
             self.stats.acks_coalesced += 1;
         }
-        super::room_for(&mut self.ack_queue, MAX_PENDING_ACKS);
+        crate::room::room_for(&mut self.ack_queue, MAX_PENDING_ACKS);
         self.ack_queue.push_back(AckSnapshot {
             ack: self.rcv_nxt,
             window,

@@ -275,7 +275,7 @@ impl<R> SendQueue<R> {
     pub(super) fn push(&mut self, record: R, len: usize, now: Instant) {
         let seq = self.end;
         self.end += len;
-        super::room_for(&mut self.recs, self.capacity);
+        crate::room::room_for(&mut self.recs, self.capacity);
         self.recs.push_back(SentRecord {
             record,
             seq,
