@@ -1054,6 +1054,8 @@ struct Runner<'a> {
     /// When the QPs' states were last looked at ([`STATUS_EVERY`]).
     status_checked: Instant,
     last_activity: Instant,
+    /// A poll found completions since the last tick.
+    polled_some: bool,
     deadline: Option<Instant>,
     wcs: [WorkCompletion; POLL_BATCH],
     scratch: Vec<u8>,
@@ -1104,6 +1106,7 @@ impl<'a> Runner<'a> {
             last_progress: now,
             status_checked: now,
             last_activity: now,
+            polled_some: false,
             deadline: spec.duration.map(|d| now + d),
             wcs: [blank; POLL_BATCH],
             scratch: Vec::new(),
@@ -1142,7 +1145,15 @@ impl<'a> Runner<'a> {
     /// connections' counters are read at most once per progress report
     /// and once per stall check (each read takes the dataplane's QP list).
     fn tick(&mut self, done: u64, total: u64) -> Result<Instant, ToolError> {
-        let now = Instant::now();
+        self.tick_at(Instant::now(), done, total)
+    }
+
+    /// [`Runner::tick`] at `now`, a time the caller has just read (the
+    /// bandwidth loops read the clock once per turn).
+    fn tick_at(&mut self, now: Instant, done: u64, total: u64) -> Result<Instant, ToolError> {
+        if std::mem::take(&mut self.polled_some) {
+            self.last_activity = now;
+        }
         if now.duration_since(self.last_progress) >= PROGRESS_EVERY {
             self.last_progress = now;
             let (sent, received, _) = wire_counters(self.dp, &self.res.qps);
@@ -1195,9 +1206,8 @@ impl<'a> Runner<'a> {
             b.poll();
         }
         let n = self.res.cq.poll(&mut self.wcs);
-        if n > 0 {
-            self.last_activity = Instant::now();
-        }
+        // Noted here, stamped by the next tick: no clock read per poll.
+        self.polled_some |= n > 0;
         n
     }
 
@@ -1309,8 +1319,10 @@ impl<'a> Runner<'a> {
         self.last_activity = self.start;
         let mut last_sample = self.start;
         samples.push((Duration::ZERO, 0));
+        // One clock read per turn, after the poll; the next turn's posting
+        // decision uses it.
+        let mut now = self.start;
         loop {
-            let now = Instant::now();
             let posting = !self.time_up(now);
             core::mem::swap(&mut ready, &mut visiting);
             for &i in &visiting {
@@ -1399,7 +1411,7 @@ impl<'a> Runner<'a> {
                     }
                 }
             }
-            let now = Instant::now();
+            now = Instant::now();
             if got > 0 && now.duration_since(last_sample) >= Duration::from_millis(1) {
                 last_sample = now;
                 samples.push((now - self.start, done));
@@ -1413,7 +1425,7 @@ impl<'a> Runner<'a> {
                 break;
             }
             if got == 0 {
-                self.tick(done, total)?;
+                self.tick_at(now, done, total)?;
                 self.idle();
             }
         }
@@ -1624,7 +1636,7 @@ impl<'a> Runner<'a> {
                 break;
             }
             if got == 0 {
-                if let Err(e) = self.tick(done, total) {
+                if let Err(e) = self.tick_at(now, done, total) {
                     return Err(match e {
                         ToolError::Peer(m) => ToolError::Peer(format!(
                             "{m} (receives per QP {rcnt:?}, credit writes in flight {scredit}, \
