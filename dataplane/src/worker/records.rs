@@ -63,6 +63,7 @@ impl Records {
     }
 
     /// Keeps `rec`; the handle TCP queues for it.
+    #[inline]
     pub(super) fn insert(&mut self, rec: FpduRecord) -> RecordRef {
         let solo = self.odd_payload_solo && rec.odd_payload();
         let len = u32::try_from(Record::len(&rec)).unwrap_or(u32::MAX);

@@ -121,6 +121,7 @@ pub(super) enum Chunk<'a> {
 }
 
 impl FpduRecord {
+    #[inline]
     pub(super) fn new(rec: OutRecord, mem: &MemoryTable) -> FpduRecord {
         let region = rec
             .payload()

@@ -105,6 +105,7 @@ impl Endpoint {
     /// position, markers, MSNs and offsets have moved past it): the driver
     /// must queue it, so it asks with no more than TCP will accept. Its
     /// [`OutRecord::end_offset`] identifies it and grows with every record.
+    #[inline]
     pub fn poll_record<M: Placement + ?Sized>(
         &mut self,
         max_segment: usize,
@@ -121,6 +122,7 @@ impl Endpoint {
         record
     }
 
+    #[inline]
     fn next_record<M: Placement + ?Sized>(
         &mut self,
         max_segment: usize,
