@@ -25,3 +25,29 @@ pub(crate) fn thread_id() -> Option<u32> {
     let link = std::fs::read_link("/proc/thread-self").ok()?;
     link.file_name()?.to_str()?.parse().ok()
 }
+
+/// The CPU's time-stamp counter (`RDTSC`): ticks at a rate that
+/// [`tsc_is_clock_source`] says whether to trust.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn tsc() -> u64 {
+    // SAFETY: RDTSC exists on every x86-64 CPU; it reads a counter into
+    // registers and touches no memory.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn tsc() -> u64 {
+    0
+}
+
+/// Whether the kernel keeps time with the time-stamp counter: it chooses
+/// it only when the counter runs at a constant rate and agrees across
+/// CPUs, which is what a clock scaled from it needs. Read once per
+/// worker at its start, never on the data path.
+pub(crate) fn tsc_is_clock_source() -> bool {
+    cfg!(target_arch = "x86_64")
+        && std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .is_ok_and(|s| s.trim() == "tsc")
+}

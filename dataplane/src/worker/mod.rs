@@ -154,6 +154,7 @@ mod tx;
 use self::conn::{is_open, Conn};
 use self::counters::bump;
 use self::records::Records;
+use clock::ClockReader;
 pub use clock::{Clock, ManualTime};
 pub use counters::{WorkerCounters, WorkerStats};
 pub use records::RecordRef;
@@ -284,7 +285,7 @@ pub struct Worker<Q: LinkQueue> {
     ctl: Receiver<Ctl>,
     out: Sender<WorkerMsg>,
     counters: Arc<WorkerCounters>,
-    clock: Clock,
+    clock: ClockReader,
     rx_batch: Vec<Q::RxBuf>,
     tx_batch: Vec<Q::TxFrame>,
     spare_frame: Option<Q::TxFrame>,
@@ -398,7 +399,7 @@ impl<Q: LinkQueue> Worker<Q> {
             ctl: s.ctl,
             out: s.out,
             counters: s.counters,
-            clock: Clock::new(),
+            clock: ClockReader::new(Clock::new()),
             rx_batch: Vec::with_capacity(RX_BURST),
             tx_batch: Vec::with_capacity(TX_BURST),
             spare_frame: None,
@@ -431,7 +432,7 @@ impl<Q: LinkQueue> Worker<Q> {
 
     /// Uses `clock` (shared by the workers of one dataplane).
     pub(crate) fn set_clock(&mut self, clock: Clock) {
-        self.clock = clock;
+        self.clock = ClockReader::new(clock);
     }
 
     /// Prepares the calling thread to run this worker's loop (the port's
@@ -531,7 +532,7 @@ impl<Q: LinkQueue> Worker<Q> {
             }
         }
         self.ready.mark_all(self.conns.len());
-        if self.clock.is_manual() {
+        if self.clock.clock().is_manual() {
             // Virtual time stands still while the program that moves it
             // waits here: send the FINs and go, as after a zero linger.
             self.poll();
