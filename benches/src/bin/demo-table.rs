@@ -5,8 +5,10 @@
 //! bytes, the ratio to one core handing the bytes to another, and each
 //! side's worker CPU time per byte; then the message-rate rounds (millions
 //! of small messages per second) and the latency rounds beside the
-//! kernel's TCP ping-pong of the same runs. `benches/demo-bw.sh` runs the
-//! demos and calls it.
+//! kernel's TCP ping-pong of the same runs; last, each run's cache-line
+//! round trip between the two cores, before and after its rounds (where
+//! the host put the machine's vCPUs, which moves every figure).
+//! `benches/demo-bw.sh` runs the demos and calls it.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -69,6 +71,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let mut tables: Vec<Rows> = vec![Rows::new(); SECTIONS.len()];
+    let mut trips = Vec::new();
     for f in &files {
         let doc: Value = match read_json(f) {
             Ok(d) => d,
@@ -78,6 +81,12 @@ fn main() -> ExitCode {
             }
         };
         let mtu = doc["mtu"].as_u64().unwrap_or(0);
+        let ns = |i: usize| {
+            doc["cross_core_round_trip_ns"][i]
+                .as_f64()
+                .map_or("-".to_string(), |x| format!("{x:.0}"))
+        };
+        trips.push(format!("  {f}: MTU {mtu}, {} / {}", ns(0), ns(1)));
         for ((key, figures), rows) in SECTIONS.iter().zip(tables.iter_mut()) {
             for row in doc[*key].as_array().into_iter().flatten() {
                 let test = row["test"].as_str().unwrap_or("?").to_string();
@@ -103,6 +112,10 @@ fn main() -> ExitCode {
         }
         println!("{key}:");
         print_table(figures, rows);
+    }
+    println!("cache line round trip between the two cores, ns, before / after the rounds:");
+    for t in trips {
+        println!("{t}");
     }
     ExitCode::SUCCESS
 }

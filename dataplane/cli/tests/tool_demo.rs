@@ -64,6 +64,17 @@ fn demo_json_has_every_figure_and_leaves_nothing_behind() {
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
     assert_eq!(j["data_check"], "passed");
     positive(&j["verified_bytes"], "verified_bytes");
+    // The cores' distance, before and after the rounds: measured wherever
+    // the process may use two cores.
+    let two = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    for i in 0..2 {
+        let rtt = &j["cross_core_round_trip_ns"][i];
+        if two {
+            positive(rtt, "cross_core_round_trip_ns");
+        } else {
+            assert!(rtt.is_null(), "{rtt}");
+        }
+    }
     // `--drive auto` tried both ways and kept the faster.
     let trial = &j["drive_trial"];
     positive(&trial["round_trips"], "drive_trial round_trips");

@@ -8,13 +8,16 @@
 //! path.
 //!
 //! The two threads are pinned to two different cores when the process may
-//! use two. Left to the scheduler, a blocking hand-off often runs both on
-//! one core in turn, the bytes never leave its cache, and the figure is a
-//! one-core copy (measured on a two-vCPU machine: 33 GB/s unpinned against
-//! 2.5 to 8 GB/s pinned apart, depending on where the host placed the two
-//! vCPUs).
+//! use two, so that the figure never comes from one core taking turns
+//! with itself. Where those cores sit decides it: on a two-vCPU virtual
+//! machine it measured 32 to 37 GB/s while a cache line went from one
+//! vCPU to the other and back in about 60 ns (cores sharing a cache) and
+//! 1.8 to 2.3 GB/s while that took about 320 ns, the host having moved
+//! the vCPUs apart; [`line_round_trip_ns`] measures that distance.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::sync_channel;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::MB;
@@ -112,6 +115,77 @@ fn handoff_on(
     Some(bytes as f64 / t.as_secs_f64().max(1e-9) / MB)
 }
 
+/// Round trips timed together in [`line_round_trip_ns`].
+const ROUND_TRIPS_PER_BATCH: u64 = 1000;
+
+/// The value that tells the answering thread to end.
+const STOP: u64 = u64::MAX;
+
+/// Nanoseconds for one cache line to go from one core to the other and
+/// back: two threads pinned to two cores take turns writing one word,
+/// each waiting for the other's write, for about `limit`; the median of
+/// batches of [`ROUND_TRIPS_PER_BATCH`]. It says how near each other the
+/// two cores are (on a virtual machine, where the host put its vCPUs at
+/// the time): tens of nanoseconds for cores sharing a cache, hundreds
+/// across dies or sockets, and every figure of the ring demo follows it.
+/// `None` where the process may use only one core, or when the other
+/// thread did not answer within four times `limit`.
+pub fn line_round_trip_ns(limit: Duration) -> Option<f64> {
+    let (a, b) = two_cores()?;
+    let line = Arc::new(AtomicU64::new(0));
+    let answer = Arc::clone(&line);
+    let answerer = std::thread::Builder::new()
+        .name("demo-rtt".into())
+        .spawn(move || {
+            core_affinity::set_for_current(b);
+            let mut expect = 1u64;
+            loop {
+                match answer.load(Ordering::Acquire) {
+                    STOP => break,
+                    v if v == expect => {
+                        answer.store(v + 1, Ordering::Release);
+                        expect += 2;
+                    }
+                    _ => std::hint::spin_loop(),
+                }
+            }
+        })
+        .ok()?;
+    let asker = std::thread::Builder::new()
+        .name("demo-rtt-ask".into())
+        .spawn(move || {
+            core_affinity::set_for_current(a);
+            let start = Instant::now();
+            let give_up = limit * 4;
+            let mut v = 0u64;
+            let mut batches = Vec::new();
+            'run: while start.elapsed() < limit {
+                let t = Instant::now();
+                for _ in 0..ROUND_TRIPS_PER_BATCH {
+                    line.store(v + 1, Ordering::Release);
+                    let mut spins = 0u32;
+                    while line.load(Ordering::Acquire) != v + 2 {
+                        spins = spins.wrapping_add(1);
+                        if spins % 4096 == 0 && start.elapsed() > give_up {
+                            batches.clear();
+                            break 'run;
+                        }
+                        std::hint::spin_loop();
+                    }
+                    v += 2;
+                }
+                batches.push(t.elapsed().as_nanos() as f64 / ROUND_TRIPS_PER_BATCH as f64);
+            }
+            line.store(STOP, Ordering::Release);
+            batches.sort_by(f64::total_cmp);
+            batches.get(batches.len() / 2).copied()
+        })
+        .ok()?;
+    let r = asker.join().ok()?;
+    answerer.join().ok()?;
+    r
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +198,16 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(5));
         // A message larger than the in-flight cap still moves.
         assert!(handoff(48 << 20, Duration::from_millis(10)).is_some_and(|r| r > 0.0));
+    }
+
+    #[test]
+    fn a_line_round_trip_takes_a_positive_time_or_needs_two_cores() {
+        let t = Instant::now();
+        match line_round_trip_ns(Duration::from_millis(20)) {
+            Some(ns) => assert!(ns > 0.0 && ns < 1e7, "{ns} ns"),
+            None => assert!(two_cores().is_none(), "two cores, but no figure"),
+        }
+        assert!(t.elapsed() < Duration::from_secs(5));
     }
 
     #[test]

@@ -353,6 +353,12 @@ pub struct DemoReport {
     pub message_rate: Vec<RateRow>,
     /// WRITE, READ, SEND latency.
     pub latency: Vec<LatRow>,
+    /// Nanoseconds for a cache line to go from one of the two cores to the
+    /// other and back, measured before the rounds and after them
+    /// (`null` on one core): how near each other the cores the endpoints
+    /// share are. On a virtual machine the host may move its vCPUs during
+    /// a run; the ring demo's figures follow (see `demo/handoff.rs`).
+    pub cross_core_round_trip_ns: [Option<f64>; 2],
     /// Bytes checked in all.
     pub verified_bytes: u64,
     /// `"passed"`: a failed check ends the demo with an error instead.
@@ -436,6 +442,7 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
     let k = kernel_baseline(args)?;
     let kl = kernel_latency_baseline(args)?;
     let cross_core = cross_core_baseline(args)?;
+    let rtt_before = round_trip(args, "before the rounds");
     let a = Dataplane::open_with_link(&config(IP_A, MAC_A), la, DriveMode::Threads)?;
     let b = Dataplane::open_with_link(&config(IP_B, MAC_B), lb, DriveMode::Threads)?;
     say(
@@ -595,9 +602,22 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
         bandwidth,
         message_rate,
         latency,
+        cross_core_round_trip_ns: [rtt_before, round_trip(args, "after the rounds")],
         verified_bytes,
         data_check: "passed",
     })
+}
+
+/// [`handoff::line_round_trip_ns`] over 20 ms, said on stderr.
+fn round_trip(args: &DemoArgs, when: &str) -> Option<f64> {
+    let r = handoff::line_round_trip_ns(Duration::from_millis(20));
+    if let Some(ns) = r {
+        say(
+            args,
+            &format!("  a cache line from one core to the other and back, {when}: {ns:.0} ns"),
+        );
+    }
+    r
 }
 
 /// One core handing each message to another (see [`handoff`]): the
@@ -1036,6 +1056,12 @@ pub fn table(r: &DemoReport) -> String {
             first.cross_core_mbps,
             ratios.join(", ")
         ));
+        let ns = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.0} ns"));
+        out.push_str(&format!(
+            " a cache line from one core to the other and back: {} before the rounds, {} after\n",
+            ns(r.cross_core_round_trip_ns[0]),
+            ns(r.cross_core_round_trip_ns[1])
+        ));
         if r.qps > 1 {
             let setups: Vec<String> = r
                 .bandwidth
@@ -1234,6 +1260,7 @@ mod tests {
                 },
                 verified_bytes: 1000,
             }],
+            cross_core_round_trip_ns: [Some(62.5), None],
             verified_bytes: 78336,
             data_check: "passed",
         };
@@ -1253,6 +1280,12 @@ mod tests {
         assert_eq!(j["latency"][0]["p99_us"], 20.0);
         assert_eq!(j["bandwidth"][0]["kernel_ratio"], 0.125);
         assert_eq!(j["bandwidth"][0]["cross_core_ratio"], 0.078);
+        assert!(
+            t.contains("and back: 62 ns before the rounds, - after"),
+            "{t}"
+        );
+        assert_eq!(j["cross_core_round_trip_ns"][0], 62.5);
+        assert!(j["cross_core_round_trip_ns"][1].is_null());
         assert!(t.contains("80.0 MB/s") && t.contains("0.078"), "{t}");
         assert_eq!(j["bandwidth"][0]["sink_workers"]["ns_per_byte"], 2.25);
         assert_eq!(j["bandwidth"][0]["kernel_sender"]["busy"], 1.0);
