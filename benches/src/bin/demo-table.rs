@@ -6,9 +6,16 @@
 //! side's worker CPU time per byte; then the message-rate rounds (millions
 //! of small messages per second) and the latency rounds beside the
 //! kernel's TCP ping-pong of the same runs; last, each run's cache-line
-//! round trip between the two cores, before and after its rounds (where
-//! the host put the machine's vCPUs, which moves every figure).
-//! `benches/demo-bw.sh` runs the demos and calls it.
+//! round trip between the two cores, before and after its rounds.
+//!
+//! That round trip says where the host put the machine's vCPUs, which
+//! moves every figure of the ring demo (on a two-vCPU machine, write-bw
+//! at MTU 9000 ran three times faster with the cores near each other):
+//! the rows are kept apart by it, `near` (both round trips under
+//! [`NEAR_NS`]), `far` (both at or over it), `moved` (one of each: the
+//! host moved the vCPUs during the run) and `-` (no figure), so that a
+//! median never mixes the two kinds of machine. `benches/demo-bw.sh`
+//! runs the demos and calls it.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -57,8 +64,29 @@ const SECTIONS: [(&str, &[Figure]); 3] = [
     ("latency", LAT_FIGURES),
 ];
 
-/// (mtu, test) -> one list of values per figure.
-type Rows = BTreeMap<(u64, String), Vec<Vec<f64>>>;
+/// (placement, mtu, test) -> one list of values per figure.
+type Rows = BTreeMap<(&'static str, u64, String), Vec<Vec<f64>>>;
+
+/// A cache-line round trip between the cores below this is cores that
+/// share a cache (tens of nanoseconds); across dies or sockets it takes
+/// hundreds.
+const NEAR_NS: f64 = 150.0;
+
+/// Where the run's two cores were, from its round trips before and after
+/// the rounds.
+fn placement(doc: &Value) -> &'static str {
+    let near = |i: usize| {
+        doc["cross_core_round_trip_ns"][i]
+            .as_f64()
+            .map(|x| x < NEAR_NS)
+    };
+    match (near(0), near(1)) {
+        (Some(true), Some(true)) => "near",
+        (Some(false), Some(false)) => "far",
+        (Some(_), Some(_)) => "moved",
+        _ => "-",
+    }
+}
 
 fn field(row: &Value, path: &[&str]) -> Option<f64> {
     path.iter().try_fold(row, |v, k| v.get(k))?.as_f64()
@@ -86,12 +114,13 @@ fn main() -> ExitCode {
                 .as_f64()
                 .map_or("-".to_string(), |x| format!("{x:.0}"))
         };
-        trips.push(format!("  {f}: MTU {mtu}, {} / {}", ns(0), ns(1)));
+        let cores = placement(&doc);
+        trips.push(format!("  {f}: MTU {mtu}, {} / {} ({cores})", ns(0), ns(1)));
         for ((key, figures), rows) in SECTIONS.iter().zip(tables.iter_mut()) {
             for row in doc[*key].as_array().into_iter().flatten() {
                 let test = row["test"].as_str().unwrap_or("?").to_string();
                 let slot = rows
-                    .entry((mtu, test))
+                    .entry((cores, mtu, test))
                     .or_insert_with(|| vec![Vec::new(); figures.len()]);
                 for (i, (_, path)) in figures.iter().enumerate() {
                     if let Some(x) = field(row, path) {
@@ -113,7 +142,10 @@ fn main() -> ExitCode {
         println!("{key}:");
         print_table(figures, rows);
     }
-    println!("cache line round trip between the two cores, ns, before / after the rounds:");
+    println!(
+        "cache line round trip between the two cores, ns, before / after the rounds \
+         (near: both under {NEAR_NS} ns):"
+    );
     for t in trips {
         println!("{t}");
     }
@@ -121,16 +153,35 @@ fn main() -> ExitCode {
 }
 
 fn print_table(figures: &[Figure], rows: Rows) {
-    print!("{:>5} {:<9}", "MTU", "test");
+    print!("{:<6} {:>5} {:<9} {:>4}", "cores", "MTU", "test", "runs");
     for (name, _) in figures {
         print!(" {name:>12}");
     }
     println!();
-    for ((mtu, test), mut figs) in rows {
-        print!("{mtu:>5} {test:<9}");
+    for ((cores, mtu, test), mut figs) in rows {
+        print!("{cores:<6} {mtu:>5} {test:<9} {:>4}", figs[0].len());
         for v in figs.iter_mut() {
             print!(" {:>12.3}", median(v));
         }
         println!();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(trips: Value) -> Value {
+        serde_json::json!({ "cross_core_round_trip_ns": trips })
+    }
+
+    #[test]
+    fn runs_are_told_apart_by_where_their_cores_were() {
+        assert_eq!(placement(&doc(serde_json::json!([62.0, 64.0]))), "near");
+        assert_eq!(placement(&doc(serde_json::json!([320.0, 345.0]))), "far");
+        assert_eq!(placement(&doc(serde_json::json!([64.0, 330.0]))), "moved");
+        assert_eq!(placement(&doc(serde_json::json!([null, null]))), "-");
+        // A document from before the figure existed.
+        assert_eq!(placement(&serde_json::json!({ "mtu": 1500 })), "-");
     }
 }
