@@ -83,3 +83,43 @@ pub fn read_json(path: &str) -> Result<serde_json::Value, String> {
         .map_err(|e| e.to_string())
         .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
 }
+
+/// Appends one formatted line to a `String` (the table tools build their
+/// whole output first and write it with [`write_out`]).
+#[macro_export]
+macro_rules! outln {
+    ($out:expr) => {
+        $out.push('\n')
+    };
+    ($out:expr, $($arg:tt)*) => {{
+        $out.push_str(&format!($($arg)*));
+        $out.push('\n');
+    }};
+}
+
+/// Appends formatted text to a `String`, with no line end.
+#[macro_export]
+macro_rules! out {
+    ($out:expr, $($arg:tt)*) => {
+        $out.push_str(&format!($($arg)*))
+    };
+}
+
+/// Writes a table tool's output to stdout. A reader that went away
+/// (`| head`) ends the tool quietly and successfully, as it does `cat`;
+/// any other write error is one line on stderr and a failure.
+pub fn write_out(tool: &str, text: &str) -> std::process::ExitCode {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{tool}: writing the table: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

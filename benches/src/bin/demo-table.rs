@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use benches::{median, read_json};
+use benches::{median, out, outln, read_json, write_out};
 use serde_json::Value;
 
 /// A figure's column name and its path in a row.
@@ -98,6 +98,7 @@ fn main() -> ExitCode {
         eprintln!("usage: demo-table FILE... (documents of `iwarp demo --json`)");
         return ExitCode::from(2);
     }
+    let mut out = String::new();
     let mut tables: Vec<Rows> = vec![Rows::new(); SECTIONS.len()];
     let mut trips = Vec::new();
     for f in &files {
@@ -131,7 +132,8 @@ fn main() -> ExitCode {
         }
     }
     let runs = tables[0].values().map(|r| r[0].len()).max().unwrap_or(0);
-    println!(
+    outln!(
+        out,
         "medians of {runs} run(s) per row, from {} document(s)",
         files.len()
     );
@@ -139,31 +141,39 @@ fn main() -> ExitCode {
         if rows.is_empty() {
             continue;
         }
-        println!("{key}:");
-        print_table(figures, rows);
+        outln!(out, "{key}:");
+        print_table(&mut out, figures, rows);
     }
-    println!(
+    outln!(
+        out,
         "cache line round trip between the two cores, ns, before / after the rounds \
          (near: both under {NEAR_NS} ns):"
     );
     for t in trips {
-        println!("{t}");
+        outln!(out, "{t}");
     }
-    ExitCode::SUCCESS
+    write_out("demo-table", &out)
 }
 
-fn print_table(figures: &[Figure], rows: Rows) {
-    print!("{:<6} {:>5} {:<9} {:>4}", "cores", "MTU", "test", "runs");
+fn print_table(out: &mut String, figures: &[Figure], rows: Rows) {
+    out!(
+        out,
+        "{:<6} {:>5} {:<9} {:>4}",
+        "cores",
+        "MTU",
+        "test",
+        "runs"
+    );
     for (name, _) in figures {
-        print!(" {name:>12}");
+        out!(out, " {name:>12}");
     }
-    println!();
+    outln!(out);
     for ((cores, mtu, test), mut figs) in rows {
-        print!("{cores:<6} {mtu:>5} {test:<9} {:>4}", figs[0].len());
+        out!(out, "{cores:<6} {mtu:>5} {test:<9} {:>4}", figs[0].len());
         for v in figs.iter_mut() {
-            print!(" {:>12.3}", median(v));
+            out!(out, " {:>12.3}", median(v));
         }
-        println!();
+        outln!(out);
     }
 }
 

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use benches::{median, read_json};
+use benches::{median, outln, read_json, write_out};
 use serde_json::Value;
 
 /// Bandwidth, setup seconds and connections per second of each run.
@@ -57,14 +57,23 @@ fn main() -> ExitCode {
             one.insert(test.clone(), median(&mut r.bw));
         }
     }
-    println!(
+    let mut out = String::new();
+    outln!(
+        out,
         "{:<10} {:>6} {:>5} {:>10} {:>9} {:>10} {:>12}",
-        "test", "QPs", "runs", "BW MB/s", "x 1 QP", "setup s", "connects/s"
+        "test",
+        "QPs",
+        "runs",
+        "BW MB/s",
+        "x 1 QP",
+        "setup s",
+        "connects/s"
     );
     for ((test, qps), r) in &mut rows {
         let bw = median(&mut r.bw);
         let ratio = one.get(test).map_or(f64::NAN, |b| bw / b);
-        println!(
+        outln!(
+            out,
             "{:<10} {:>6} {:>5} {:>10.1} {:>9.3} {:>10.3} {:>12.0}",
             test,
             qps,
@@ -75,6 +84,9 @@ fn main() -> ExitCode {
             median(&mut r.rate)
         );
     }
-    println!("(medians; x 1 QP = the median with N QPs / the median with one, same runs)");
-    ExitCode::SUCCESS
+    outln!(
+        out,
+        "(medians; x 1 QP = the median with N QPs / the median with one, same runs)"
+    );
+    write_out("scale-table", &out)
 }

@@ -1,0 +1,67 @@
+//! The table tools end well when their reader goes away (`| head`): the
+//! rest of the table is dropped, the exit status is success, and nothing
+//! panics.
+
+use std::process::{Command, Stdio};
+
+/// A directory of `n` small demo documents, each with its own QP count:
+/// with enough of them, either table's output (demo-table's line per
+/// document, scale-table's row per QP count) is larger than a pipe holds.
+fn documents(name: &str, n: usize) -> (std::path::PathBuf, Vec<String>) {
+    let dir = std::env::temp_dir().join(format!("table-tools-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let files = (0..n)
+        .map(|i| {
+            let f = dir.join(format!("run-{i:05}.json"));
+            let doc = serde_json::json!({
+                "mtu": 1500,
+                "cross_core_round_trip_ns": [60.0, 330.0],
+                "bandwidth": [{
+                    "test": "write-bw", "qps": 1 + i, "bw_avg_mbps": 1000.0 + i as f64,
+                    "setup_seconds": 0.001, "connects_per_second": 900.0
+                }],
+            });
+            std::fs::write(&f, doc.to_string()).expect("write a document");
+            f.display().to_string()
+        })
+        .collect();
+    (dir, files)
+}
+
+fn ends_well_with_no_reader(exe: &str, files: &[String]) {
+    let mut child = Command::new(exe)
+        .args(files)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the tool");
+    // Close the read end at once: the tool's writes find no reader.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("the tool ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{exe}: {:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{exe}: {stderr}");
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_the_tables_quietly() {
+    let (dir, files) = documents("pipe", 2000);
+    ends_well_with_no_reader(env!("CARGO_BIN_EXE_demo-table"), &files);
+    // One row per QP count: as large.
+    ends_well_with_no_reader(env!("CARGO_BIN_EXE_scale-table"), &files);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_demo_table_tells_each_run_where_its_cores_were() {
+    let (dir, files) = documents("placement", 3);
+    let out = Command::new(env!("CARGO_BIN_EXE_demo-table"))
+        .args(&files)
+        .output()
+        .expect("run demo-table");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("moved   1500 write-bw     3"), "{text}");
+    assert_eq!(text.matches("60 / 330 (moved)").count(), 3, "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}
