@@ -47,21 +47,34 @@ fn two_cores() -> Option<(core_affinity::CoreId, core_affinity::CoreId)> {
     }
 }
 
+/// Starts a thread named `name` that runs `f` on `core` (anywhere when
+/// `None`). Every thread of these baselines is its own, so that pinning
+/// it leaves the caller's CPU set, which later threads inherit, as it
+/// was.
+fn spawn_pinned<T: Send + 'static>(
+    name: &str,
+    core: Option<core_affinity::CoreId>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<std::thread::JoinHandle<T>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            if let Some(c) = core {
+                core_affinity::set_for_current(c);
+            }
+            f()
+        })
+        .ok()
+}
+
 fn handoff(size: usize, limit: Duration) -> Option<f64> {
     let cores = two_cores();
-    // The reader runs on a thread of its own, so that pinning it leaves
-    // the caller's CPU set (which later threads inherit) as it was.
-    std::thread::Builder::new()
-        .name("demo-handoff-rx".into())
-        .spawn(move || {
-            if let Some((_, reader)) = cores {
-                core_affinity::set_for_current(reader);
-            }
-            handoff_on(size, limit, cores.map(|(writer, _)| writer))
-        })
-        .ok()?
-        .join()
-        .ok()?
+    let (writer, reader) = (cores.map(|c| c.0), cores.map(|c| c.1));
+    spawn_pinned("demo-handoff-rx", reader, move || {
+        handoff_on(size, limit, writer)
+    })?
+    .join()
+    .ok()?
 }
 
 fn handoff_on(
@@ -76,21 +89,15 @@ fn handoff_on(
     for _ in 0..depth {
         empty_tx.send(vec![0u8; size]).ok()?;
     }
-    let writer = std::thread::Builder::new()
-        .name("demo-handoff".into())
-        .spawn(move || {
-            if let Some(c) = writer_core {
-                core_affinity::set_for_current(c);
+    let writer = spawn_pinned("demo-handoff", writer_core, move || {
+        let src: Vec<u8> = (0..size).map(|i| (i * 131 + 7) as u8).collect();
+        while let Ok(mut buf) = empty_rx.recv() {
+            buf.copy_from_slice(&src);
+            if full_tx.send(buf).is_err() {
+                break;
             }
-            let src: Vec<u8> = (0..size).map(|i| (i * 131 + 7) as u8).collect();
-            while let Ok(mut buf) = empty_rx.recv() {
-                buf.copy_from_slice(&src);
-                if full_tx.send(buf).is_err() {
-                    break;
-                }
-            }
-        })
-        .ok()?;
+        }
+    })?;
     let start = Instant::now();
     let mut bytes = 0u64;
     let mut sum = 0u32;
@@ -134,53 +141,45 @@ pub fn line_round_trip_ns(limit: Duration) -> Option<f64> {
     let (a, b) = two_cores()?;
     let line = Arc::new(AtomicU64::new(0));
     let answer = Arc::clone(&line);
-    let answerer = std::thread::Builder::new()
-        .name("demo-rtt".into())
-        .spawn(move || {
-            core_affinity::set_for_current(b);
-            let mut expect = 1u64;
-            loop {
-                match answer.load(Ordering::Acquire) {
-                    STOP => break,
-                    v if v == expect => {
-                        answer.store(v + 1, Ordering::Release);
-                        expect += 2;
-                    }
-                    _ => std::hint::spin_loop(),
+    let answerer = spawn_pinned("demo-rtt", Some(b), move || {
+        let mut expect = 1u64;
+        loop {
+            match answer.load(Ordering::Acquire) {
+                STOP => break,
+                v if v == expect => {
+                    answer.store(v + 1, Ordering::Release);
+                    expect += 2;
                 }
+                _ => std::hint::spin_loop(),
             }
-        })
-        .ok()?;
-    let asker = std::thread::Builder::new()
-        .name("demo-rtt-ask".into())
-        .spawn(move || {
-            core_affinity::set_for_current(a);
-            let start = Instant::now();
-            let give_up = limit * 4;
-            let mut v = 0u64;
-            let mut batches = Vec::new();
-            'run: while start.elapsed() < limit {
-                let t = Instant::now();
-                for _ in 0..ROUND_TRIPS_PER_BATCH {
-                    line.store(v + 1, Ordering::Release);
-                    let mut spins = 0u32;
-                    while line.load(Ordering::Acquire) != v + 2 {
-                        spins = spins.wrapping_add(1);
-                        if spins % 4096 == 0 && start.elapsed() > give_up {
-                            batches.clear();
-                            break 'run;
-                        }
-                        std::hint::spin_loop();
+        }
+    })?;
+    let asker = spawn_pinned("demo-rtt-ask", Some(a), move || {
+        let start = Instant::now();
+        let give_up = limit * 4;
+        let mut v = 0u64;
+        let mut batches = Vec::new();
+        'run: while start.elapsed() < limit {
+            let t = Instant::now();
+            for _ in 0..ROUND_TRIPS_PER_BATCH {
+                line.store(v + 1, Ordering::Release);
+                let mut spins = 0u32;
+                while line.load(Ordering::Acquire) != v + 2 {
+                    spins = spins.wrapping_add(1);
+                    if spins % 4096 == 0 && start.elapsed() > give_up {
+                        batches.clear();
+                        break 'run;
                     }
-                    v += 2;
+                    std::hint::spin_loop();
                 }
-                batches.push(t.elapsed().as_nanos() as f64 / ROUND_TRIPS_PER_BATCH as f64);
+                v += 2;
             }
-            line.store(STOP, Ordering::Release);
-            batches.sort_by(f64::total_cmp);
-            batches.get(batches.len() / 2).copied()
-        })
-        .ok()?;
+            batches.push(t.elapsed().as_nanos() as f64 / ROUND_TRIPS_PER_BATCH as f64);
+        }
+        line.store(STOP, Ordering::Release);
+        batches.sort_by(f64::total_cmp);
+        batches.get(batches.len() / 2).copied()
+    })?;
     let r = asker.join().ok()?;
     answerer.join().ok()?;
     r
