@@ -72,15 +72,16 @@ type Rows = BTreeMap<(&'static str, u64, String), Vec<Vec<f64>>>;
 /// hundreds.
 const NEAR_NS: f64 = 150.0;
 
-/// Where the run's two cores were, from its round trips before and after
-/// the rounds.
-fn placement(doc: &Value) -> &'static str {
-    let near = |i: usize| {
-        doc["cross_core_round_trip_ns"][i]
-            .as_f64()
-            .map(|x| x < NEAR_NS)
-    };
-    match (near(0), near(1)) {
+/// A run's cache-line round trips between its two cores, before and after
+/// the rounds (`None` where the document has no figure).
+fn round_trips(doc: &Value) -> [Option<f64>; 2] {
+    [0, 1].map(|i| doc["cross_core_round_trip_ns"][i].as_f64())
+}
+
+/// Where the run's two cores were, from its round trips.
+fn placement(trips: [Option<f64>; 2]) -> &'static str {
+    let [before, after] = trips.map(|t| t.map(|x| x < NEAR_NS));
+    match (before, after) {
         (Some(true), Some(true)) => "near",
         (Some(false), Some(false)) => "far",
         (Some(_), Some(_)) => "moved",
@@ -110,13 +111,10 @@ fn main() -> ExitCode {
             }
         };
         let mtu = doc["mtu"].as_u64().unwrap_or(0);
-        let ns = |i: usize| {
-            doc["cross_core_round_trip_ns"][i]
-                .as_f64()
-                .map_or("-".to_string(), |x| format!("{x:.0}"))
-        };
-        let cores = placement(&doc);
-        trips.push(format!("  {f}: MTU {mtu}, {} / {} ({cores})", ns(0), ns(1)));
+        let rt = round_trips(&doc);
+        let cores = placement(rt);
+        let [before, after] = rt.map(|x| x.map_or("-".to_string(), |x| format!("{x:.0}")));
+        trips.push(format!("  {f}: MTU {mtu}, {before} / {after} ({cores})"));
         for ((key, figures), rows) in SECTIONS.iter().zip(tables.iter_mut()) {
             for row in doc[*key].as_array().into_iter().flatten() {
                 let test = row["test"].as_str().unwrap_or("?").to_string();
@@ -187,11 +185,15 @@ mod tests {
 
     #[test]
     fn runs_are_told_apart_by_where_their_cores_were() {
-        assert_eq!(placement(&doc(serde_json::json!([62.0, 64.0]))), "near");
-        assert_eq!(placement(&doc(serde_json::json!([320.0, 345.0]))), "far");
-        assert_eq!(placement(&doc(serde_json::json!([64.0, 330.0]))), "moved");
-        assert_eq!(placement(&doc(serde_json::json!([null, null]))), "-");
+        let at = |trips: Value| placement(round_trips(&doc(trips)));
+        assert_eq!(at(serde_json::json!([62.0, 64.0])), "near");
+        assert_eq!(at(serde_json::json!([320.0, 345.0])), "far");
+        assert_eq!(at(serde_json::json!([64.0, 330.0])), "moved");
+        assert_eq!(at(serde_json::json!([null, null])), "-");
         // A document from before the figure existed.
-        assert_eq!(placement(&serde_json::json!({ "mtu": 1500 })), "-");
+        assert_eq!(
+            placement(round_trips(&serde_json::json!({ "mtu": 1500 }))),
+            "-"
+        );
     }
 }
