@@ -78,6 +78,7 @@ fn full_example_parses() {
     );
     assert_eq!(m.mpa.crc, CrcPolicy::Requested);
     assert_eq!(m.mpa.nudge_ms, 200);
+    assert_eq!(m.tcp.turn_bytes, 65536);
     assert!(!m.mpa.responder_waits_for_first_fpdu);
 }
 
@@ -196,6 +197,10 @@ fn bad_values_name_their_key() {
     assert_eq!(
         invalid_key(FULL, &["tcp.recv_buffer=10"]),
         "tcp.recv_buffer"
+    );
+    assert_eq!(
+        invalid_key(FULL, &["tcp.turn_bytes=16777217"]),
+        "tcp.turn_bytes"
     );
     assert_eq!(invalid_key(FULL, &["limits.max_cqe=0"]), "limits.max_cqe");
     assert_eq!(invalid_key("ports = []", &[]), "ports");

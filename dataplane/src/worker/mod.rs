@@ -362,6 +362,7 @@ impl<Q: LinkQueue> Worker<Q> {
             };
         }
         ic.max_connections = s.config.tcp.max_connections;
+        ic.tcp.turn_bytes = s.config.tcp.turn_bytes;
         let mut iface = Interface::new(ic);
         for n in &port.neighbors {
             iface.add_static_arp(n.ip, n.mac.0);

@@ -65,6 +65,14 @@ pub struct Config {
     /// hold several complete FPDUs; none is split). The segment is not
     /// cut: [`crate::tcp::Train::is_pack`]. 0 or 1: a record per segment.
     pub pack_records: usize,
+    /// Payload bytes one connection may send in a turn of the stack's
+    /// transmit round robin before the next connection with data gets
+    /// its turn; a turn always carries at least one segment. Longer turns
+    /// keep a connection's state (and its data) in cache while it sends,
+    /// which matters with thousands of busy connections; shorter ones let
+    /// a connection that just got data wait less behind the others (at
+    /// most this much from each). 0: one segment per turn.
+    pub turn_bytes: usize,
 }
 
 impl Default for Config {
@@ -91,6 +99,7 @@ impl Default for Config {
             train_records: 0,
             train_shortfall: 0,
             pack_records: 0,
+            turn_bytes: 0,
         }
     }
 }

@@ -317,6 +317,9 @@ pub struct Stack<B, R> {
     /// Slots that may have a segment to send, in the order
     /// `poll_transmit` serves them (round robin), each once.
     sending: VecDeque<u32>,
+    /// Payload bytes the connection at the front of `sending` has sent in
+    /// its current turn ([`Config::turn_bytes`]).
+    turn_used: usize,
     /// Connection deadlines, earliest first. Lazy: a slot's entry is
     /// current while it equals [`Slot::queued`] under the same
     /// generation; others are skipped when they surface and swept out
@@ -379,6 +382,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             stateless: VecDeque::with_capacity(STATELESS_QUEUE),
             pending: Vec::with_capacity(max_connections),
             sending: VecDeque::with_capacity(max_connections),
+            turn_used: 0,
             timers: BinaryHeap::with_capacity(2 * max_connections + 64),
             reapable: Vec::with_capacity(max_connections),
             touched: Vec::with_capacity(max_connections),
@@ -1029,7 +1033,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             return Some((tuple, Segment::bare(repr)));
         }
         self.settle();
-        while let Some(i) = self.sending.pop_front() {
+        while let Some(&i) = self.sending.front() {
             let s = &mut self.slots[i as usize];
             // Sending arms timers: look at them at the next settle.
             if s.recheck == 0 {
@@ -1038,18 +1042,32 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             s.recheck |= RECHECK_TIMER;
             let Some(e) = s.entry.as_mut() else {
                 s.sending = false;
+                self.sending.pop_front();
+                self.turn_used = 0;
                 continue;
             };
             self.stats.transmit_asks += 1;
             match e.conn.plan_segment(now) {
                 Some(plan) => {
-                    // Back of the list, so that each connection gets a
-                    // turn; it leaves the list when it has nothing left.
-                    self.sending.push_back(i);
                     let e = self.slots[i as usize].entry.as_ref()?;
-                    return Some((e.tuple, e.conn.planned_segment(plan)));
+                    let seg = e.conn.planned_segment(plan);
+                    // The connection keeps its turn until it has sent
+                    // `turn_bytes`; then to the back of the list, so that
+                    // each gets a turn. It leaves the list when it has
+                    // nothing left.
+                    self.turn_used += seg.payload_len();
+                    if self.turn_used >= self.config.turn_bytes {
+                        self.turn_used = 0;
+                        self.sending.pop_front();
+                        self.sending.push_back(i);
+                    }
+                    return Some((e.tuple, seg));
                 }
-                None => s.sending = false,
+                None => {
+                    s.sending = false;
+                    self.sending.pop_front();
+                    self.turn_used = 0;
+                }
             }
         }
         None
@@ -1548,6 +1566,59 @@ mod tests {
         assert!(seg.payload.is_some());
         assert_eq!(t, tuple);
         assert_eq!(client.conn(one).unwrap().stats().retransmits, 1);
+    }
+
+    /// Connections with data to send take turns of `turn_bytes` each (at
+    /// least a segment): with 0 they alternate segment by segment, with
+    /// three records' worth each sends three before the other's turn.
+    #[test]
+    fn connections_send_in_turns_of_turn_bytes() {
+        const REC: usize = 1000;
+        for (turn, run) in [(0, 1), (3 * REC, 3), (3 * REC - 1, 3)] {
+            let config = Config {
+                turn_bytes: turn,
+                ..Config::default()
+            };
+            let mut server = TestStack::new(Config::default(), KEY, 4);
+            server.listen(SocketAddrV4::new(SERVER, 5000), 4).unwrap();
+            let mut client = TestStack::new(config, [9; 16], 4);
+            let mut now = Instant::from_millis(10);
+            let ids: Vec<ConnId> = (0..2)
+                .map(|_| {
+                    client
+                        .connect(now, CLIENT, SocketAddrV4::new(SERVER, 5000))
+                        .unwrap()
+                })
+                .collect();
+            run_until_quiet(&mut server, &mut client, &mut now);
+            for &id in &ids {
+                for k in 0..6u8 {
+                    client
+                        .conn_mut(id)
+                        .unwrap()
+                        .send_record(now, vec![k; REC])
+                        .unwrap();
+                }
+            }
+            let ports: Vec<u16> = ids
+                .iter()
+                .map(|&id| client.tuple(id).unwrap().local.port())
+                .collect();
+            let mut order = Vec::new();
+            while let Some((t, seg)) = client.poll_transmit(now) {
+                if seg.payload.is_some() {
+                    order.push(ports.iter().position(|&p| p == t.local.port()).unwrap());
+                }
+            }
+            assert_eq!(order.len(), 12, "turn {turn}");
+            let expect: Vec<usize> = (0..12).map(|k| (k / run) % 2).collect();
+            assert_eq!(order, expect, "turn {turn}");
+        }
+    }
+
+    fn run_until_quiet(a: &mut TestStack, b: &mut TestStack, now: &mut Instant) {
+        let until = *now + Duration::from_millis(50);
+        run(a, b, now, until);
     }
 
     /// Timers moved earlier and later by the user are honoured: the heap
