@@ -282,7 +282,7 @@ impl Dataplane {
             limits: *l,
             max_connections: config.tcp.max_connections,
             next_connect: AtomicUsize::new(0),
-            qps: Mutex::new(Vec::new()),
+            qps: Mutex::new(super::registry::QpRegistry::default()),
             busy_threads: Mutex::new(Vec::new()),
             link_counters: None,
             dev_port,

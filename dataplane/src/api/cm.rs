@@ -8,7 +8,7 @@ use core::time::Duration;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use rdmap::verbs::{QpNum, Stag};
 
@@ -266,8 +266,8 @@ impl Dataplane {
     }
 
     pub(super) fn record_connection(&self, qpn: QpNum, info: &ConnectionInfo) {
-        let reg = lock(&self.qps);
-        if let Some(q) = reg.iter().filter_map(Weak::upgrade).find(|q| q.qpn == qpn) {
+        let q = lock(&self.qps).get(qpn);
+        if let Some(q) = q {
             *lock(&q.connection) = Some(info.clone());
         }
     }
@@ -277,7 +277,7 @@ impl Dataplane {
     /// thread does after a failed session whose objects it no longer
     /// holds, so that no connection it made stays up; how many it reset.
     pub fn abort_scope_connections(&self) -> usize {
-        let live: Vec<Arc<QpShared>> = lock(&self.qps).iter().filter_map(Weak::upgrade).collect();
+        let live: Vec<Arc<QpShared>> = lock(&self.qps).live();
         live.into_iter()
             .filter(|q| EventScope::owns_qp(q.qpn))
             .map(|inner| Qp { inner })
@@ -290,7 +290,7 @@ impl Dataplane {
     /// setting one up (`abort`: reset at once), as a service does before
     /// it stops; how many it asked to end.
     pub fn disconnect_all(&self, abort: bool) -> usize {
-        let live: Vec<Arc<QpShared>> = lock(&self.qps).iter().filter_map(Weak::upgrade).collect();
+        let live: Vec<Arc<QpShared>> = lock(&self.qps).live();
         live.into_iter()
             .map(|inner| Qp { inner })
             .filter(|q| matches!(q.status(), QpStatus::Connected | QpStatus::Connecting))

@@ -4,9 +4,9 @@
 //! them and waiting for their answers.
 
 use core::time::Duration;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use crossbeam_queue::ArrayQueue;
@@ -182,12 +182,7 @@ impl Dataplane {
             return Err(Error::Verbs(VerbsError::InvalidPd));
         }
         {
-            let mut reg = lock(&self.qps);
-            reg.retain(|w| w.strong_count() > 0);
-            if reg
-                .iter()
-                .any(|w| w.upgrade().is_some_and(|q| q.attr.pd == pd.id))
-            {
+            if lock(&self.qps).any(|q| q.attr.pd == pd.id) {
                 return Err(Error::Verbs(VerbsError::Busy));
             }
         }
@@ -270,18 +265,13 @@ impl Dataplane {
         // application or by a worker's connection), not on how many were
         // ever made: a service makes new ones for every client.
         let mut reg = lock(&self.qps);
-        reg.retain(|w| w.strong_count() > 0);
-        if reg.len() >= l.max_qp as usize {
+        if reg.full(l.max_qp as usize) {
             return Err(Error::Verbs(VerbsError::TableFull));
         }
         // Numbers are not reused while the counter lasts; after it wraps,
         // one still in use is skipped (0 is never given).
-        let in_use = |n: u32| {
-            reg.iter()
-                .any(|w| w.upgrade().is_some_and(|q| q.qpn.0 == n))
-        };
         let mut n = c.next_qpn.max(1);
-        while in_use(n) {
+        while reg.in_use(n) {
             n = n.checked_add(1).unwrap_or(1);
         }
         c.next_qpn = n.checked_add(1).unwrap_or(1);
@@ -317,14 +307,9 @@ impl Dataplane {
                 connection: Mutex::new(None),
             }),
         };
-        reg.push(Arc::downgrade(&qp.inner));
+        reg.insert(&qp.inner);
         if EventScope::scope_qps() > 2 * reg.len() + 64 {
-            let alive: HashSet<u32> = reg
-                .iter()
-                .filter_map(Weak::upgrade)
-                .map(|q| q.qpn.0)
-                .collect();
-            EventScope::forget_qps(|n| alive.contains(&n));
+            EventScope::forget_qps(|n| reg.in_use(n));
         }
         drop(reg);
         drop(c);
@@ -450,12 +435,7 @@ impl Dataplane {
             return Err(Error::Verbs(VerbsError::InvalidSrq));
         }
         {
-            let mut reg = lock(&self.qps);
-            reg.retain(|w| w.strong_count() > 0);
-            if reg.iter().any(|w| {
-                w.upgrade()
-                    .is_some_and(|q| q.attr.srq == Some(srq.inner.id))
-            }) {
+            if lock(&self.qps).any(|q| q.attr.srq == Some(srq.inner.id)) {
                 return Err(Error::Verbs(VerbsError::Busy));
             }
         }

@@ -180,7 +180,7 @@
 use core::net::Ipv4Addr;
 use core::time::Duration;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::Receiver;
 use tcp_offload::wire::EthernetAddress;
@@ -200,7 +200,7 @@ pub use crate::ctl::{
     printable, CmEvent, ConnectFailure, ConnectRequest, ConnectionInfo, DisconnectReason, Error,
     QpStatus, RefusedRequest,
 };
-use crate::ctl::{IdleWake, QpShared, WorkerMsg};
+use crate::ctl::{IdleWake, WorkerMsg};
 
 mod bringup;
 mod busy;
@@ -208,6 +208,7 @@ mod cm;
 mod control;
 mod handles;
 mod observe;
+mod registry;
 
 use bringup::{Pollable, WorkerHandle};
 pub use busy::BusyPoll;
@@ -253,7 +254,7 @@ pub struct Dataplane {
     next_connect: AtomicUsize,
     /// Every queue pair created, for the control path's snapshots (locked
     /// on creation and when read, never by a worker).
-    qps: Mutex<Vec<Weak<QpShared>>>,
+    qps: Mutex<registry::QpRegistry>,
     /// Threads that hold a [`BusyPoll`] (locked when one is taken or
     /// dropped and by control calls, never on the data path).
     busy_threads: Mutex<Vec<std::thread::ThreadId>>,

@@ -2,7 +2,7 @@
 //! queue pairs' published figures, and packet capture.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use rdmap::verbs::QpNum;
 
@@ -75,7 +75,7 @@ impl Dataplane {
     /// Every live queue pair (one the application still holds), in order
     /// of creation, with the figures its worker last published.
     pub fn qp_snapshots(&self) -> Vec<QpSnapshot> {
-        let live: Vec<Arc<QpShared>> = lock(&self.qps).iter().filter_map(Weak::upgrade).collect();
+        let live: Vec<Arc<QpShared>> = lock(&self.qps).live();
         live.iter()
             .map(|q| {
                 let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
