@@ -31,7 +31,7 @@
 //! RDMA Read after the run) and of `read-bw`.
 
 use core::time::Duration;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -215,6 +215,10 @@ const PROGRESS_EVERY: Duration = if cfg!(test) {
 };
 /// Completions taken from the CQ at a time.
 const POLL_BATCH: usize = 32;
+
+/// Queue pairs held back by credits that a turn of the bandwidth client's
+/// loop looks at again (see `bw_client`).
+const HELD_PER_TURN: usize = 64;
 
 const QP_SHIFT: u32 = 48;
 const RECV_FLAG: u64 = 1 << 47;
@@ -1312,6 +1316,11 @@ impl<'a> Runner<'a> {
         let mut ready: Vec<usize> = (0..q).collect();
         let mut visiting: Vec<usize> = Vec::with_capacity(q);
         let mut listed = vec![true; q];
+        // QPs that credits held back: no completion says when the peer's
+        // update comes, so they are looked at again, up to
+        // `HELD_PER_TURN` a turn in order, so that a turn costs the same
+        // with ten thousand of them.
+        let mut held_back: VecDeque<usize> = VecDeque::with_capacity(q);
         // QPs whose every message completed (runs of a number of them).
         let mut complete = 0;
         self.start = Instant::now();
@@ -1325,6 +1334,11 @@ impl<'a> Runner<'a> {
         loop {
             let posting = !self.time_up(now);
             core::mem::swap(&mut ready, &mut visiting);
+            for _ in 0..HELD_PER_TURN.min(held_back.len()) {
+                if let Some(i) = held_back.pop_front() {
+                    visiting.push(i);
+                }
+            }
             for &i in &visiting {
                 // Everything there is room for goes as one list: one
                 // wake-up of the worker for all of it.
@@ -1382,7 +1396,9 @@ impl<'a> Runner<'a> {
                 }
                 scnt[i] += posted as u64;
                 // A queue that took less than offered is full: look again.
-                if posting && (held || posted < batch.len()) {
+                if posting && held && posted == batch.len() {
+                    held_back.push_back(i);
+                } else if posting && (held || posted < batch.len()) {
                     ready.push(i);
                 } else {
                     listed[i] = false;
@@ -1535,8 +1551,14 @@ impl<'a> Runner<'a> {
         let mut guard = res.recv_state();
         let st: &mut Vec<RecvState> = &mut guard;
         let mut rcnt = vec![0u64; q];
+        // A QP owes its peer a credit update (`pending_credit`); those that
+        // owe one and have a staging slot free wait in `owing`, each once.
+        // A QP's updates in flight are at most `tx` (its send queue, and
+        // the staging slots its updates are read from).
         let mut pending_credit = vec![false; q];
+        let mut owing: Vec<usize> = Vec::with_capacity(q);
         let mut credit_seq = vec![0u64; q];
+        let mut credit_flight = vec![0u64; q];
         let mut scredit = 0u64;
         let mut done = 0u64;
         let mut first: Option<Instant> = None;
@@ -1544,6 +1566,7 @@ impl<'a> Runner<'a> {
         let mut last_sample = Instant::now();
         self.start = Instant::now();
         self.last_activity = self.start;
+        let mut all_in = 0usize;
         loop {
             let got = self.poll();
             for k in 0..got {
@@ -1557,6 +1580,11 @@ impl<'a> Runner<'a> {
                 }
                 if wc.wr_id & CREDIT_FLAG != 0 {
                     scredit = scredit.saturating_sub(1);
+                    credit_flight[i] = credit_flight[i].saturating_sub(1);
+                    // A slot is free again: an update it held back goes.
+                    if pending_credit[i] && credit_flight[i] + 1 == tx {
+                        owing.push(i);
+                    }
                     continue;
                 }
                 if wc.opcode != WcOpcode::Recv {
@@ -1573,6 +1601,9 @@ impl<'a> Runner<'a> {
                 }
                 let m = rcnt[i];
                 rcnt[i] += 1;
+                if rcnt[i] == n {
+                    all_in += 1;
+                }
                 done += 1;
                 st[i].taken += 1;
                 if wc.byte_len as usize != size {
@@ -1593,30 +1624,38 @@ impl<'a> Runner<'a> {
                 if spec.duration.is_some() || st[i].posted < n {
                     res.post_recv(i, &mut st[i])?;
                 }
-                if (rcnt[i] % u64::from(rx)) % credit_every == 0 {
+                if (rcnt[i] % u64::from(rx)) % credit_every == 0 && !pending_credit[i] {
                     pending_credit[i] = true;
+                    if credit_flight[i] < tx {
+                        owing.push(i);
+                    }
                 }
             }
-            for i in 0..q {
-                if pending_credit[i] && scredit < tx {
-                    res.set_credit_word(i, rcnt[i] as u32);
-                    let off = res.stage_credit(i, credit_seq[i], tx, rcnt[i] as u32);
-                    let c = res.credits.as_ref().map(|c| c.mr.sge(off as u64, 4));
-                    let Some(sge) = c else { break };
-                    let wr = SendWr {
-                        wr_id: wr_id(i, CREDIT_FLAG, rcnt[i]),
-                        op: SendOp::RdmaWrite {
-                            remote_addr: self.remote[i].addr,
-                            rkey: self.remote_stag(i),
-                        },
-                        sges: SgeList::single(sge),
-                        flags: SendFlags::SIGNALED,
-                    };
-                    if self.send(i, &wr)? {
-                        credit_seq[i] += 1;
-                        pending_credit[i] = false;
-                        scredit += 1;
-                    }
+            let mut k = 0;
+            while k < owing.len() {
+                let i = owing[k];
+                res.set_credit_word(i, rcnt[i] as u32);
+                let off = res.stage_credit(i, credit_seq[i], tx, rcnt[i] as u32);
+                let c = res.credits.as_ref().map(|c| c.mr.sge(off as u64, 4));
+                let Some(sge) = c else { break };
+                let wr = SendWr {
+                    wr_id: wr_id(i, CREDIT_FLAG, rcnt[i]),
+                    op: SendOp::RdmaWrite {
+                        remote_addr: self.remote[i].addr,
+                        rkey: self.remote_stag(i),
+                    },
+                    sges: SgeList::single(sge),
+                    flags: SendFlags::SIGNALED,
+                };
+                if self.send(i, &wr)? {
+                    credit_seq[i] += 1;
+                    credit_flight[i] += 1;
+                    pending_credit[i] = false;
+                    scredit += 1;
+                    owing.swap_remove(k);
+                } else {
+                    // Its send queue is full: look again next time.
+                    k += 1;
                 }
             }
             let now = Instant::now();
@@ -1630,9 +1669,9 @@ impl<'a> Runner<'a> {
             let received_all = if spec.duration.is_some() {
                 first.is_some() && self.time_up(now)
             } else {
-                rcnt.iter().all(|&c| c >= n)
+                all_in == q
             };
-            if received_all && scredit == 0 && !pending_credit.iter().any(|&p| p) {
+            if received_all && scredit == 0 && owing.is_empty() && !pending_credit.contains(&true) {
                 break;
             }
             if got == 0 {
@@ -2287,6 +2326,39 @@ mod tests {
         assert_eq!(c.iterations, 2000);
         assert_eq!(s.iterations, 2000);
         assert_eq!(s.verified_bytes, 2000 * 300);
+    }
+
+    /// More QPs than a turn looks at again, each with two receives and
+    /// many more Sends: most are held back by credits at any time, and
+    /// every one's credits still flow (each QP has a credit update in
+    /// flight on the server side, not a few for all).
+    #[test]
+    fn send_bw_with_credits_on_many_qps() {
+        let qps = 3 * HELD_PER_TURN;
+        let (a, b) = pair();
+        let mut sc = spec(TestKind::SendBw, Role::Client, 512, 12, qps);
+        sc.tx_depth = 4;
+        sc.rx_depth = 2;
+        let ss = RunSpec {
+            role: Role::Server,
+            ..sc.clone()
+        };
+        let rc = Resources::new(&a, &sc).unwrap();
+        let rs = Resources::new(&b, &ss).unwrap();
+        connect_direct(&a, &rc, &b, &rs, SocketAddrV4::new(IP_B, 5011), 16).unwrap();
+        let remote_of_server: Vec<RemoteBuf> = (0..qps).map(|i| rs.local_buf(i)).collect();
+        let remote_of_client: Vec<RemoteBuf> = (0..qps).map(|i| rc.local_buf(i)).collect();
+        let (c, s) = std::thread::scope(|sc_| {
+            let server = sc_.spawn(|| rs.run(&b, &ss, &remote_of_client, &mut |_| {}));
+            let client = rc.run(&a, &sc, &remote_of_server, &mut |_| {});
+            (client, server.join().unwrap())
+        });
+        let (c, s) = (c.unwrap(), s.unwrap());
+        rc.close(&a);
+        rs.close(&b);
+        assert_eq!(c.iterations, 12 * qps as u64);
+        assert_eq!(s.iterations, 12 * qps as u64);
+        assert_eq!(s.verified_bytes, 12 * qps as u64 * 512);
     }
 
     #[test]
