@@ -2282,9 +2282,18 @@ mod tests {
         qps: usize,
         port: u16,
     ) -> (RunResult, RunResult) {
+        round_with(spec(test, Role::Client, size, iterations, qps), port)
+    }
+
+    /// A round with the client's `sc` (the server's is the same but for
+    /// the role).
+    fn round_with(sc: RunSpec, port: u16) -> (RunResult, RunResult) {
         let (a, b) = pair();
-        let sc = spec(test, Role::Client, size, iterations, qps);
-        let ss = spec(test, Role::Server, size, iterations, qps);
+        let qps = sc.qps;
+        let ss = RunSpec {
+            role: Role::Server,
+            ..sc.clone()
+        };
         let rc = Resources::new(&a, &sc).unwrap();
         let rs = Resources::new(&b, &ss).unwrap();
         connect_direct(&a, &rc, &b, &rs, SocketAddrV4::new(IP_B, port), 16).unwrap();
@@ -2335,27 +2344,10 @@ mod tests {
     #[test]
     fn send_bw_with_credits_on_many_qps() {
         let qps = 3 * HELD_PER_TURN;
-        let (a, b) = pair();
         let mut sc = spec(TestKind::SendBw, Role::Client, 512, 12, qps);
         sc.tx_depth = 4;
         sc.rx_depth = 2;
-        let ss = RunSpec {
-            role: Role::Server,
-            ..sc.clone()
-        };
-        let rc = Resources::new(&a, &sc).unwrap();
-        let rs = Resources::new(&b, &ss).unwrap();
-        connect_direct(&a, &rc, &b, &rs, SocketAddrV4::new(IP_B, 5011), 16).unwrap();
-        let remote_of_server: Vec<RemoteBuf> = (0..qps).map(|i| rs.local_buf(i)).collect();
-        let remote_of_client: Vec<RemoteBuf> = (0..qps).map(|i| rc.local_buf(i)).collect();
-        let (c, s) = std::thread::scope(|sc_| {
-            let server = sc_.spawn(|| rs.run(&b, &ss, &remote_of_client, &mut |_| {}));
-            let client = rc.run(&a, &sc, &remote_of_server, &mut |_| {});
-            (client, server.join().unwrap())
-        });
-        let (c, s) = (c.unwrap(), s.unwrap());
-        rc.close(&a);
-        rs.close(&b);
+        let (c, s) = round_with(sc, 5011);
         assert_eq!(c.iterations, 12 * qps as u64);
         assert_eq!(s.iterations, 12 * qps as u64);
         assert_eq!(s.verified_bytes, 12 * qps as u64 * 512);
