@@ -320,6 +320,9 @@ EOF
 S=/host
 CLOCK_MSG='Correlation coefficient'
 now() { cut -d. -f1 /proc/uptime; }
+# NAME.rc appears whole: the host takes the file's arrival as the case's
+# end and reads it at once (written in place, it was once read empty).
+put_rc() { echo "$2" >"$S/$1.rc.tmp" && mv -f "$S/$1.rc.tmp" "$S/$1.rc"; }
 listening() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q . ; }
 server() { # NAME PORT CMD
     local n=$1 port=$2 cmd=$3 i=0 end
@@ -351,12 +354,12 @@ server() { # NAME PORT CMD
     done
     wait $p; local rc=$?
     echo "[$(now)] case $n: rc=$rc"
-    echo $rc >"$S/$n.rc"
+    put_rc "$n" $rc
 }
 client() { # NAME CMD
     local n=$1 cmd=$2 end=$(( $(now) + TMO ))
     while [ ! -e "$S/go-$n" ] && [ ! -e "$S/abort-$n" ] && [ "$(now)" -lt $end ]; do sleep 0.2; done
-    if [ ! -e "$S/go-$n" ]; then echo "[$(now)] case $n: no go"; echo 254 >"$S/$n.rc"; return; fi
+    if [ ! -e "$S/go-$n" ]; then echo "[$(now)] case $n: no go"; put_rc "$n" 254; return; fi
     local try rc p
     for try in 1 2 3; do
         echo "[$(now)] case $n: client: $cmd"
@@ -377,7 +380,7 @@ client() { # NAME CMD
         cat "$S/$n.guest.log" >>"$S/$n.retries.log"
     done
     echo "[$(now)] case $n: rc=$rc"
-    echo $rc >"$S/$n.rc"
+    put_rc "$n" $rc
 }
 EOF
     for c in "$@"; do
