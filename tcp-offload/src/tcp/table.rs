@@ -1052,10 +1052,11 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
                     let e = self.slots[i as usize].entry.as_ref()?;
                     let seg = e.conn.planned_segment(plan);
                     // The connection keeps its turn until it has sent
-                    // `turn_bytes`; then to the back of the list, so that
-                    // each gets a turn. It leaves the list when it has
-                    // nothing left.
-                    self.turn_used += seg.payload_len();
+                    // `turn_bytes` (a segment without payload counts a
+                    // byte, so that no run of them holds it); then to the
+                    // back of the list, so that each gets a turn. It
+                    // leaves the list when it has nothing left.
+                    self.turn_used += seg.payload_len().max(1);
                     if self.turn_used >= self.config.turn_bytes {
                         self.turn_used = 0;
                         self.sending.pop_front();
