@@ -1334,11 +1334,7 @@ impl<'a> Runner<'a> {
         loop {
             let posting = !self.time_up(now);
             core::mem::swap(&mut ready, &mut visiting);
-            for _ in 0..HELD_PER_TURN.min(held_back.len()) {
-                if let Some(i) = held_back.pop_front() {
-                    visiting.push(i);
-                }
-            }
+            visiting.extend(held_back.drain(..HELD_PER_TURN.min(held_back.len())));
             for &i in &visiting {
                 // Everything there is room for goes as one list: one
                 // wake-up of the worker for all of it.
@@ -1671,7 +1667,9 @@ impl<'a> Runner<'a> {
             } else {
                 all_in == q
             };
-            if received_all && scredit == 0 && owing.is_empty() && !pending_credit.contains(&true) {
+            // With no update in flight every slot is free, so a QP that
+            // owes one is in `owing`.
+            if received_all && scredit == 0 && owing.is_empty() {
                 break;
             }
             if got == 0 {

@@ -1041,9 +1041,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             }
             s.recheck |= RECHECK_TIMER;
             let Some(e) = s.entry.as_mut() else {
-                s.sending = false;
-                self.sending.pop_front();
-                self.turn_used = 0;
+                self.leave_sending();
                 continue;
             };
             self.stats.transmit_asks += 1;
@@ -1064,14 +1062,19 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
                     }
                     return Some((e.tuple, seg));
                 }
-                None => {
-                    s.sending = false;
-                    self.sending.pop_front();
-                    self.turn_used = 0;
-                }
+                None => self.leave_sending(),
             }
         }
         None
+    }
+
+    /// The connection at the front of `sending` has nothing to send: it
+    /// leaves the list, and the next one's turn starts.
+    fn leave_sending(&mut self) {
+        if let Some(i) = self.sending.pop_front() {
+            self.slots[i as usize].sending = false;
+        }
+        self.turn_used = 0;
     }
 
     /// Hands `f` the slot index ([`ConnId::index`]) of each connection a
