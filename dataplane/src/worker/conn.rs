@@ -32,7 +32,7 @@ use super::counters::{bump, WorkerCounters};
 use super::records::{RecordRef, Records};
 use super::rx::RxFrame;
 use super::stag_mesh::{prepare_local, Hold, LocalOp, MrSyncLinks};
-use super::tx::{return_dropped, FpduRecord};
+use super::tx::return_dropped;
 use super::{Worker, ACCEPT_PER_POLL, MAX_CHUNKS_PER_POLL, MAX_POSTS_PER_POLL};
 
 /// Whether a connection in `state` still has a close to finish: TIME-WAIT
@@ -345,18 +345,22 @@ impl Conn {
             q.take_doorbell();
         }
         let mut work = false;
+        let mut acked = false;
         // TCP events.
         while let Some(ev) = cx.stack.poll_event(self.tcp) {
             work = true;
             match ev {
                 Event::Connected => self.tcp_connected(cx),
                 Event::RecordAcked(r) => {
-                    let rec = cx.records.remove(r).and_then(FpduRecord::take);
-                    if let (Some(rec), Some(ep)) = (rec, self.ep.as_mut()) {
-                        ep.record_acked(
-                            rec,
-                            &mut env(cx.device, cx.mem, &mut self.cq, &mut self.rcq),
-                        );
+                    // In place; the engine's service follows the events.
+                    let device = &mut *cx.device;
+                    match self.ep.as_mut() {
+                        Some(ep) => {
+                            acked |= cx.records.release(r, |rec| ep.note_acked(rec, device))
+                        }
+                        None => {
+                            let _ = cx.records.remove(r);
+                        }
                     }
                 }
                 Event::PeerClosed => {
@@ -368,6 +372,10 @@ impl Conn {
                 Event::Reset => self.stream = Stream::Ended(TcpEnd::Reset),
                 Event::TimedOut => self.stream = Stream::Ended(TcpEnd::TimedOut),
             }
+        }
+        if let (true, Some(ep)) = (acked, self.ep.as_mut()) {
+            // What the acknowledgements completed, once for all of them.
+            ep.service(&mut env(cx.device, cx.mem, &mut self.cq, &mut self.rcq));
         }
         // Receives posted before the data arrived must be in the QP before
         // the data is placed: the submission rings are drained first.

@@ -11,9 +11,11 @@
 //! list; the table grows only when more records are in flight on the
 //! worker than ever before, never in the steady state.
 
+use rdmap::engine::OutRecord;
 use tcp_offload::tcp::Record;
 
 use super::tx::FpduRecord;
+use crate::memory::MemoryTable;
 
 /// TCP's handle on a record kept in the worker's table of records in
 /// flight: its slot and length, and whether it must have a frame of its
@@ -63,31 +65,47 @@ impl Records {
     }
 
     /// Keeps `rec`; the handle TCP queues for it.
-    #[inline]
+    #[cfg(test)]
     pub(super) fn insert(&mut self, rec: FpduRecord) -> RecordRef {
-        let solo = self.odd_payload_solo && rec.odd_payload();
-        let len = u32::try_from(Record::len(&rec)).unwrap_or(u32::MAX);
-        let last = FpduRecord::ends_message(&rec);
+        let slot = self.vacant();
+        let fresh = &mut self.slots[slot as usize];
+        *fresh = Some(rec);
+        self.handle(slot)
+    }
+
+    /// Keeps the engine's record `rec` (and its region, from `mem`),
+    /// built straight into its slot; the handle TCP queues for it.
+    #[inline]
+    pub(super) fn insert_new(&mut self, rec: OutRecord, mem: &MemoryTable) -> RecordRef {
+        let slot = self.vacant();
+        self.slots[slot as usize] = Some(FpduRecord::new(rec, mem));
+        self.handle(slot)
+    }
+
+    /// A free slot (its entry `None`), the table grown by one if none is.
+    #[inline]
+    fn vacant(&mut self) -> u32 {
         if let Some(slot) = self.free.pop() {
-            self.slots[slot as usize] = Some(rec);
-            return RecordRef {
-                slot,
-                len,
-                solo,
-                last,
-            };
+            return slot;
         }
         let slot = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
-        self.slots.push(Some(rec));
+        self.slots.push(None);
         // The free list can then hold every slot: returning one never
         // allocates.
         self.free
             .reserve(self.slots.len().saturating_sub(self.free.len()));
+        slot
+    }
+
+    /// TCP's handle on the record in `slot`.
+    #[inline]
+    fn handle(&self, slot: u32) -> RecordRef {
+        let rec = self.slots[slot as usize].as_ref();
         RecordRef {
             slot,
-            len,
-            solo,
-            last,
+            len: rec.map_or(0, |r| u32::try_from(Record::len(r)).unwrap_or(u32::MAX)),
+            solo: self.odd_payload_solo && rec.is_some_and(FpduRecord::odd_payload),
+            last: rec.is_some_and(FpduRecord::ends_message),
         }
     }
 
@@ -102,6 +120,23 @@ impl Records {
         let rec = self.slots.get_mut(r.slot as usize)?.take()?;
         self.free.push(r.slot);
         Some(rec)
+    }
+
+    /// Hands the engine's record behind `r` to `f` where it lies (TCP is
+    /// done with it: `f` gives its pin back), then empties its slot for
+    /// reuse. Whether there was a record.
+    #[inline]
+    pub(super) fn release(&mut self, r: RecordRef, f: impl FnOnce(&mut OutRecord)) -> bool {
+        let Some(slot) = self.slots.get_mut(r.slot as usize) else {
+            return false;
+        };
+        let Some(held) = slot.as_mut() else {
+            return false;
+        };
+        held.release_with(f);
+        *slot = None;
+        self.free.push(r.slot);
+        true
     }
 
     /// Records in flight.
@@ -142,5 +177,28 @@ mod tests {
         };
         assert!(t.remove(d).is_some());
         assert!(t.remove(again).is_none());
+    }
+
+    #[test]
+    fn a_released_record_frees_its_slot_once() {
+        let mut t = Records::with_capacity(2);
+        let a = t.insert(FpduRecord::empty_for_test(100));
+        let b = t.insert(FpduRecord::empty_for_test(200));
+        let slot = a.slot;
+        let again = RecordRef {
+            slot: a.slot,
+            len: a.len,
+            solo: a.solo,
+            last: a.last,
+        };
+        assert!(t.release(a, |_| {}));
+        assert_eq!(t.in_flight(), 1);
+        assert!(!t.release(again, |_| {}), "a second release finds nothing");
+        assert_eq!(t.in_flight(), 1);
+        let c = t.insert(FpduRecord::empty_for_test(300));
+        assert_eq!(c.slot, slot, "the released slot is reused");
+        assert_eq!(t.get(&c).map(Record::len), Some(300));
+        assert!(t.release(b, |_| {}) && t.release(c, |_| {}));
+        assert_eq!(t.in_flight(), 0);
     }
 }

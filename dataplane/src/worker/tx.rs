@@ -173,6 +173,15 @@ impl FpduRecord {
         self.rec.take()
     }
 
+    /// Hands the engine's record to `f` where it lies (to give its pin
+    /// back), then drops it there.
+    pub(super) fn release_with(&mut self, f: impl FnOnce(&mut OutRecord)) {
+        if let Some(rec) = self.rec.as_mut() {
+            f(rec);
+        }
+        self.rec = None;
+    }
+
     /// Calls `f` with each piece of the record inside `range`, and the
     /// piece's offset from `range.start`.
     pub(super) fn walk<E>(
@@ -521,7 +530,7 @@ impl Conn {
                 break;
             };
             n += 1;
-            let r = cx.records.insert(FpduRecord::new(rec, cx.mem));
+            let r = cx.records.insert_new(rec, cx.mem);
             if let Err((_, r)) = conn.send_record(cx.now, r) {
                 // Cannot happen (the record fits the capacity asked for);
                 // its pin goes back all the same.

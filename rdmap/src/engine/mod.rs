@@ -665,12 +665,21 @@ impl Endpoint {
         mut record: OutRecord,
         env: &mut Env<'_, M>,
     ) {
+        self.note_acked(&mut record, env.device);
+        self.service(env);
+    }
+
+    /// [`Endpoint::record_acked`] for a record the driver keeps in place
+    /// (no move of its some 160 bytes), without the service: `record`'s
+    /// pin goes back (it may then be dropped), and the work it ends
+    /// completes at the next [`Endpoint::service`], which the driver calls
+    /// once after a run of acknowledgements.
+    pub fn note_acked(&mut self, record: &mut OutRecord, device: &mut Device) {
         if let Some(pin) = record.take_pin() {
-            env.device.mrs_mut().unpin(pin);
+            device.mrs_mut().unpin(pin);
         }
         self.acked_offset = self.acked_offset.max(record.end_offset());
         self.qp.acked(record.end_offset());
-        self.service(env);
     }
 
     /// The connection went away with `record` unacknowledged: returns its

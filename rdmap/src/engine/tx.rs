@@ -16,16 +16,24 @@ use crate::mpa::fpdu::LENGTH_LEN;
 use crate::mpa::rtr::{nudge_ulpdu, read_response_ulpdu, rtr_ulpdu, RTR_STAG};
 use crate::mpa::RtrType;
 use crate::placement::{Placement, RegionRef};
-use crate::verbs::{Access, QpModify, QpState, SendWork, Stag, WireOp};
+use crate::verbs::{Access, QpModify, QpState, Stag, WireOp, WrSeq};
 use crate::wire::rdmap::READ_REQUEST_LEN;
 use crate::wire::{
     DdpRepr, RdmapOpcode, ReadRequest, TerminateMessage, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
 };
 
-/// A send-queue request being put on the wire.
+/// A send-queue request being put on the wire: what framing needs of it
+/// (its SGEs are read where they lie, in the send queue,
+/// [`QueuePair::work_sges`]).
+///
+/// [`QueuePair::work_sges`]: crate::verbs::QueuePair::work_sges
 #[derive(Debug, Clone, Copy)]
 struct TxWork {
-    work: SendWork,
+    /// Its position in the send queue.
+    seq: WrSeq,
+    op: WireOp,
+    /// Message length.
+    len: u32,
     /// Message bytes framed so far.
     sent: u32,
     /// The SGE the next byte comes from, and the offset in it.
@@ -292,8 +300,8 @@ impl Endpoint {
             }
         };
         front.sent += n;
-        let r = self.frame(RecordKind::ReadResponse, &Ulpdu::ddp(&header), pin, env)?;
-        if last {
+        let r = self.frame(RecordKind::ReadResponse, &Ulpdu::ddp(&header), pin, env);
+        if last && r.is_some() {
             // The FPDUs hold their own pins until acknowledged; the
             // request's pin on the whole source goes back now.
             if let Some(done) = self.qp.pop_inbound_read() {
@@ -302,7 +310,7 @@ impl Endpoint {
                 }
             }
         }
-        Some(r)
+        r
     }
 
     fn next_sq_fpdu<M: Placement + ?Sized>(
@@ -331,63 +339,84 @@ impl Endpoint {
                 WireOp::RdmaWrite { .. } => 0,
             };
             self.tx.cur = Some(TxWork {
-                work,
+                seq: work.seq,
+                op: work.op,
+                len: work.len,
                 sent: 0,
                 sge: 0,
                 sge_off: 0,
                 msn,
             });
         }
-        let mut cur = self.tx.cur?;
-        match cur.work.op {
+        // The request in progress is read and advanced in place, its SGEs
+        // in the send queue: copying a request (some 170 bytes with its
+        // SGE list) out and back for each FPDU was a measurable part of
+        // the small-message path.
+        let op = self.tx.cur.as_ref()?.op;
+        match op {
             WireOp::RdmaRead { remote_addr, rkey } => {
                 if !self.fits(UNTAGGED_HEADER_LEN + READ_REQUEST_LEN, max_segment) {
                     return None;
                 }
-                let sink = cur.work.sges.as_slice().first().copied();
+                let cur = self.tx.cur.as_ref()?;
+                let (seq, len, msn) = (cur.seq, cur.len, cur.msn);
+                let sink = self
+                    .qp
+                    .work_sges(seq)
+                    .and_then(|s| s.as_slice().first().copied());
                 let rr = ReadRequest {
                     sink_stag: sink.map_or(RTR_STAG, |s| s.lkey.0),
                     sink_to: sink.map_or(0, |s| s.addr),
-                    size: cur.work.len,
+                    size: len,
                     source_stag: rkey.0,
                     source_to: remote_addr,
                 };
-                let header = DdpRepr::untagged(RdmapOpcode::ReadRequest, true, cur.msn, 0);
+                let header = DdpRepr::untagged(RdmapOpcode::ReadRequest, true, msn, 0);
                 let mut u = Ulpdu::ddp(&header);
                 rr.emit(&mut u.head[u.head_len..]);
                 u.head_len += READ_REQUEST_LEN;
-                let r = self.frame(RecordKind::ReadRequest, &u, None, env)?;
-                self.tx.cur = None;
-                let _ = self.qp.transmitted(cur.work.seq, self.tx_offset);
-                Some(r)
+                let r = self.frame(RecordKind::ReadRequest, &u, None, env);
+                if r.is_some() {
+                    self.tx.cur = None;
+                    let _ = self.qp.transmitted(seq, self.tx_offset);
+                }
+                r
             }
             WireOp::Send { .. } | WireOp::RdmaWrite { .. } => {
-                let (header_len, kind) = match cur.work.op {
+                let (header_len, kind) = match op {
                     WireOp::Send { .. } => (UNTAGGED_HEADER_LEN, RecordKind::Send),
                     _ => (TAGGED_HEADER_LEN, RecordKind::RdmaWrite),
                 };
                 let room = self.payload_room(header_len, max_segment)?;
-                let remaining = cur.work.len - cur.sent;
+                let cur = self.tx.cur.as_mut()?;
+                let remaining = cur.len - cur.sent;
                 if remaining > 0 && room == 0 {
                     return None;
                 }
                 // Skip empty SGEs; an FPDU's payload stays within one SGE.
-                let sges = cur.work.sges;
+                let Some(sges) = self.qp.work_sges(cur.seq) else {
+                    // Cannot happen: a request stays queued until it
+                    // completes, and it cannot before it is sent.
+                    self.tx.cur = None;
+                    return None;
+                };
                 let sges = sges.as_slice();
                 while remaining > 0 && sges.get(cur.sge).is_some_and(|s| cur.sge_off >= s.length) {
                     cur.sge += 1;
                     cur.sge_off = 0;
                 }
                 let sge = sges.get(cur.sge).copied();
+                let (seq, sent, sge_off, msn) = (cur.seq, cur.sent, cur.sge_off, cur.msn);
+                let last_len = cur.len;
                 let n = match sge {
-                    Some(s) if remaining > 0 => remaining.min(room).min(s.length - cur.sge_off),
+                    Some(s) if remaining > 0 => remaining.min(room).min(s.length - sge_off),
                     _ => 0,
                 };
                 let pin = match (sge, n) {
                     (_, 0) => None,
                     (Some(s), n) => {
                         let pd = self.qp.pd();
-                        let pinned = s.addr.checked_add(u64::from(cur.sge_off)).map(|addr| {
+                        let pinned = s.addr.checked_add(u64::from(sge_off)).map(|addr| {
                             env.device
                                 .mrs_mut()
                                 .pin_local(s.lkey, addr, n, pd, Access::NONE)
@@ -398,23 +427,22 @@ impl Endpoint {
                                 // The source went away since the post: the
                                 // request fails, and the queue pair with it.
                                 self.tx.cur = None;
-                                let _ = self.qp.complete(cur.work.seq, e.wc_status());
+                                let _ = self.qp.complete(seq, e.wc_status());
                                 return None;
                             }
                             _ => {
                                 self.tx.cur = None;
-                                let _ = self.qp.complete(
-                                    cur.work.seq,
-                                    crate::verbs::WcStatus::LocalLengthError,
-                                );
+                                let _ = self
+                                    .qp
+                                    .complete(seq, crate::verbs::WcStatus::LocalLengthError);
                                 return None;
                             }
                         }
                     }
                     (None, _) => None,
                 };
-                let last = cur.sent + n == cur.work.len;
-                let header = match cur.work.op {
+                let last = sent + n == last_len;
+                let header = match op {
                     WireOp::Send {
                         solicited,
                         invalidate,
@@ -422,28 +450,29 @@ impl Endpoint {
                         opcode: send_opcode(solicited, invalidate.is_some()),
                         last,
                         qn: 0,
-                        msn: cur.msn,
-                        mo: cur.sent,
+                        msn,
+                        mo: sent,
                         inv_stag: invalidate.map(|s: Stag| s.0),
                     },
                     WireOp::RdmaWrite { remote_addr, rkey } => DdpRepr::tagged(
                         RdmapOpcode::RdmaWrite,
                         last,
                         rkey.0,
-                        remote_addr.wrapping_add(u64::from(cur.sent)),
+                        remote_addr.wrapping_add(u64::from(sent)),
                     ),
                     WireOp::RdmaRead { .. } => return None,
                 };
-                let r = self.frame(kind, &Ulpdu::ddp(&header), pin, env)?;
-                cur.sent += n;
-                cur.sge_off += n;
-                if last {
-                    self.tx.cur = None;
-                    let _ = self.qp.transmitted(cur.work.seq, self.tx_offset);
-                } else {
-                    self.tx.cur = Some(cur);
+                let r = self.frame(kind, &Ulpdu::ddp(&header), pin, env);
+                if r.is_some() {
+                    if last {
+                        self.tx.cur = None;
+                        let _ = self.qp.transmitted(seq, self.tx_offset);
+                    } else if let Some(cur) = self.tx.cur.as_mut() {
+                        cur.sent += n;
+                        cur.sge_off += n;
+                    }
                 }
-                Some(r)
+                r
             }
         }
     }
@@ -473,7 +502,12 @@ impl Endpoint {
         head[..LENGTH_LEN].copy_from_slice(&layout.prefix());
         head[LENGTH_LEN..LENGTH_LEN + ulpdu.head_len]
             .copy_from_slice(&ulpdu.head[..ulpdu.head_len]);
-        let mut record = OutRecord {
+        let deferred = self.framer.crc_enabled()
+            && plen > 0
+            && env.mem.crc_at_transmit()
+            && layout.markers().next().is_none();
+        // Built where it is returned, and finished there.
+        let mut out = Some(OutRecord {
             kind,
             end: 0,
             body: Body::Fpdu(Fpdu {
@@ -483,35 +517,29 @@ impl Endpoint {
                 payload,
                 trailer: layout.trailer(0),
                 payload_sum: None,
-                crc_pending: false,
+                crc_pending: deferred,
             }),
-        };
-        let deferred = self.framer.crc_enabled()
-            && plen > 0
-            && env.mem.crc_at_transmit()
-            && layout.markers().next().is_none();
-        if deferred {
-            if let Body::Fpdu(f) = &mut record.body {
-                f.crc_pending = true;
+        });
+        if let Some(record) = out.as_mut() {
+            if !deferred && self.framer.crc_enabled() {
+                let (crc, sum) = fpdu_crc(record, &*env.mem);
+                if let Body::Fpdu(f) = &mut record.body {
+                    f.trailer = layout.trailer(crc);
+                    f.payload_sum = sum;
+                }
             }
-        } else if self.framer.crc_enabled() {
-            let (crc, sum) = fpdu_crc(&record, &*env.mem);
-            if let Body::Fpdu(f) = &mut record.body {
-                f.trailer = layout.trailer(crc);
-                f.payload_sum = sum;
+            self.framer.advance(&layout);
+            if self.nudge == super::Nudge::Armed && kind != RecordKind::Terminate {
+                self.nudge = super::Nudge::Stamp;
             }
+            self.tx_offset += layout.wire_len() as u64;
+            record.end = self.tx_offset;
         }
-        self.framer.advance(&layout);
-        if self.nudge == super::Nudge::Armed && kind != RecordKind::Terminate {
-            self.nudge = super::Nudge::Stamp;
-        }
-        self.tx_offset += layout.wire_len() as u64;
-        record.end = self.tx_offset;
         if let Some(i) = opcode_of(&ulpdu.head[..ulpdu.head_len]).and_then(stat_index) {
             self.stats.fpdus_out[i] += 1;
         }
         self.stats.bytes_sent += u64::from(plen);
-        Some(record)
+        out
     }
 }
 

@@ -623,6 +623,12 @@ impl QueuePair {
         }
     }
 
+    /// The SGEs of request `seq`, where they lie in the send queue (a
+    /// request stays there until it completes).
+    pub fn work_sges(&self, seq: WrSeq) -> Option<&SgeList> {
+        self.entry(seq.0).map(|e| &e.wr.sges)
+    }
+
     /// Records the outcome of the local operation at the cursor; whether the
     /// send queue may go on.
     fn finish_local(&mut self, result: Result<(), WcStatus>) -> bool {
