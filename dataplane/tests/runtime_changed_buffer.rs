@@ -90,6 +90,12 @@ fn run(crc: bool, op: Op, expect_end: bool) -> Outcome {
 
 /// [`run`] over a link with or without multi-segment transmit.
 fn run_on(crc: bool, multi_seg_tx: bool, op: Op, expect_end: bool) -> Outcome {
+    run_sized(crc, multi_seg_tx, op, expect_end, LEN)
+}
+
+/// [`run_on`] with an operation of `len` bytes (its data frame at least
+/// `len` long, longer than any acknowledgement).
+fn run_sized(crc: bool, multi_seg_tx: bool, op: Op, expect_end: bool, len: usize) -> Outcome {
     let Rig { p, links } = rig(crc, multi_seg_tx);
     let (mut a, mut b) = connect_crc(&p, crc);
     let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
@@ -97,13 +103,13 @@ fn run_on(crc: bool, multi_seg_tx: bool, op: Op, expect_end: bool) -> Outcome {
         Op::Read => (&p.b, b.pd, &p.a, a.pd),
         _ => (&p.a, a.pd, &p.b, b.pd),
     };
-    let src = buffer(src_dp, src_pd, LEN, rw);
-    let dst = buffer(dst_dp, dst_pd, LEN, rw);
+    let src = buffer(src_dp, src_pd, len, rw);
+    let dst = buffer(dst_dp, dst_pd, len, rw);
     let old = src.fill_pattern(7);
-    dst.region.fill(4096, LEN, 0).unwrap();
+    dst.region.fill(4096, len, 0).unwrap();
     let src_link = if op == Op::Read { &links.1 } else { &links.0 };
-    src_link.lose_next(1, DATA_FRAME);
-    let len32 = LEN as u32;
+    src_link.lose_next(1, len);
+    let len32 = len as u32;
     let id = 1;
     post_op(&a, &b, op, &src, &dst, len32, id);
     p.until("the first transmission lost", |_| {
@@ -176,12 +182,17 @@ fn assert_crc_terminate(o: &Outcome, detector_is_b: bool) {
 /// The source re-summed the resent payload and saw it changed; the sums
 /// folded into the CRC pass covered every first transmission.
 fn assert_resummed(o: &Outcome) {
+    assert_resummed_len(o, LEN);
+}
+
+/// [`assert_resummed`] for an operation of `len` bytes.
+fn assert_resummed_len(o: &Outcome, len: usize) {
     let s = &o.source;
     println!(
         "source: tx_summed_bytes {}, tx_resummed_bytes {}, tx_payload_changed {}, terminates {}",
         s.tx_summed_bytes, s.tx_resummed_bytes, s.tx_payload_changed, s.terminates
     );
-    assert!(s.tx_resummed_bytes >= LEN as u64, "{s:?}");
+    assert!(s.tx_resummed_bytes >= len as u64, "{s:?}");
     assert!(s.tx_payload_changed >= 1, "{s:?}");
     assert_eq!(s.tx_summed_bytes, 0, "{s:?}");
     assert!(s.terminates >= 1, "{s:?}");
@@ -213,6 +224,16 @@ fn a_write_changed_on_a_copying_port_ends_in_a_crc_terminate() {
     assert_crc_terminate(&o, true);
     assert_resummed(&o);
     println!("write on a copying port: completion {:?}", o.status);
+}
+
+/// The same with a small Write, whose record a copying port assembles
+/// whole before it goes into the frame.
+#[test]
+fn a_small_write_changed_on_a_copying_port_ends_in_a_crc_terminate() {
+    let o = run_sized(true, false, Op::Write, true, 100);
+    assert_crc_terminate(&o, true);
+    assert_resummed_len(&o, 100);
+    println!("small write on a copying port: completion {:?}", o.status);
 }
 
 #[test]
