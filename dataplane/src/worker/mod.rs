@@ -32,8 +32,10 @@
 //! 5. Each connection on the ready list (`ready`: those a segment, a
 //!    TCP timer, a post, a control message or a due setup timer reached,
 //!    and those with work left; idle connections are not looked at): TCP
-//!    events (an acknowledged record goes back to the engine with
-//!    `record_acked`, returning its pin and completing Sends and Writes); in-order payload to `Endpoint::handle_stream` (at
+//!    events (an acknowledged record goes back to the engine where it
+//!    lies in the records table, `Endpoint::note_acked` returning its pin;
+//!    one `Endpoint::service` after them completes Sends and Writes);
+//!    in-order payload to `Endpoint::handle_stream` (at
 //!    most [`MAX_CHUNKS_PER_POLL`] chunks); work requests from the QP's
 //!    submission rings ([`MAX_POSTS_PER_POLL`]); records from
 //!    `Endpoint::poll_record(send_capacity)` into TCP
