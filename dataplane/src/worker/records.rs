@@ -45,6 +45,11 @@ impl Record for RecordRef {
     }
 }
 
+/// A slot [`Records::build`] filled, to [`Records::settle`].
+#[must_use = "settle the slot: it holds the engine's record"]
+#[derive(Debug)]
+pub(super) struct Building(u32);
+
 /// The worker's records in flight.
 #[derive(Debug, Default)]
 pub(super) struct Records {
@@ -76,13 +81,34 @@ impl Records {
         self.handle(slot)
     }
 
-    /// Keeps the engine's record `rec` (and its region, from `mem`),
-    /// built straight into its slot; the handle TCP queues for it.
+    /// Builds a record straight into a free slot: `build` writes the
+    /// engine's record into it (`Endpoint::poll_record_into`) and says
+    /// whether it did. When it did, [`Records::settle`] finishes the slot;
+    /// when not, the slot is free again.
     #[inline]
-    pub(super) fn insert_new(&mut self, rec: OutRecord, mem: &MemoryTable) -> RecordRef {
+    pub(super) fn build(
+        &mut self,
+        build: impl FnOnce(&mut Option<OutRecord>) -> bool,
+    ) -> Option<Building> {
         let slot = self.vacant();
-        self.slots[slot as usize] = Some(FpduRecord::new(rec, mem));
-        self.handle(slot)
+        let entry = &mut self.slots[slot as usize];
+        let held = entry.insert(FpduRecord::vacant());
+        if build(held.engine_slot()) {
+            return Some(Building(slot));
+        }
+        *entry = None;
+        self.free.push(slot);
+        None
+    }
+
+    /// Finishes the slot [`Records::build`] filled (its region from
+    /// `mem`); the handle TCP queues for it.
+    #[inline]
+    pub(super) fn settle(&mut self, b: Building, mem: &MemoryTable) -> RecordRef {
+        if let Some(held) = self.slots[b.0 as usize].as_mut() {
+            held.settle(mem);
+        }
+        self.handle(b.0)
     }
 
     /// A free slot (its entry `None`), the table grown by one if none is.

@@ -124,22 +124,41 @@ pub(super) enum Chunk<'a> {
 }
 
 impl FpduRecord {
+    /// A record not built yet: the engine writes its record into
+    /// [`FpduRecord::engine_slot`], then [`FpduRecord::settle`] finishes it.
     #[inline]
-    pub(super) fn new(rec: OutRecord, mem: &MemoryTable) -> FpduRecord {
-        let region = rec
+    pub(super) fn vacant() -> FpduRecord {
+        FpduRecord {
+            rec: None,
+            len: 0,
+            region: None,
+            markers: false,
+            stored_sum_spent: Cell::new(false),
+            crc_pending: false,
+            crc: Cell::new(None),
+        }
+    }
+
+    /// Where the engine builds its record.
+    #[inline]
+    pub(super) fn engine_slot(&mut self) -> &mut Option<OutRecord> {
+        &mut self.rec
+    }
+
+    /// Takes in what the engine's record says: its length, its CRC left
+    /// to us, its markers, and its region (from `mem`).
+    #[inline]
+    pub(super) fn settle(&mut self, mem: &MemoryTable) {
+        let Some(rec) = &self.rec else {
+            return;
+        };
+        self.region = rec
             .payload()
             .and_then(|p| mem.get(p.range().region()))
             .cloned();
-        let markers = rec.layout().is_some_and(|l| l.markers().next().is_some());
-        FpduRecord {
-            len: rec.len(),
-            crc_pending: rec.crc_pending(),
-            rec: Some(rec),
-            region,
-            markers,
-            stored_sum_spent: Cell::new(false),
-            crc: Cell::new(None),
-        }
+        self.markers = rec.layout().is_some_and(|l| l.markers().next().is_some());
+        self.len = rec.len();
+        self.crc_pending = rec.crc_pending();
     }
 
     /// A record of `len` bytes holding no engine record (the records
@@ -600,12 +619,16 @@ impl Conn {
             if cap == 0 {
                 break;
             }
-            let mut e = env(cx.device, cx.mem, &mut self.cq, &mut self.rcq);
-            let Some(rec) = ep.poll_record(cap, &mut e) else {
+            let (device, mem, cq, rcq) =
+                (&mut *cx.device, &mut *cx.mem, &mut self.cq, &mut self.rcq);
+            let Some(b) = cx
+                .records
+                .build(|out| ep.poll_record_into(cap, &mut env(device, mem, cq, rcq), out))
+            else {
                 break;
             };
             n += 1;
-            let r = cx.records.insert_new(rec, cx.mem);
+            let r = cx.records.settle(b, cx.mem);
             if let Err((_, r)) = conn.send_record(cx.now, r) {
                 // Cannot happen (the record fits the capacity asked for);
                 // its pin goes back all the same.

@@ -22,6 +22,16 @@ use crate::wire::{
     DdpRepr, RdmapOpcode, ReadRequest, TerminateMessage, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
 };
 
+/// What [`Endpoint::next_control_record`] found.
+enum Control {
+    /// A record to send.
+    Record(OutRecord),
+    /// Nothing may be sent now.
+    Stop,
+    /// No control record: data FPDUs may follow.
+    Data,
+}
+
 /// A send-queue request being put on the wire: what framing needs of it
 /// (its SGEs are read where they lie, in the send queue,
 /// [`QueuePair::work_sges`]).
@@ -119,33 +129,88 @@ impl Endpoint {
         max_segment: usize,
         env: &mut Env<'_, M>,
     ) -> Option<OutRecord> {
-        let mut record = self.next_record(max_segment, env);
-        self.service(env);
-        if record.is_none() && self.terminate_tx.is_some() {
-            // Building found a local failure (a request's memory gone):
-            // its Terminate goes out now.
-            record = self.next_record(max_segment, env);
-            self.service(env);
-        }
-        record
+        let mut out = None;
+        self.poll_record_into(max_segment, env, &mut out);
+        out
     }
 
+    /// [`Endpoint::poll_record`] into `out`, which must be empty: the
+    /// record is built where the driver keeps it (its table of records in
+    /// flight) rather than returned by value. Whether there was one; `out`
+    /// stays empty when not.
+    #[inline]
+    pub fn poll_record_into<M: Placement + ?Sized>(
+        &mut self,
+        max_segment: usize,
+        env: &mut Env<'_, M>,
+        out: &mut Option<OutRecord>,
+    ) -> bool {
+        debug_assert!(out.is_none(), "poll_record_into over a record");
+        let mut got = self.next_record(max_segment, env, out);
+        self.service(env);
+        if !got && self.terminate_tx.is_some() {
+            // Building found a local failure (a request's memory gone):
+            // its Terminate goes out now.
+            got = self.next_record(max_segment, env, out);
+            self.service(env);
+        }
+        got
+    }
+
+    /// The next record into `out`: connection setup, a Terminate and the
+    /// other control messages first, then Read Responses and the send
+    /// queue's FPDUs in turn.
     #[inline]
     fn next_record<M: Placement + ?Sized>(
         &mut self,
         max_segment: usize,
         env: &mut Env<'_, M>,
-    ) -> Option<OutRecord> {
+        out: &mut Option<OutRecord>,
+    ) -> bool {
+        match self.next_control_record(max_segment, env) {
+            Control::Record(r) => {
+                *out = Some(r);
+                return true;
+            }
+            Control::Stop => return false,
+            Control::Data => {}
+        }
+        let first_response = self.tx.response_turn;
+        self.tx.response_turn = !self.tx.response_turn;
+        for response in [first_response, !first_response] {
+            let got = if response {
+                self.next_read_response(max_segment, env, out)
+            } else {
+                self.next_sq_fpdu(max_segment, env, out)
+            };
+            if got {
+                return true;
+            }
+            if self.fatal.is_some() {
+                return false;
+            }
+        }
+        false
+    }
+
+    /// The records that go before any FPDU of data: setup bytes, a
+    /// Terminate, the ready-to-receive message, its Read Response, a
+    /// nudge; or whether data FPDUs may follow.
+    fn next_control_record<M: Placement + ?Sized>(
+        &mut self,
+        max_segment: usize,
+        env: &mut Env<'_, M>,
+    ) -> Control {
         if max_segment == 0 || (self.closing.is_some() && self.close_reported) {
             // After an orderly close's ReadyToClose, TCP is closing: not
             // even a Terminate may follow.
-            return None;
+            return Control::Stop;
         }
         if let Some(r) = self.next_setup_record(max_segment) {
-            return Some(r);
+            return Control::Record(r);
         }
         if self.setup_tx.is_some() {
-            return None;
+            return Control::Stop;
         }
         if let Some(repr) = self.terminate_tx {
             let msg = TerminateMessage {
@@ -155,13 +220,15 @@ impl Endpoint {
             let mut u = Ulpdu::new();
             u.head_len = msg.emit(&mut u.head);
             if !self.fits(u.head_len, max_segment) {
-                return None;
+                return Control::Stop;
             }
-            let r = self.frame(RecordKind::Terminate, &u, None, env)?;
+            let Some(r) = self.frame(RecordKind::Terminate, &u, None, env) else {
+                return Control::Stop;
+            };
             self.terminate_tx = None;
             // RFC 5040 §6.2: the Terminate is the stream's last message.
             let _ = self.qp.modify_qp(QpModify::state(QpState::Error));
-            return Some(r);
+            return Control::Record(r);
         }
         if !self.may_send_fpdus {
             if let Some(first) = self.speak_first_after {
@@ -176,14 +243,16 @@ impl Endpoint {
             }
         }
         if self.fatal.is_some() || !self.connected || !self.may_send_fpdus {
-            return None;
+            return Control::Stop;
         }
         if let Some(rtr) = self.rtr_to_send {
             let u = Ulpdu::bytes(rtr_ulpdu(rtr).as_bytes());
             if !self.fits(u.head_len, max_segment) {
-                return None;
+                return Control::Stop;
             }
-            let r = self.frame(RecordKind::Rtr, &u, None, env)?;
+            let Some(r) = self.frame(RecordKind::Rtr, &u, None, env) else {
+                return Control::Stop;
+            };
             self.rtr_to_send = None;
             match rtr {
                 RtrType::Send => self.tx.send_msn = 2,
@@ -193,16 +262,18 @@ impl Endpoint {
                 }
                 RtrType::Write => {}
             }
-            return Some(r);
+            return Control::Record(r);
         }
         if let Some((stag, to)) = self.rtr_read_response {
             let u = Ulpdu::bytes(&read_response_ulpdu(stag, to));
             if !self.fits(u.head_len, max_segment) {
-                return None;
+                return Control::Stop;
             }
-            let r = self.frame(RecordKind::ReadResponse, &u, None, env)?;
+            let Some(r) = self.frame(RecordKind::ReadResponse, &u, None, env) else {
+                return Control::Stop;
+            };
             self.rtr_read_response = None;
-            return Some(r);
+            return Control::Record(r);
         }
         if self.nudge == super::Nudge::Due && self.tx.cur.is_none() && self.closing.is_none() {
             // Between our messages only: a tagged message inside another
@@ -210,29 +281,16 @@ impl Endpoint {
             // on some receivers.
             let u = Ulpdu::bytes(nudge_ulpdu().as_bytes());
             if !self.fits(u.head_len, max_segment) {
-                return None;
+                return Control::Stop;
             }
-            let r = self.frame(RecordKind::RdmaWrite, &u, None, env)?;
+            let Some(r) = self.frame(RecordKind::RdmaWrite, &u, None, env) else {
+                return Control::Stop;
+            };
             self.nudge = super::Nudge::Off;
             self.stats.nudges += 1;
-            return Some(r);
+            return Control::Record(r);
         }
-        let first_response = self.tx.response_turn;
-        self.tx.response_turn = !self.tx.response_turn;
-        for response in [first_response, !first_response] {
-            let r = if response {
-                self.next_read_response(max_segment, env)
-            } else {
-                self.next_sq_fpdu(max_segment, env)
-            };
-            if r.is_some() {
-                return r;
-            }
-            if self.fatal.is_some() {
-                return None;
-            }
-        }
-        None
+        Control::Data
     }
 
     fn next_setup_record(&mut self, max_segment: usize) -> Option<OutRecord> {
@@ -266,16 +324,23 @@ impl Endpoint {
         Some(u32::try_from(room).unwrap_or(u32::MAX))
     }
 
+    /// The next Read Response FPDU, written into `out` (left empty when
+    /// there is none): whether there was one.
     fn next_read_response<M: Placement + ?Sized>(
         &mut self,
         max_segment: usize,
         env: &mut Env<'_, M>,
-    ) -> Option<OutRecord> {
-        let room = self.payload_room(TAGGED_HEADER_LEN, max_segment)?;
-        let front = self.qp.inbound_read_front()?;
+        out: &mut Option<OutRecord>,
+    ) -> bool {
+        let Some(room) = self.payload_room(TAGGED_HEADER_LEN, max_segment) else {
+            return false;
+        };
+        let Some(front) = self.qp.inbound_read_front() else {
+            return false;
+        };
         let remaining = front.len - front.sent;
         if remaining > 0 && room == 0 {
-            return None;
+            return false;
         }
         let n = remaining.min(room);
         let last = front.sent + n == front.len;
@@ -291,17 +356,23 @@ impl Endpoint {
                 Some(pin) => Some(pin),
                 None => {
                     self.fail(TerminateCause::RDMAP_LOCAL_CATASTROPHIC, None);
-                    return None;
+                    return false;
                 }
             },
             (None, _) => {
                 self.fail(TerminateCause::RDMAP_LOCAL_CATASTROPHIC, None);
-                return None;
+                return false;
             }
         };
         front.sent += n;
-        let r = self.frame(RecordKind::ReadResponse, &Ulpdu::ddp(&header), pin, env);
-        if last && r.is_some() {
+        let r = self.frame_into(
+            RecordKind::ReadResponse,
+            &Ulpdu::ddp(&header),
+            pin,
+            env,
+            out,
+        );
+        if last && r {
             // The FPDUs hold their own pins until acknowledged; the
             // request's pin on the whole source goes back now.
             if let Some(done) = self.qp.pop_inbound_read() {
@@ -313,18 +384,23 @@ impl Endpoint {
         r
     }
 
+    /// The next FPDU of the send queue's work, written into `out` (left
+    /// empty when there is none): whether there was one.
     fn next_sq_fpdu<M: Placement + ?Sized>(
         &mut self,
         max_segment: usize,
         env: &mut Env<'_, M>,
-    ) -> Option<OutRecord> {
+        out: &mut Option<OutRecord>,
+    ) -> bool {
         if self.tx.cur.is_none() {
             if self.rtr_read_pending {
                 // Our Read RTR holds one of the peer's IRD slots until its
                 // Response arrives: start nothing that could exceed it.
-                return None;
+                return false;
             }
-            let work = self.qp.next_work(env.device.mrs_mut())?;
+            let Some(work) = self.qp.next_work(env.device.mrs_mut()) else {
+                return false;
+            };
             let msn = match work.op {
                 WireOp::Send { .. } => {
                     let m = self.tx.send_msn;
@@ -352,13 +428,17 @@ impl Endpoint {
         // in the send queue: copying a request (some 170 bytes with its
         // SGE list) out and back for each FPDU was a measurable part of
         // the small-message path.
-        let op = self.tx.cur.as_ref()?.op;
+        let Some(op) = self.tx.cur.as_ref().map(|c| c.op) else {
+            return false;
+        };
         match op {
             WireOp::RdmaRead { remote_addr, rkey } => {
                 if !self.fits(UNTAGGED_HEADER_LEN + READ_REQUEST_LEN, max_segment) {
-                    return None;
+                    return false;
                 }
-                let cur = self.tx.cur.as_ref()?;
+                let Some(cur) = self.tx.cur.as_ref() else {
+                    return false;
+                };
                 let (seq, len, msn) = (cur.seq, cur.len, cur.msn);
                 let sink = self
                     .qp
@@ -375,8 +455,8 @@ impl Endpoint {
                 let mut u = Ulpdu::ddp(&header);
                 rr.emit(&mut u.head[u.head_len..]);
                 u.head_len += READ_REQUEST_LEN;
-                let r = self.frame(RecordKind::ReadRequest, &u, None, env);
-                if r.is_some() {
+                let r = self.frame_into(RecordKind::ReadRequest, &u, None, env, out);
+                if r {
                     self.tx.cur = None;
                     let _ = self.qp.transmitted(seq, self.tx_offset);
                 }
@@ -387,18 +467,22 @@ impl Endpoint {
                     WireOp::Send { .. } => (UNTAGGED_HEADER_LEN, RecordKind::Send),
                     _ => (TAGGED_HEADER_LEN, RecordKind::RdmaWrite),
                 };
-                let room = self.payload_room(header_len, max_segment)?;
-                let cur = self.tx.cur.as_mut()?;
+                let Some(room) = self.payload_room(header_len, max_segment) else {
+                    return false;
+                };
+                let Some(cur) = self.tx.cur.as_mut() else {
+                    return false;
+                };
                 let remaining = cur.len - cur.sent;
                 if remaining > 0 && room == 0 {
-                    return None;
+                    return false;
                 }
                 // Skip empty SGEs; an FPDU's payload stays within one SGE.
                 let Some(sges) = self.qp.work_sges(cur.seq) else {
                     // Cannot happen: a request stays queued until it
                     // completes, and it cannot before it is sent.
                     self.tx.cur = None;
-                    return None;
+                    return false;
                 };
                 let sges = sges.as_slice();
                 while remaining > 0 && sges.get(cur.sge).is_some_and(|s| cur.sge_off >= s.length) {
@@ -428,14 +512,14 @@ impl Endpoint {
                                 // request fails, and the queue pair with it.
                                 self.tx.cur = None;
                                 let _ = self.qp.complete(seq, e.wc_status());
-                                return None;
+                                return false;
                             }
                             _ => {
                                 self.tx.cur = None;
                                 let _ = self
                                     .qp
                                     .complete(seq, crate::verbs::WcStatus::LocalLengthError);
-                                return None;
+                                return false;
                             }
                         }
                     }
@@ -460,10 +544,10 @@ impl Endpoint {
                         rkey.0,
                         remote_addr.wrapping_add(u64::from(sent)),
                     ),
-                    WireOp::RdmaRead { .. } => return None,
+                    WireOp::RdmaRead { .. } => return false,
                 };
-                let r = self.frame(kind, &Ulpdu::ddp(&header), pin, env);
-                if r.is_some() {
+                let r = self.frame_into(kind, &Ulpdu::ddp(&header), pin, env, out);
+                if r {
                     if last {
                         self.tx.cur = None;
                         let _ = self.qp.transmitted(seq, self.tx_offset);
@@ -486,6 +570,22 @@ impl Endpoint {
         payload: Option<RegionRef>,
         env: &mut Env<'_, M>,
     ) -> Option<OutRecord> {
+        let mut out = None;
+        self.frame_into(kind, ulpdu, payload, env, &mut out);
+        out
+    }
+
+    /// [`Endpoint::frame`] into `out`, where the record is built and
+    /// finished in place (a record returned by value was copied at each
+    /// level on its way to the records table); whether it was built.
+    fn frame_into<M: Placement + ?Sized>(
+        &mut self,
+        kind: RecordKind,
+        ulpdu: &Ulpdu,
+        payload: Option<RegionRef>,
+        env: &mut Env<'_, M>,
+        out: &mut Option<OutRecord>,
+    ) -> bool {
         let plen = payload.as_ref().map_or(0, RegionRef::len);
         let layout = match self.framer.layout(ulpdu.head_len + plen as usize) {
             Ok(l) => l,
@@ -495,7 +595,7 @@ impl Endpoint {
                     env.device.mrs_mut().unpin(pin);
                 }
                 self.fail(TerminateCause::RDMAP_LOCAL_CATASTROPHIC, None);
-                return None;
+                return false;
             }
         };
         let mut head = [0u8; MAX_HEAD_LEN];
@@ -506,8 +606,7 @@ impl Endpoint {
             && plen > 0
             && env.mem.crc_at_transmit()
             && layout.markers().next().is_none();
-        // Built where it is returned, and finished there.
-        let mut out = Some(OutRecord {
+        *out = Some(OutRecord {
             kind,
             end: 0,
             body: Body::Fpdu(Fpdu {
@@ -539,7 +638,7 @@ impl Endpoint {
             self.stats.fpdus_out[i] += 1;
         }
         self.stats.bytes_sent += u64::from(plen);
-        out
+        true
     }
 }
 
