@@ -38,7 +38,8 @@
 //!    in-order payload to `Endpoint::handle_stream` (at
 //!    most [`MAX_CHUNKS_PER_POLL`] chunks); work requests from the QP's
 //!    submission rings ([`MAX_POSTS_PER_POLL`]); records from
-//!    `Endpoint::poll_record(send_capacity)` into TCP
+//!    `Endpoint::poll_record_into(send_capacity)`, built in the records
+//!    table, into TCP
 //!    ([`MAX_FPDUS_PER_POLL`]); engine events; completions to the CQ
 //!    rings.
 //! 6. TX: ARP and ICMP frames, then TCP segments built in parts — headers

@@ -5,7 +5,7 @@
 //! TCP holds only a handle ([`RecordRef`], 8 bytes) in its send queue and
 //! its events; the record itself (some 190 bytes: the engine's record with
 //! its headers and pin, the region) is built straight into a slot here
-//! ([`Records::insert_new`]) and never moves while it waits, is
+//! ([`Records::build`], `Endpoint::poll_record_into`) and never moves while it waits, is
 //! retransmitted and is reported. The transmit path reads it in place
 //! through the handle; the acknowledgement hands it to the engine in place
 //! ([`Records::release`]), and `poll_dropped` takes it out once. Moving
