@@ -348,16 +348,7 @@ impl FpduRecord {
                 Piece::Marker(_) => return Err(FrameFull),
             }
         }
-        let crc = match self.crc.get() {
-            Some(first) => {
-                out.changed = first != crc;
-                first
-            }
-            None => {
-                self.crc.set(Some(crc));
-                crc
-            }
-        };
+        let crc = self.first_crc(crc, &mut out.changed);
         let (Some(t), Some(t_at)) = (rec.trailer_with(crc), trailer_at) else {
             return Err(FrameFull);
         };
@@ -367,6 +358,22 @@ impl FpduRecord {
         }
         out.sum = sum;
         Ok(out)
+    }
+
+    /// The CRC a transmission sends: the first transmission's (`crc`, now
+    /// kept); a later one's `crc` only says whether the bytes changed
+    /// since, in `changed`.
+    fn first_crc(&self, crc: u32, changed: &mut bool) -> u32 {
+        match self.crc.get() {
+            Some(first) => {
+                *changed = first != crc;
+                first
+            }
+            None => {
+                self.crc.set(Some(crc));
+                crc
+            }
+        }
     }
 
     /// [`FpduRecord::emit_fused`] for a record of at most
@@ -414,16 +421,7 @@ impl FpduRecord {
         };
         // Everything up to the CRC field: the trailer's pad included.
         let crc = rdmap::crc::append(0, &buf[..self.len.saturating_sub(CRC_LEN)]);
-        let crc = match self.crc.get() {
-            Some(first) => {
-                out.changed = first != crc;
-                first
-            }
-            None => {
-                self.crc.set(Some(crc));
-                crc
-            }
-        };
+        let crc = self.first_crc(crc, &mut out.changed);
         let t = rec.trailer_with(crc).ok_or(FrameFull)?;
         let t = t.as_bytes();
         buf.get_mut(t_at..t_at + t.len())
