@@ -24,7 +24,7 @@ use crate::memory::{MemoryTable, Region, RegionSlice};
 use super::conn::{env, Conn, Cx};
 use super::counters::bump;
 use super::records::{RecordRef, Records};
-use super::{Worker, MAX_FPDUS_PER_POLL, TX_BURST};
+use super::{Worker, MAX_FPDUS_PER_POLL, MAX_SMALL_FPDUS_PER_POLL, SMALL_FPDU, TX_BURST};
 
 /// Room for the Ethernet, IPv4 and TCP headers of one segment (14 + 60 +
 /// 60, rounded up).
@@ -627,12 +627,16 @@ impl Conn {
             };
             n += 1;
             let r = cx.records.settle(b, cx.mem);
+            let small = Record::len(&r) < SMALL_FPDU;
             if let Err((_, r)) = conn.send_record(cx.now, r) {
                 // Cannot happen (the record fits the capacity asked for);
                 // its pin goes back all the same.
                 if let Some(r) = cx.records.remove(r).and_then(FpduRecord::take) {
                     ep.record_dropped(r, cx.device);
                 }
+                break;
+            }
+            if small && n >= MAX_SMALL_FPDUS_PER_POLL {
                 break;
             }
         }
