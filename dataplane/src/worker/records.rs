@@ -5,14 +5,14 @@
 //! TCP holds only a handle ([`RecordRef`], 8 bytes) in its send queue and
 //! its events; the record itself (some 190 bytes: the engine's record with
 //! its headers and pin, the region) is built straight into a slot here
-//! ([`Records::build`], `Endpoint::poll_record_into`) and never moves while it waits, is
-//! retransmitted and is reported. The transmit path reads it in place
-//! through the handle; the acknowledgement hands it to the engine in place
-//! ([`Records::release`]), and `poll_dropped` takes it out once. Moving
-//! records between functions was a measurable part of the small-message
-//! path. Slots are reused through a free
-//! list; the table grows only when more records are in flight on the
-//! worker than ever before, never in the steady state.
+//! ([`Records::build`], `Endpoint::poll_record_into`) and never moves
+//! while it waits, is retransmitted and is reported. The transmit path
+//! reads it in place through the handle; the acknowledgement hands it to
+//! the engine in place ([`Records::release`]), and `poll_dropped` takes it
+//! out once. Moving records between functions was a measurable part of
+//! the small-message path. Slots are reused through a free list; the table
+//! grows only when more records are in flight on the worker than ever
+//! before, never in the steady state.
 
 use rdmap::engine::OutRecord;
 use tcp_offload::tcp::Record;
@@ -76,8 +76,7 @@ impl Records {
     #[cfg(test)]
     pub(super) fn insert(&mut self, rec: FpduRecord) -> RecordRef {
         let slot = self.vacant();
-        let fresh = &mut self.slots[slot as usize];
-        *fresh = Some(rec);
+        self.slots[slot as usize] = Some(rec);
         self.handle(slot)
     }
 
