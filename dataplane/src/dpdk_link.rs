@@ -905,7 +905,7 @@ impl DpdkQueue {
         for seg in m.segments() {
             let part = seg.get(skip..).unwrap_or(&[]);
             skip = skip.saturating_sub(seg.len());
-            sum = checksum::combine_at(sum, checksum::sum(part), at);
+            sum = checksum::combine_at(sum, crate::checksum::sum(part), at);
             at += part.len();
         }
         if let Some(field) = m.data_mut().and_then(|d| d.get_mut(tcp + 16..tcp + 18)) {

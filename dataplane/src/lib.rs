@@ -12,6 +12,8 @@
 //!   from registered memory.
 //! - [`memory`]: registered memory shared by applications and workers, and
 //!   the placement implementation the QP engine writes through.
+//! - [`checksum`]: the Internet checksum's sum at vector width, for the
+//!   payload passes.
 //! - [`steer`]: the Toeplitz RSS hash, to keep each connection on the queue
 //!   of the worker that owns it.
 //! - `ctl`: the rings and messages the API and the workers share (control
@@ -23,15 +25,18 @@
 //! - `sys`: the few system calls made directly (a worker thread's timer
 //!   slack).
 //!
-//! `unsafe` code is denied crate-wide and allowed in two modules only:
+//! `unsafe` code is denied crate-wide and allowed in three modules only:
 //! [`memory`] (mapping and attaching application memory, shared with the
-//! workers as a NIC's DMA target is) and `sys`. DPDK's FFI stays in
+//! workers as a NIC's DMA target is), `sys` and [`checksum`] (vector
+//! instructions chosen at run time). DPDK's FFI stays in
 //! `dpdk-bindings`.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod api;
 pub mod capture;
+#[allow(unsafe_code, reason = "vector instructions chosen at run time")]
+pub mod checksum;
 pub mod config;
 mod ctl;
 pub mod dpdk_link;

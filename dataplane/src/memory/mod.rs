@@ -1089,7 +1089,7 @@ impl Region {
         let mut acc = 0u32;
         let mut at = 0usize;
         self.for_chunks(offset, len, |b| {
-            acc = checksum::combine_at(acc, checksum::sum(b), at);
+            acc = checksum::combine_at(acc, crate::checksum::sum(b), at);
             at += b.len();
         });
         acc
@@ -1109,7 +1109,7 @@ impl Region {
         // range, so sums add without a byte swap.
         self.for_chunks(offset, len, |b| {
             crc = rdmap::crc::append(crc, b);
-            acc = checksum::combine(acc, checksum::sum(b));
+            acc = checksum::combine(acc, crate::checksum::sum(b));
         });
         (crc, acc)
     }

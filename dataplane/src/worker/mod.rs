@@ -349,6 +349,7 @@ impl<Q: LinkQueue> Worker<Q> {
         let mac = port.mac.map_or(s.caps.mac, |m| m.0);
         let mut ic = InterfaceConfig::new(mac, port.ip, s.key);
         ic.mtu = port.mtu.min(s.caps.mtu);
+        ic.sum = crate::checksum::sum;
         ic.tcp = tcp::Config {
             // The MSS follows the port's MTU (jumbo frames included); the
             // interface clamps it to `mtu - 40` as well.

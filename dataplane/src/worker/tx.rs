@@ -321,7 +321,7 @@ impl FpduRecord {
                     frame.append_copy_inspect(region, offset, len, &mut |b| {
                         crc = rdmap::crc::append(crc, b);
                         if want_sum {
-                            sum = checksum::combine_at(sum, checksum::sum(b), at);
+                            sum = checksum::combine_at(sum, crate::checksum::sum(b), at);
                         }
                         at += b.len();
                     })?;
@@ -340,7 +340,7 @@ impl FpduRecord {
                     frame.append(b)?;
                     crc = rdmap::crc::append(crc, b);
                     if want_sum {
-                        sum = checksum::combine_at(sum, checksum::sum(b), at);
+                        sum = checksum::combine_at(sum, crate::checksum::sum(b), at);
                     }
                     at += b.len();
                 }
@@ -354,7 +354,7 @@ impl FpduRecord {
         };
         frame.append(t.as_bytes())?;
         if want_sum {
-            sum = checksum::combine_at(sum, checksum::sum(t.as_bytes()), t_at);
+            sum = checksum::combine_at(sum, crate::checksum::sum(t.as_bytes()), t_at);
         }
         out.sum = sum;
         Ok(out)
@@ -431,7 +431,7 @@ impl FpduRecord {
         frame.append_zeros(header_len)?;
         frame.append(bytes)?;
         if want_sum {
-            out.sum = checksum::sum(bytes);
+            out.sum = crate::checksum::sum(bytes);
         }
         Ok(out)
     }
@@ -500,7 +500,7 @@ impl FpduRecord {
         let mut out = SegmentSum::default();
         let _ = self.walk::<()>(range, |rel, c| {
             let s = match c {
-                Chunk::Bytes(b) => checksum::sum(b),
+                Chunk::Bytes(b) => crate::checksum::sum(b),
                 Chunk::Payload { offset, len } => match stored {
                     Some((o, l, sum)) if (o, l) == (offset, len) && trust_stored => {
                         out.used_stored = true;

@@ -303,10 +303,21 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     /// Whether the checksum over the pseudo-header and the whole buffer
     /// (header and payload) verifies.
     pub fn verify_checksum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
+        self.verify_checksum_with(src, dst, checksum::sum)
+    }
+
+    /// [`TcpPacket::verify_checksum`] with the bytes summed by `sum`, a
+    /// function with [`checksum::sum`]'s result.
+    pub fn verify_checksum_with(
+        &self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        sum: fn(&[u8]) -> u32,
+    ) -> bool {
         let b = self.buffer.as_ref();
         let s = checksum::combine(
             checksum::pseudo_header(src, dst, PROTOCOL_TCP, b.len()),
-            checksum::sum(b),
+            sum(b),
         );
         checksum::verifies(s)
     }
@@ -649,8 +660,20 @@ impl TcpRepr {
         dst: Ipv4Addr,
         checksum: Checksum,
     ) -> Result<TcpRepr> {
+        TcpRepr::parse_with(packet, src, dst, checksum, checksum::sum)
+    }
+
+    /// [`TcpRepr::parse`] with the checksum's bytes summed by `sum`, a
+    /// function with [`checksum::sum`]'s result.
+    pub fn parse_with<T: AsRef<[u8]>>(
+        packet: &TcpPacket<T>,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        checksum: Checksum,
+        sum: fn(&[u8]) -> u32,
+    ) -> Result<TcpRepr> {
         packet.check_len()?;
-        if checksum == Checksum::Verify && !packet.verify_checksum(src, dst) {
+        if checksum == Checksum::Verify && !packet.verify_checksum_with(src, dst, sum) {
             return Err(WireError::BadChecksum);
         }
         let options = parse_options(packet.options())?;
