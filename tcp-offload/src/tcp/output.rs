@@ -227,6 +227,32 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         }
     }
 
+    /// Whether an ACK is owed now (a snapshot queued, or `ack_now`) in a
+    /// state whose segments [`Connection::plan_segment`] builds from the
+    /// send queue: what [`Connection::plan_ack`] would send.
+    pub(super) fn owes_ack(&self) -> bool {
+        !matches!(
+            self.state,
+            State::Closed | State::Listen | State::SynSent | State::SynReceived
+        ) && self.rst_pending.is_none()
+            && (self.ack_now || !self.ack_queue.is_empty())
+    }
+
+    /// A bare ACK of what is owed, out of the connection's turn to send
+    /// data: the first queued snapshot, else the state as it is now.
+    /// `None` when nothing is owed ([`Connection::owes_ack`]).
+    pub(super) fn plan_ack(&mut self, now: Instant) -> Option<Planned> {
+        if !self.owes_ack() {
+            return None;
+        }
+        if let Some(snap) = self.ack_queue.pop_front() {
+            let repr = self.snapshot_repr(now, snap);
+            return Some(Planned::bare(repr));
+        }
+        let repr = self.header(now, self.snd_nxt, TcpFlags::ACK, 0);
+        Some(Planned::bare(repr))
+    }
+
     /// The segment `plan` decided on, borrowing the records it carries.
     pub(super) fn planned_segment(&self, plan: Planned) -> Segment<'_, R> {
         let Some(d) = plan.data else {

@@ -225,6 +225,9 @@ pub struct StackStats {
     /// Timer entries `handle_timeout` examined: how the timer path's work
     /// grows with the deadlines that come due.
     pub timer_checks: u64,
+    /// Bare ACKs sent ahead of their connection's turn to send data
+    /// (`Stack::acking`).
+    pub acks_out_of_turn: u64,
 }
 
 /// Who a connection belongs to, and for passive ones where it stands.
@@ -260,6 +263,8 @@ struct Slot<B, R> {
     recheck: u8,
     /// In `Stack::sending`.
     sending: bool,
+    /// In `Stack::acking`.
+    acking: bool,
     /// The earliest deadline of this slot in `Stack::timers` (a lower
     /// bound of the connection's next timer), if any.
     queued: Option<Instant>,
@@ -317,6 +322,14 @@ pub struct Stack<B, R> {
     /// Slots that may have a segment to send, in the order
     /// `poll_transmit` serves them (round robin), each once.
     sending: VecDeque<u32>,
+    /// Slots that owe an ACK, in the order they came due, each once:
+    /// `poll_transmit` sends each a bare ACK before the turn under way
+    /// goes on (the one whose turn it is sends the ACK as that turn's
+    /// next segment). With thousands of busy connections a turn comes
+    /// round only after every other connection's `turn_bytes`; an ACK
+    /// that waited for it would reach its peer after the peer's
+    /// retransmission timeout.
+    acking: VecDeque<u32>,
     /// Payload bytes the connection at the front of `sending` has sent in
     /// its current turn ([`Config::turn_bytes`]).
     turn_used: usize,
@@ -382,6 +395,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             stateless: VecDeque::with_capacity(STATELESS_QUEUE),
             pending: Vec::with_capacity(max_connections),
             sending: VecDeque::with_capacity(max_connections),
+            acking: VecDeque::with_capacity(max_connections),
             turn_used: 0,
             timers: BinaryHeap::with_capacity(2 * max_connections + 64),
             reapable: Vec::with_capacity(max_connections),
@@ -824,6 +838,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
                     touched: false,
                     recheck: 0,
                     sending: false,
+                    acking: false,
                     queued: None,
                     reap_listed: false,
                 });
@@ -983,6 +998,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             slots,
             pending,
             sending,
+            acking,
             timers,
             ..
         } = self;
@@ -995,6 +1011,10 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             if what & RECHECK_TX != 0 && !s.sending {
                 s.sending = true;
                 sending.push_back(i);
+            }
+            if what & RECHECK_TX != 0 && !s.acking && e.conn.owes_ack() {
+                s.acking = true;
+                acking.push_back(i);
             }
             if what & RECHECK_TIMER != 0 {
                 if let Some(d) = e.conn.poll_timeout() {
@@ -1033,6 +1053,30 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             return Some((tuple, Segment::bare(repr)));
         }
         self.settle();
+        // Owed ACKs, in the order they came due, go ahead of the turn
+        // under way. One owed by the connection whose turn it is goes as
+        // that turn's next segment (on its data, if it has any).
+        while let Some(i) = self.acking.pop_front() {
+            let s = &mut self.slots[i as usize];
+            s.acking = false;
+            if self.sending.front() == Some(&i) {
+                break;
+            }
+            let Some(e) = s.entry.as_mut() else {
+                continue;
+            };
+            let Some(plan) = e.conn.plan_ack(now) else {
+                continue;
+            };
+            if e.conn.owes_ack() {
+                // More snapshots queued: one at a time, behind the others.
+                s.acking = true;
+                self.acking.push_back(i);
+            }
+            let e = self.slots[i as usize].entry.as_ref()?;
+            self.stats.acks_out_of_turn += 1;
+            return Some((e.tuple, e.conn.planned_segment(plan)));
+        }
         while let Some(&i) = self.sending.front() {
             let s = &mut self.slots[i as usize];
             // Sending arms timers: look at them at the next settle.
@@ -1618,6 +1662,81 @@ mod tests {
             let expect: Vec<usize> = (0..12).map(|k| (k / run) % 2).collect();
             assert_eq!(order, expect, "turn {turn}");
         }
+    }
+
+    /// A connection that owes an ACK while another has the turn to send
+    /// data sends a bare ACK before that turn goes on.
+    #[test]
+    fn an_ack_owed_goes_out_ahead_of_another_connections_turn() {
+        const REC: usize = 1000;
+        let mut server = TestStack::new(Config::default(), KEY, 4);
+        server.listen(SocketAddrV4::new(SERVER, 5000), 4).unwrap();
+        let mut client = TestStack::new(Config::default(), [9; 16], 4);
+        let mut now = Instant::from_millis(10);
+        let cids: Vec<ConnId> = (0..2)
+            .map(|_| {
+                client
+                    .connect(now, CLIENT, SocketAddrV4::new(SERVER, 5000))
+                    .unwrap()
+            })
+            .collect();
+        run_until_quiet(&mut server, &mut client, &mut now);
+        let sids = [server.accept(5000).unwrap(), server.accept(5000).unwrap()];
+        // The server's end of the client's first connection is the busy
+        // one; the client's second connection sends to the other.
+        let first_port = client.tuple(cids[0]).unwrap().local.port();
+        let busy = if server.tuple(sids[0]).unwrap().remote.port() == first_port {
+            sids[0]
+        } else {
+            sids[1]
+        };
+        let busy_port = server.tuple(busy).unwrap().remote.port();
+        // The busy connection has its turn: five records queued, one sent.
+        for k in 0..5u8 {
+            server
+                .conn_mut(busy)
+                .unwrap()
+                .send_record(now, vec![k; REC])
+                .unwrap();
+        }
+        let first = server
+            .poll_transmit(now)
+            .map(|(t, s)| (t.remote.port(), s.payload.is_some()));
+        assert_eq!(first, Some((busy_port, true)));
+        // Two full segments arrive on the other connection: it owes an
+        // ACK now (two segments' worth unacknowledged).
+        for k in 0..2u8 {
+            client
+                .conn_mut(cids[1])
+                .unwrap()
+                .send_record(now, vec![k; REC])
+                .unwrap();
+        }
+        let mut segs = Vec::new();
+        while let Some((t, s)) = client.poll_transmit(now) {
+            let bytes = s.payload.as_ref().map(|(r, range)| {
+                let mut v = vec![0u8; range.len()];
+                r.copy_to(range.start, &mut v);
+                v
+            });
+            segs.push((t, s.repr, bytes));
+        }
+        assert_eq!(segs.len(), 2);
+        for (t, r, b) in segs {
+            let p = b.map(Payload::whole);
+            server.handle_segment(now, *t.local.ip(), *t.remote.ip(), &r, p);
+        }
+        let mut order = Vec::new();
+        while let Some((t, s)) = server.poll_transmit(now) {
+            order.push((t.remote.port() == busy_port, s.payload.is_some()));
+        }
+        // The other connection's bare ACK first (behind the busy one's
+        // four remaining segments without the ACK lane), then the rest
+        // of the turn; nothing else.
+        let mut want = vec![(false, false)];
+        want.extend([(true, true); 4]);
+        assert_eq!(order, want);
+        assert_eq!(server.stats().acks_out_of_turn, 1);
     }
 
     fn run_until_quiet(a: &mut TestStack, b: &mut TestStack, now: &mut Instant) {
