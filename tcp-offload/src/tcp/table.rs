@@ -1450,33 +1450,32 @@ mod tests {
     fn exchange(a: &mut TestStack, b: &mut TestStack, now: Instant) -> usize {
         let mut moved = 0;
         loop {
-            let mut any = false;
-            for dir in 0..2 {
-                let (from, to) = if dir == 0 {
-                    (&mut *a, &mut *b)
-                } else {
-                    (&mut *b, &mut *a)
-                };
-                let mut batch = Vec::new();
-                while let Some((t, seg)) = from.poll_transmit(now) {
-                    let bytes = seg.payload.as_ref().map(|(r, range)| {
-                        let mut v = vec![0u8; range.len()];
-                        r.copy_to(range.start, &mut v);
-                        v
-                    });
-                    batch.push((t, seg.repr, bytes));
-                }
-                for (t, r, bytes) in batch {
-                    let p = bytes.map(Payload::whole);
-                    to.handle_segment(now, *t.local.ip(), *t.remote.ip(), &r, p);
-                    moved += 1;
-                    any = true;
-                }
-            }
-            if !any {
+            let n = deliver(a, b, now) + deliver(b, a, now);
+            if n == 0 {
                 return moved;
             }
+            moved += n;
         }
+    }
+
+    /// Hands every segment `from` has to send now to `to`, payload copied
+    /// into fresh buffers; the number moved.
+    fn deliver(from: &mut TestStack, to: &mut TestStack, now: Instant) -> usize {
+        let mut batch = Vec::new();
+        while let Some((t, seg)) = from.poll_transmit(now) {
+            let bytes = seg.payload.as_ref().map(|(r, range)| {
+                let mut v = vec![0u8; range.len()];
+                r.copy_to(range.start, &mut v);
+                v
+            });
+            batch.push((t, seg.repr, bytes));
+        }
+        let n = batch.len();
+        for (t, r, bytes) in batch {
+            let p = bytes.map(Payload::whole);
+            to.handle_segment(now, *t.local.ip(), *t.remote.ip(), &r, p);
+        }
+        n
     }
 
     /// Runs both stacks' timers and exchanges until `until`.
@@ -1627,18 +1626,7 @@ mod tests {
                 turn_bytes: turn,
                 ..Config::default()
             };
-            let mut server = TestStack::new(Config::default(), KEY, 4);
-            server.listen(SocketAddrV4::new(SERVER, 5000), 4).unwrap();
-            let mut client = TestStack::new(config, [9; 16], 4);
-            let mut now = Instant::from_millis(10);
-            let ids: Vec<ConnId> = (0..2)
-                .map(|_| {
-                    client
-                        .connect(now, CLIENT, SocketAddrV4::new(SERVER, 5000))
-                        .unwrap()
-                })
-                .collect();
-            run_until_quiet(&mut server, &mut client, &mut now);
+            let (_server, mut client, ids, now) = two_connections(config);
             for &id in &ids {
                 for k in 0..6u8 {
                     client
@@ -1669,18 +1657,7 @@ mod tests {
     #[test]
     fn an_ack_owed_goes_out_ahead_of_another_connections_turn() {
         const REC: usize = 1000;
-        let mut server = TestStack::new(Config::default(), KEY, 4);
-        server.listen(SocketAddrV4::new(SERVER, 5000), 4).unwrap();
-        let mut client = TestStack::new(Config::default(), [9; 16], 4);
-        let mut now = Instant::from_millis(10);
-        let cids: Vec<ConnId> = (0..2)
-            .map(|_| {
-                client
-                    .connect(now, CLIENT, SocketAddrV4::new(SERVER, 5000))
-                    .unwrap()
-            })
-            .collect();
-        run_until_quiet(&mut server, &mut client, &mut now);
+        let (mut server, mut client, cids, now) = two_connections(Config::default());
         let sids = [server.accept(5000).unwrap(), server.accept(5000).unwrap()];
         // The server's end of the client's first connection is the busy
         // one; the client's second connection sends to the other.
@@ -1712,20 +1689,7 @@ mod tests {
                 .send_record(now, vec![k; REC])
                 .unwrap();
         }
-        let mut segs = Vec::new();
-        while let Some((t, s)) = client.poll_transmit(now) {
-            let bytes = s.payload.as_ref().map(|(r, range)| {
-                let mut v = vec![0u8; range.len()];
-                r.copy_to(range.start, &mut v);
-                v
-            });
-            segs.push((t, s.repr, bytes));
-        }
-        assert_eq!(segs.len(), 2);
-        for (t, r, b) in segs {
-            let p = b.map(Payload::whole);
-            server.handle_segment(now, *t.local.ip(), *t.remote.ip(), &r, p);
-        }
+        assert_eq!(deliver(&mut client, &mut server, now), 2);
         let mut order = Vec::new();
         while let Some((t, s)) = server.poll_transmit(now) {
             order.push((t.remote.port() == busy_port, s.payload.is_some()));
@@ -1737,6 +1701,24 @@ mod tests {
         want.extend([(true, true); 4]);
         assert_eq!(order, want);
         assert_eq!(server.stats().acks_out_of_turn, 1);
+    }
+
+    /// A server listening on port 5000 and a client with `config` that
+    /// has opened two connections to it, handshakes done; and the time.
+    fn two_connections(config: Config) -> (TestStack, TestStack, Vec<ConnId>, Instant) {
+        let mut server = TestStack::new(Config::default(), KEY, 4);
+        server.listen(SocketAddrV4::new(SERVER, 5000), 4).unwrap();
+        let mut client = TestStack::new(config, [9; 16], 4);
+        let mut now = Instant::from_millis(10);
+        let ids: Vec<ConnId> = (0..2)
+            .map(|_| {
+                client
+                    .connect(now, CLIENT, SocketAddrV4::new(SERVER, 5000))
+                    .unwrap()
+            })
+            .collect();
+        run_until_quiet(&mut server, &mut client, &mut now);
+        (server, client, ids, now)
     }
 
     fn run_until_quiet(a: &mut TestStack, b: &mut TestStack, now: &mut Instant) {
