@@ -225,7 +225,6 @@ impl OutRecord {
     }
 
     /// The pieces in wire order, markers inserted.
-    #[inline]
     pub fn pieces(&self) -> Pieces<'_> {
         Pieces::new(self, false)
     }
@@ -319,7 +318,6 @@ pub struct Pieces<'r> {
 }
 
 impl<'r> Pieces<'r> {
-    #[inline]
     pub(super) fn new(record: &'r OutRecord, crc_mode: bool) -> Pieces<'r> {
         let (total, markers) = match &record.body {
             Body::Setup(b) => (b.len() as u32, None),

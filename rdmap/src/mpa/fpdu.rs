@@ -199,7 +199,6 @@ impl FpduLayout {
     }
 
     /// The markers to insert, in order (none without markers).
-    #[inline]
     pub fn markers(&self) -> MarkerSlots {
         let first = if self.markers {
             distance_to_marker(self.start)
