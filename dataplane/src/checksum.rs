@@ -88,16 +88,7 @@ unsafe fn sum_avx2(data: &[u8]) -> u32 {
     // little-endian order, adds in as it is.
     let tail = checksum::sum(blocks.remainder()) as u16;
     total += u64::from(tail.swap_bytes());
-    u32::from(fold64(total).swap_bytes())
-}
-
-/// Folds a 64-bit sum to 16 bits with end-around carry.
-#[cfg(target_arch = "x86_64")]
-fn fold64(mut s: u64) -> u16 {
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s as u16
+    u32::from(checksum::fold64(total).swap_bytes())
 }
 
 #[cfg(test)]

@@ -48,8 +48,10 @@ pub fn sum(data: &[u8]) -> u32 {
     u32::from(fold64(total).swap_bytes())
 }
 
-/// Folds a 64-bit accumulator to 16 bits with end-around carry.
-fn fold64(mut s: u64) -> u16 {
+/// Folds a 64-bit accumulator to 16 bits with end-around carry (for a
+/// caller that sums into 64 bits itself, as the dataplane's vector sum
+/// does).
+pub fn fold64(mut s: u64) -> u16 {
     while s > 0xffff {
         s = (s & 0xffff) + (s >> 16);
     }
