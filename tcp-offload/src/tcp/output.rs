@@ -144,9 +144,8 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             }
             _ => {}
         }
-        if let Some(snap) = self.ack_queue.pop_front() {
-            let repr = self.snapshot_repr(now, snap);
-            return Some(Planned::bare(repr));
+        if let Some(ack) = self.queued_ack(now) {
+            return Some(ack);
         }
         let tx = self.pick(now)?;
         match tx {
@@ -220,10 +219,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 let repr = self.header(now, self.snd_nxt - 1, TcpFlags::ACK, 0);
                 Some(Planned::bare(repr))
             }
-            Tx::Ack => {
-                let repr = self.header(now, self.snd_nxt, TcpFlags::ACK, 0);
-                Some(Planned::bare(repr))
-            }
+            Tx::Ack => Some(self.current_ack(now)),
         }
     }
 
@@ -245,12 +241,22 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         if !self.owes_ack() {
             return None;
         }
-        if let Some(snap) = self.ack_queue.pop_front() {
-            let repr = self.snapshot_repr(now, snap);
-            return Some(Planned::bare(repr));
-        }
-        let repr = self.header(now, self.snd_nxt, TcpFlags::ACK, 0);
+        Some(match self.queued_ack(now) {
+            Some(ack) => ack,
+            None => self.current_ack(now),
+        })
+    }
+
+    /// The oldest owed ACK snapshot, as a bare ACK, if one is queued.
+    fn queued_ack(&mut self, now: Instant) -> Option<Planned> {
+        let snap = self.ack_queue.pop_front()?;
+        let repr = self.snapshot_repr(now, snap);
         Some(Planned::bare(repr))
+    }
+
+    /// A bare ACK of the state as it is now.
+    fn current_ack(&mut self, now: Instant) -> Planned {
+        Planned::bare(self.header(now, self.snd_nxt, TcpFlags::ACK, 0))
     }
 
     /// The segment `plan` decided on, borrowing the records it carries.
