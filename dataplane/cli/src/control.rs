@@ -224,6 +224,7 @@ fn worker_json(i: usize, s: &WorkerStats) -> Value {
         "rx_segments_mid_fpdu": s.rx_segments_mid_fpdu,
         "tx_packed_segments": s.tx_packed_segments,
         "tx_packed_fpdus": s.tx_packed_fpdus,
+        "tx_records": s.tx_records,
         "idle_wakeups": s.idle_wakeups,
         "dispatched_out": s.dispatched_out,
         "dispatched_in": s.dispatched_in,

@@ -315,6 +315,19 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             s.connections as f64,
         );
     }
+    let mut f = Family::head(
+        out,
+        "iwarp_worker_tx_records",
+        "gauge",
+        "Records a worker has built for TCP and TCP has not had acknowledged.",
+    );
+    for (i, s) in stats.iter().enumerate() {
+        f.sample(
+            "iwarp_worker_tx_records",
+            &[("worker", &i.to_string())],
+            s.tx_records as f64,
+        );
+    }
     for (counter, value) in dp.link_stats() {
         let name = format!("iwarp_link_{counter}_total");
         let help = format!("The port's link counter {counter} (below the workers).");

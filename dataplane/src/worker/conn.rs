@@ -32,7 +32,7 @@ use super::counters::{bump, WorkerCounters};
 use super::records::{RecordRef, Records};
 use super::rx::RxFrame;
 use super::stag_mesh::{prepare_local, Hold, LocalOp, MrSyncLinks};
-use super::tx::return_dropped;
+use super::tx::{return_dropped, Fill};
 use super::{Worker, ACCEPT_PER_POLL, MAX_CHUNKS_PER_POLL, MAX_POSTS_PER_POLL};
 
 /// Whether a connection in `state` still has a close to finish: TIME-WAIT
@@ -154,6 +154,9 @@ pub(super) struct Conn {
     pub(super) kick: bool,
     /// In the worker's list of connections with a setup timer.
     pub(super) timed: bool,
+    /// The engine may have records beyond the one queued ahead of the
+    /// connection's turn ([`Fill`]): the turn tops the queue up.
+    pub(super) more: bool,
     /// What `backlog`, `local_ops` and `unexamined` can hold at most.
     pub(super) room: Room,
 }
@@ -199,6 +202,7 @@ impl Conn {
             unexamined: VecDeque::new(),
             kick: false,
             timed: false,
+            more: false,
             room: Room::default(),
         }
     }
@@ -432,10 +436,10 @@ impl Conn {
             }
         }
         work |= self.drain_posts(cx);
-        work |= self.send_records(cx);
+        work |= self.send_records(cx, Fill::Ahead);
         work |= self.engine_events(cx);
         // Events may have queued more (an accept's reply, a Terminate).
-        work |= self.send_records(cx);
+        work |= self.send_records(cx, Fill::Ahead);
         work |= self.deliver(cx.sync);
         if let (Life::Closing, Some(reason)) = (&self.life, self.ending) {
             // A Terminate ended the stream and went out (or came in): the

@@ -113,6 +113,12 @@ pub struct WorkerCounters {
     /// FPDUs those segments carried: divided by `tx_packed_segments`, the
     /// FPDUs per packed segment.
     pub tx_packed_fpdus: AtomicU64,
+    /// Records in flight: built from the queue pairs' work and not yet
+    /// acknowledged by TCP (a gauge, set at each transmit pass). Each
+    /// busy connection holds those it has sent and not had acknowledged,
+    /// one queued ahead of its turn to send, and during its turn what it
+    /// is about to send, never its whole window's worth.
+    pub tx_records: AtomicU64,
     /// The EAL lcore id of the worker's thread plus one, recorded when the
     /// thread starts; 0 when it has none (see [`WorkerStats::lcore`]).
     lcore: AtomicU32,
@@ -188,6 +194,8 @@ pub struct WorkerStats {
     pub tx_packed_segments: u64,
     /// See [`WorkerCounters::tx_packed_fpdus`].
     pub tx_packed_fpdus: u64,
+    /// See [`WorkerCounters::tx_records`].
+    pub tx_records: u64,
     /// The EAL lcore id its thread runs as (`rte_lcore_id()`), recorded
     /// when a worker thread starts (`DriveMode::Threads`); `None` for a
     /// thread EAL does not know and for workers the application drives.
@@ -244,6 +252,7 @@ impl WorkerCounters {
             rx_segments_mid_fpdu: g(&self.rx_segments_mid_fpdu),
             tx_packed_segments: g(&self.tx_packed_segments),
             tx_packed_fpdus: g(&self.tx_packed_fpdus),
+            tx_records: g(&self.tx_records),
             arp_out: g(&self.arp_out),
             lcore: self.lcore.load(Ordering::Relaxed).checked_sub(1),
             thread_id: Some(self.thread_id.load(Ordering::Relaxed)).filter(|&t| t != 0),

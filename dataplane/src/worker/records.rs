@@ -168,7 +168,6 @@ impl Records {
     }
 
     /// Records in flight.
-    #[cfg(test)]
     pub(super) fn in_flight(&self) -> usize {
         self.slots.len() - self.free.len()
     }

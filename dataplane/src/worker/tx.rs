@@ -602,17 +602,47 @@ pub(super) fn return_dropped<B: AsRef<[u8]>>(
     }
 }
 
+/// How far [`Conn::send_records`] builds a connection's records.
+///
+/// Records are built late: a connection keeps one queued ahead of its
+/// turn, which is what puts it in TCP's round of turns, and the rest are
+/// built when its turn comes ([`Worker::top_up_turn`]). With thousands of
+/// busy connections, building all that their windows allowed at once put
+/// hundreds of thousands of records in flight, most of them waiting a
+/// whole round of turns, and their first use of the records table's and
+/// the send queues' pages was a third of the sending thread's time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fill {
+    /// Until the connection has [`AHEAD`] records unsent.
+    Ahead,
+    /// At least one record, then until this many payload bytes (what is
+    /// left of the connection's turn).
+    Turn(usize),
+}
+
+/// Records a connection keeps queued ahead of its turn.
+pub(super) const AHEAD: usize = 1;
+
 impl Conn {
-    /// Queues records while TCP has room.
-    pub(super) fn send_records<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>) -> bool {
+    /// Queues records while TCP has room, as far as `fill` says.
+    pub(super) fn send_records<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>, fill: Fill) -> bool {
         let Some(ep) = self.ep.as_mut() else {
             return false;
         };
         let mut n = 0;
+        let mut bytes = 0;
         while n < MAX_FPDUS_PER_POLL {
             let Some(conn) = cx.stack.conn_mut(self.tcp) else {
                 break;
             };
+            let full = match fill {
+                Fill::Ahead => conn.unsent_records() >= AHEAD,
+                Fill::Turn(left) => n > 0 && bytes >= left,
+            };
+            if full {
+                self.more = true;
+                break;
+            }
             let cap = conn.send_capacity();
             if cap == 0 {
                 break;
@@ -623,11 +653,13 @@ impl Conn {
                 .records
                 .build(|out| ep.poll_record_into(cap, &mut env(device, mem, cq, rcq), out))
             else {
+                self.more = false;
                 break;
             };
             n += 1;
             let r = cx.records.settle(b, cx.mem);
-            let small = Record::len(&r) < SMALL_FPDU;
+            let len = Record::len(&r);
+            bytes += len;
             if let Err((_, r)) = conn.send_record(cx.now, r) {
                 // Cannot happen (the record fits the capacity asked for);
                 // its pin goes back all the same.
@@ -636,9 +668,13 @@ impl Conn {
                 }
                 break;
             }
-            if small && n >= MAX_SMALL_FPDUS_PER_POLL {
+            if len < SMALL_FPDU && n >= MAX_SMALL_FPDUS_PER_POLL {
+                self.more = true;
                 break;
             }
+        }
+        if n == MAX_FPDUS_PER_POLL {
+            self.more = true;
         }
         n > 0
     }
@@ -693,6 +729,40 @@ fn capture_train<'a>(
 }
 
 impl<Q: LinkQueue> Worker<Q> {
+    /// Builds the records of the connection whose turn to send it is,
+    /// once it has no more than the one queued ahead ([`Fill`]): as many
+    /// as what is left of its turn.
+    fn top_up_turn(&mut self, now: Instant) {
+        let Some(t) = self.iface.stack_mut().turn() else {
+            return;
+        };
+        if t.unsent_records > AHEAD {
+            return;
+        }
+        let Some(Some(conn)) = self.conns.get_mut(t.id.index as usize) else {
+            return;
+        };
+        if !conn.more || conn.tcp != t.id {
+            return;
+        }
+        let mut cx = Cx {
+            now,
+            stack: self.iface.stack_mut(),
+            records: &mut self.records,
+            device: &mut self.device,
+            mem: &mut self.mem,
+            counters: &self.counters,
+            out: &self.out,
+            index: self.index,
+            sync: &mut self.mr_sync,
+        };
+        if conn.send_records(&mut cx, Fill::Turn(t.bytes_left)) {
+            // Building may have completed work or raised events (a
+            // local protection error): the connection is serviced.
+            self.ready.mark(t.id.index);
+        }
+    }
+
     pub(super) fn transmit(&mut self, now: Instant) -> bool {
         let offload = self.caps.tx_checksum_offload;
         let attach = self.caps.multi_seg_tx;
@@ -722,6 +792,7 @@ impl<Q: LinkQueue> Worker<Q> {
                 }
                 continue;
             }
+            self.top_up_turn(now);
             let mut hdr = [0u8; HDR_BUF];
             let mut seg = SegmentSum::default();
             // The record went into the frame in the checksum's pass
@@ -889,6 +960,10 @@ impl<Q: LinkQueue> Worker<Q> {
         }
         if copied > 0 {
             bump(&self.counters.tx_copied_frames, copied);
+        }
+        let in_flight = self.records.in_flight() as u64;
+        if self.counters.tx_records.load(Ordering::Relaxed) != in_flight {
+            self.counters.tx_records.store(in_flight, Ordering::Relaxed);
         }
         if self.tx_batch.is_empty() {
             return false;

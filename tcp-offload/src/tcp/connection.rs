@@ -451,6 +451,11 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         self.sendq.len()
     }
 
+    /// Records queued of which no byte has been sent yet.
+    pub fn unsent_records(&self) -> usize {
+        self.sendq.len() - self.sendq.next_new()
+    }
+
     /// Payload bytes received in order and not yet read with `recv`.
     pub fn recv_queued(&self) -> usize {
         self.rx_bytes

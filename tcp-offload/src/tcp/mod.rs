@@ -50,7 +50,7 @@ pub use config::Config;
 pub use connection::{ConnStats, Connection};
 pub use established::PAWS_WINDOW;
 pub use sendq::Train;
-pub use table::{ConnId, FourTuple, Stack, StackError};
+pub use table::{ConnId, FourTuple, Stack, StackError, Turn};
 
 use crate::wire::TcpRepr;
 use core::ops::Range;

@@ -213,8 +213,8 @@ impl<R> SentRecord<R> {
 /// Records from `snd.una` on, with the scoreboard totals.
 #[derive(Debug)]
 pub(super) struct SendQueue<R> {
-    /// Records queued, oldest first; room for `capacity` of them is taken
-    /// at the first push.
+    /// Records queued, oldest first; room is taken as they first need it,
+    /// up to `capacity` ([`crate::room::room_as_needed`]).
     recs: VecDeque<SentRecord<R>>,
     /// Most records queued at once.
     capacity: usize,
@@ -246,8 +246,8 @@ pub(super) struct SendQueue<R> {
 
 impl<R> SendQueue<R> {
     /// An empty queue whose first record will start at `start`, for at
-    /// most `capacity` records; their storage is allocated at the first
-    /// push, once.
+    /// most `capacity` records; their storage is allocated as they first
+    /// need it.
     pub(super) fn new(start: SeqNumber, capacity: usize) -> SendQueue<R> {
         SendQueue {
             recs: VecDeque::new(),
@@ -275,7 +275,7 @@ impl<R> SendQueue<R> {
     pub(super) fn push(&mut self, record: R, len: usize, now: Instant) {
         let seq = self.end;
         self.end += len;
-        crate::room::room_for(&mut self.recs, self.capacity);
+        crate::room::room_as_needed(&mut self.recs, self.capacity);
         self.recs.push_back(SentRecord {
             record,
             seq,

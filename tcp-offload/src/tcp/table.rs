@@ -153,6 +153,17 @@ pub struct ConnId {
     pub generation: u32,
 }
 
+/// The turn [`Stack::turn`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Turn {
+    /// The connection whose turn it is.
+    pub id: ConnId,
+    /// Its records queued and not yet sent.
+    pub unsent_records: usize,
+    /// Payload bytes left of its turn ([`Config::turn_bytes`]).
+    pub bytes_left: usize,
+}
+
 /// Errors of table operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StackError {
@@ -1110,6 +1121,26 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             }
         }
         None
+    }
+
+    /// The connection whose turn to send it is, as `poll_transmit` will
+    /// next serve it, after the ACKs owed ahead of it. A user that builds
+    /// its records late (at most one queued ahead of the turn, so that
+    /// thousands of connections waiting for theirs hold one each) tops
+    /// this one up before asking for the next segment.
+    pub fn turn(&mut self) -> Option<Turn> {
+        self.settle();
+        let &i = self.sending.front()?;
+        let s = &self.slots[i as usize];
+        let e = s.entry.as_ref()?;
+        Some(Turn {
+            id: ConnId {
+                index: i,
+                generation: s.generation,
+            },
+            unsent_records: e.conn.unsent_records(),
+            bytes_left: self.config.turn_bytes.saturating_sub(self.turn_used),
+        })
     }
 
     /// The connection at the front of `sending` has nothing to send: it
