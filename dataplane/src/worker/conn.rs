@@ -157,6 +157,9 @@ pub(super) struct Conn {
     /// The engine may have records beyond the one queued ahead of the
     /// connection's turn ([`Fill`]): the turn tops the queue up.
     pub(super) more: bool,
+    /// Small records built in an iteration: the iteration and how many
+    /// ([`MAX_SMALL_FPDUS_PER_ITERATION`](super::tx::MAX_SMALL_FPDUS_PER_ITERATION)).
+    pub(super) small_built: (u64, usize),
     /// What `backlog`, `local_ops` and `unexamined` can hold at most.
     pub(super) room: Room,
 }
@@ -203,6 +206,7 @@ impl Conn {
             kick: false,
             timed: false,
             more: false,
+            small_built: (0, 0),
             room: Room::default(),
         }
     }
@@ -297,6 +301,9 @@ pub(super) struct Cx<'a, B> {
     pub(super) out: &'a Sender<WorkerMsg>,
     pub(super) index: usize,
     pub(super) sync: &'a mut MrSyncLinks,
+    /// The worker's iteration ([`Worker::poll`]), for what is limited
+    /// per iteration.
+    pub(super) epoch: u64,
 }
 
 impl<B: AsRef<[u8]>> Cx<'_, B> {
@@ -854,6 +861,7 @@ impl<Q: LinkQueue> Worker<Q> {
                 out: &self.out,
                 index: self.index,
                 sync: &mut self.mr_sync,
+                epoch: self.epoch,
             };
             conn.drain_posts(&mut cx);
         }
@@ -908,6 +916,7 @@ impl<Q: LinkQueue> Worker<Q> {
             out: &self.out,
             index: self.index,
             sync: &mut self.mr_sync,
+            epoch: self.epoch,
         };
         let ready = self.ready.begin();
         for &i in &ready {

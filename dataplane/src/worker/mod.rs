@@ -341,6 +341,8 @@ pub struct Worker<Q: LinkQueue> {
     /// When the TCP and ARP timers are next looked at (see [`TIMER_SLACK`]).
     timers_at: Instant,
     local_drops: u64,
+    /// Iterations of [`Worker::poll`] so far.
+    epoch: u64,
     stopping: bool,
     /// The running capture's ring, refreshed once per receive burst.
     capture: crate::capture::TapState,
@@ -457,6 +459,7 @@ impl<Q: LinkQueue> Worker<Q> {
             last_publish: Instant::ZERO,
             timers_at: Instant::ZERO,
             local_drops: 0,
+            epoch: 0,
             stopping: false,
             capture: crate::capture::TapState::default(),
         }
@@ -488,6 +491,7 @@ impl<Q: LinkQueue> Worker<Q> {
     /// whether it did any work, for the idle back-off.
     pub fn poll(&mut self) -> bool {
         let now = self.clock.now();
+        self.epoch += 1;
         bump(&self.counters.loops, 1);
         let mut work = self.control(now);
         work |= self.receive(now);

@@ -456,6 +456,11 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         self.sendq.len() - self.sendq.next_new()
     }
 
+    /// Payload bytes queued and not yet sent.
+    pub fn unsent_bytes(&self) -> usize {
+        self.sendq.unsent_bytes(self.snd_nxt)
+    }
+
     /// Payload bytes received in order and not yet read with `recv`.
     pub fn recv_queued(&self) -> usize {
         self.rx_bytes

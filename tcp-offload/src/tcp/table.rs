@@ -160,6 +160,12 @@ pub struct Turn {
     pub id: ConnId,
     /// Its records queued and not yet sent.
     pub unsent_records: usize,
+    /// Their payload bytes.
+    pub unsent_bytes: usize,
+    /// The largest record a segment of it carries
+    /// ([`Connection::max_record_len`](super::Connection::max_record_len)):
+    /// unsent bytes fewer than that leave the next segment short.
+    pub max_record: usize,
     /// Payload bytes left of its turn ([`Config::turn_bytes`]).
     pub bytes_left: usize,
 }
@@ -1139,6 +1145,8 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
                 generation: s.generation,
             },
             unsent_records: e.conn.unsent_records(),
+            unsent_bytes: e.conn.unsent_bytes(),
+            max_record: e.conn.max_record_len(),
             bytes_left: self.config.turn_bytes.saturating_sub(self.turn_used),
         })
     }
