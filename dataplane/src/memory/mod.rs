@@ -126,6 +126,10 @@ use rdmap::placement::{CheckedRange, Placement, RegionHandle};
 /// IOVA space, so the DPDK port splits attachments at this size.
 pub const PAGE_SIZE: usize = 4096;
 
+/// Regions from this long have a mapping of their own on transparent
+/// huge pages ([`Region::new`]): a huge page's worth.
+pub const ANON_MIN: usize = 2 << 20;
+
 const WORD: usize = 8;
 const WORDS_PER_PAGE: usize = PAGE_SIZE / WORD;
 
@@ -252,6 +256,9 @@ fn free_handle(h: RegionHandle) {
 #[allow(dead_code, reason = "the fields are owned to be freed, never read")]
 enum Backing {
     Heap(Box<[Page]>),
+    /// A large region's own mapping, on transparent huge pages where the
+    /// kernel has them ([`crate::sys::AnonMap`]).
+    Anon(crate::sys::AnonMap),
     Huge(HugeMap),
     /// An application's buffer ([`Region::from_vec`]).
     Vec(OwnedVec),
@@ -595,7 +602,9 @@ pub struct Region {
 
 impl Region {
     /// A zeroed region of `len` bytes (rounded up to whole pages in
-    /// memory; accesses are bounded by `len`).
+    /// memory; accesses are bounded by `len`), every page present. From
+    /// [`ANON_MIN`] bytes on, a mapping of its own on transparent huge
+    /// pages where the kernel offers them; smaller, on the heap.
     pub fn new(len: usize) -> Result<Region, MemoryError> {
         if len == 0 {
             return Err(MemoryError::Empty);
@@ -605,6 +614,20 @@ impl Region {
         }
         let pages = len.div_ceil(PAGE_SIZE);
         let handle = alloc_handle()?;
+        if len >= ANON_MIN {
+            if let Some(map) = crate::sys::AnonMap::new(pages * PAGE_SIZE) {
+                let base = map.as_ptr().cast::<AtomicU64>();
+                let words = map.len() / WORD;
+                return Ok(Region::from_parts(
+                    base,
+                    words,
+                    PAGE_SIZE,
+                    Backing::Anon(map),
+                    len,
+                    handle,
+                ));
+            }
+        }
         let pages: Box<[Page]> = (0..pages).map(|_| Page::zeroed()).collect();
         let words = pages.len() * WORDS_PER_PAGE;
         let base = NonNull::from(&pages[0]).cast::<AtomicU64>();
@@ -1408,6 +1431,29 @@ mod tests {
         assert_eq!(r.write(9_999, &[1, 2]), Err(MemoryError::OutOfBounds));
         assert_eq!(r.read(usize::MAX, &mut [0]), Err(MemoryError::OutOfBounds));
         assert_eq!(Region::new(0).unwrap_err(), MemoryError::Empty);
+    }
+
+    /// A large region has its own mapping, aligned for a transparent huge
+    /// page, zeroed, bounded, and usable to its last byte; a smaller one
+    /// stays on the heap.
+    #[test]
+    fn large_regions_have_an_aligned_mapping_of_their_own() {
+        let len = ANON_MIN + 5;
+        let r = Region::new(len).unwrap();
+        assert!(matches!(r.inner.backing, Backing::Anon(_)));
+        assert_eq!(r.addr() % ANON_MIN as u64, 0);
+        assert_eq!(r.len(), len);
+        assert_eq!(r.page_size(), PAGE_SIZE);
+        assert!(r.to_vec(0, len).unwrap().iter().all(|&b| b == 0));
+        r.write(len - 3, &[7, 8, 9]).unwrap();
+        r.write(0, &[1]).unwrap();
+        let mut end = [0u8; 4];
+        r.read(len - 4, &mut end).unwrap();
+        assert_eq!(end, [0, 7, 8, 9]);
+        assert_eq!(r.write(len - 2, &[1, 2, 3]), Err(MemoryError::OutOfBounds));
+        drop(r);
+        let small = Region::new(ANON_MIN - 1).unwrap();
+        assert!(matches!(small.inner.backing, Backing::Heap(_)));
     }
 
     #[test]
