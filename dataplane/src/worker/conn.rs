@@ -290,6 +290,26 @@ impl Conn {
     }
 }
 
+/// The [`Cx`] of worker `$w` at `$now`: its fields borrowed one by one, so
+/// that the worker's connection table stays free to borrow beside it.
+macro_rules! worker_cx {
+    ($w:expr, $now:expr) => {
+        Cx {
+            now: $now,
+            stack: $w.iface.stack_mut(),
+            records: &mut $w.records,
+            device: &mut $w.device,
+            mem: &mut $w.mem,
+            counters: &$w.counters,
+            out: &$w.out,
+            index: $w.index,
+            sync: &mut $w.mr_sync,
+            epoch: $w.epoch,
+        }
+    };
+}
+pub(super) use worker_cx;
+
 /// What a connection's service needs from its worker.
 pub(super) struct Cx<'a, B> {
     pub(super) now: Instant,
@@ -851,18 +871,7 @@ impl<Q: LinkQueue> Worker<Q> {
     /// follow the reply closely), and the connection is serviced.
     fn after_decision(&mut self, now: Instant, id: ConnId) {
         if let Some(Some(conn)) = self.conns.get_mut(id.index as usize) {
-            let mut cx = Cx {
-                now,
-                stack: self.iface.stack_mut(),
-                records: &mut self.records,
-                device: &mut self.device,
-                mem: &mut self.mem,
-                counters: &self.counters,
-                out: &self.out,
-                index: self.index,
-                sync: &mut self.mr_sync,
-                epoch: self.epoch,
-            };
+            let mut cx = worker_cx!(self, now);
             conn.drain_posts(&mut cx);
         }
         self.ready.mark(id.index);
@@ -906,18 +915,7 @@ impl<Q: LinkQueue> Worker<Q> {
     pub(super) fn service_conns(&mut self, now: Instant) -> bool {
         self.collect_ready(now);
         let mut work = false;
-        let mut cx = Cx {
-            now,
-            stack: self.iface.stack_mut(),
-            records: &mut self.records,
-            device: &mut self.device,
-            mem: &mut self.mem,
-            counters: &self.counters,
-            out: &self.out,
-            index: self.index,
-            sync: &mut self.mr_sync,
-            epoch: self.epoch,
-        };
+        let mut cx = worker_cx!(self, now);
         let ready = self.ready.begin();
         for &i in &ready {
             let Some(slot) = self.conns.get_mut(i as usize) else {

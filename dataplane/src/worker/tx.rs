@@ -21,7 +21,7 @@ use tcp_offload::Instant;
 use crate::link::{FrameFull, LinkQueue, TxFrame};
 use crate::memory::{MemoryTable, Region, RegionSlice};
 
-use super::conn::{env, Conn, Cx};
+use super::conn::{env, worker_cx, Conn, Cx};
 use super::counters::bump;
 use super::records::{RecordRef, Records};
 use super::{Worker, MAX_FPDUS_PER_POLL, MAX_SMALL_FPDUS_PER_POLL, SMALL_FPDU, TX_BURST};
@@ -763,18 +763,7 @@ impl<Q: LinkQueue> Worker<Q> {
         if !conn.more || conn.tcp != t.id {
             return;
         }
-        let mut cx = Cx {
-            now,
-            stack: self.iface.stack_mut(),
-            records: &mut self.records,
-            device: &mut self.device,
-            mem: &mut self.mem,
-            counters: &self.counters,
-            out: &self.out,
-            index: self.index,
-            sync: &mut self.mr_sync,
-            epoch: self.epoch,
-        };
+        let mut cx = worker_cx!(self, now);
         if conn.send_records(&mut cx, Fill::Turn(t.bytes_left)) {
             // Building may have completed work or raised events (a
             // local protection error): the connection is serviced.
