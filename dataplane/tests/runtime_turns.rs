@@ -8,7 +8,7 @@
 
 mod runtime_common;
 
-use dataplane::api::{Access, SendWr, SgeList, WcStatus};
+use dataplane::api::{Access, WcStatus};
 use dataplane::worker::MAX_FPDUS_PER_POLL;
 use runtime_common::*;
 
@@ -30,20 +30,11 @@ fn records_are_built_at_each_connections_turn() {
     for (k, (_, _, src, _)) in ends.iter().enumerate() {
         src.fill_pattern(k as u64 + 1);
     }
-    let write = |a: &End, src: &Buf, dst: &Buf, id: u64| {
-        let wr = SendWr::write(
-            id,
-            SgeList::single(src.mr.sge(0, LEN as u32)),
-            dst.mr.addr(),
-            dst.mr.rkey(),
-        );
-        a.qp.post_send(&wr).unwrap();
-    };
     // Warm-up: every connection's congestion window opens far beyond a
     // turn's worth.
     for round in 0..2u64 {
-        for (a, _, src, dst) in &ends {
-            write(a, src, dst, round);
+        for (a, b, src, dst) in &ends {
+            post_op(a, b, Op::Write, src, dst, LEN as u32, round);
         }
         for (a, _, _, _) in &mut ends {
             assert_eq!(wait_wc(&p, a, round).status, WcStatus::Success);
@@ -55,8 +46,8 @@ fn records_are_built_at_each_connections_turn() {
     assert_eq!(p.a.stats()[0].tx_records, 0, "all acknowledged");
     // Every connection has a megabyte to send; only the sender runs, for
     // two iterations.
-    for (a, _, src, dst) in &ends {
-        write(a, src, dst, 9);
+    for (a, b, src, dst) in &ends {
+        post_op(a, b, Op::Write, src, dst, LEN as u32, 9);
     }
     let sent0 = p.a.stats()[0].tx_packets;
     p.a.poll();

@@ -180,7 +180,7 @@ fn number(v: f64) -> String {
     }
 }
 
-/// A per-worker counter: its name, help and where it is read.
+/// A per-worker counter or gauge: its name, help and where it is read.
 type WorkerCounter = (&'static str, &'static str, fn(&WorkerStats) -> u64);
 
 /// The worker and queue-pair families of `dp` (what a dataplane alone
@@ -302,31 +302,23 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             f.sample(name, &[("worker", &i.to_string())], get(s) as f64);
         }
     }
-    let mut f = Family::head(
-        out,
-        "iwarp_worker_connections",
-        "gauge",
-        "Connections a worker owns.",
-    );
-    for (i, s) in stats.iter().enumerate() {
-        f.sample(
+    let gauges: [WorkerCounter; 2] = [
+        (
             "iwarp_worker_connections",
-            &[("worker", &i.to_string())],
-            s.connections as f64,
-        );
-    }
-    let mut f = Family::head(
-        out,
-        "iwarp_worker_tx_records",
-        "gauge",
-        "Records a worker has built for TCP and TCP has not had acknowledged.",
-    );
-    for (i, s) in stats.iter().enumerate() {
-        f.sample(
+            "Connections a worker owns.",
+            |s| s.connections,
+        ),
+        (
             "iwarp_worker_tx_records",
-            &[("worker", &i.to_string())],
-            s.tx_records as f64,
-        );
+            "Records a worker has built for TCP and TCP has not had acknowledged.",
+            |s| s.tx_records,
+        ),
+    ];
+    for (name, help, get) in gauges {
+        let mut f = Family::head(out, name, "gauge", help);
+        for (i, s) in stats.iter().enumerate() {
+            f.sample(name, &[("worker", &i.to_string())], get(s) as f64);
+        }
     }
     for (counter, value) in dp.link_stats() {
         let name = format!("iwarp_link_{counter}_total");
