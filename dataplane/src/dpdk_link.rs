@@ -1223,7 +1223,7 @@ impl DpdkFrame {
         if len == 0 {
             return Ok(());
         }
-        if self.len.checked_add(len).map_or(true, |end| end > self.cap) {
+        if self.len.checked_add(len).is_none_or(|end| end > self.cap) {
             return Err(FrameFull);
         }
         let head = self.head.as_mut().ok_or(FrameFull)?;
@@ -1247,26 +1247,28 @@ impl DpdkFrame {
         Ok(())
     }
 
-    /// Appends `len` bytes of `region` from `offset`, copied, handing each
-    /// run as it now sits in the frame to `after`.
-    fn copy_in(
+    /// Appends `len` bytes of `region` from `offset`, copied in one pass
+    /// that also takes their CRC32c (extended from `crc`) and checksum
+    /// sum, run by run as the frame's segments hold them.
+    fn copy_in_pass(
         &mut self,
         region: &Region,
         offset: usize,
         len: usize,
-        mut after: impl FnMut(&[u8]),
-    ) -> Result<(), FrameFull> {
-        if offset
-            .checked_add(len)
-            .map_or(true, |end| end > region.len())
-        {
+        crc: u32,
+    ) -> Result<(u32, u32), FrameFull> {
+        if offset.checked_add(len).is_none_or(|end| end > region.len()) {
             return Err(FrameFull);
         }
+        let (mut crc, mut sum) = (crc, 0u32);
         self.extend(len, |at, dst| {
             // In bounds: checked above.
-            let _ = region.read(offset + at, dst);
-            after(dst);
-        })
+            if let Ok((c, s)) = region.read_pass(offset + at, dst, crc) {
+                crc = c;
+                sum = tcp_offload::wire::checksum::combine_at(sum, s, at);
+            }
+        })?;
+        Ok((crc, sum))
     }
 
     /// Attaches `slice` as external segments (one per IOVA-contiguous
@@ -1367,17 +1369,23 @@ impl TxFrame for DpdkFrame {
     }
 
     fn append_copy(&mut self, region: &Region, offset: usize, len: usize) -> Result<(), FrameFull> {
-        self.copy_in(region, offset, len, |_| {})
+        if offset.checked_add(len).is_none_or(|end| end > region.len()) {
+            return Err(FrameFull);
+        }
+        self.extend(len, |at, dst| {
+            // In bounds: checked above.
+            let _ = region.read(offset + at, dst);
+        })
     }
 
-    fn append_copy_inspect(
+    fn append_copy_pass(
         &mut self,
         region: &Region,
         offset: usize,
         len: usize,
-        inspect: &mut dyn FnMut(&[u8]),
-    ) -> Result<(), FrameFull> {
-        self.copy_in(region, offset, len, inspect)
+        crc: u32,
+    ) -> Result<(u32, u32), FrameFull> {
+        self.copy_in_pass(region, offset, len, crc)
     }
 
     fn patch(&mut self, at: usize, bytes: &[u8]) -> Result<(), FrameFull> {
@@ -1394,7 +1402,7 @@ impl TxFrame for DpdkFrame {
         if self
             .len
             .checked_add(slice.len)
-            .map_or(true, |end| end > self.cap)
+            .is_none_or(|end| end > self.cap)
         {
             return Err(FrameFull);
         }

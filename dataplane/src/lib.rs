@@ -25,10 +25,11 @@
 //! - `sys`: the few system calls made directly (a worker thread's timer
 //!   slack).
 //!
-//! `unsafe` code is denied crate-wide and allowed in three modules only:
+//! `unsafe` code is denied crate-wide and allowed in four modules only:
 //! [`memory`] (mapping and attaching application memory, shared with the
-//! workers as a NIC's DMA target is), `sys` and [`checksum`] (vector
-//! instructions chosen at run time). DPDK's FFI stays in
+//! workers as a NIC's DMA target is), `sys`, and [`checksum`] and
+//! [`pass`] (vector instructions chosen at run time; the pass also reads
+//! registered memory). DPDK's FFI stays in
 //! `dpdk-bindings`.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -46,6 +47,11 @@ pub mod link;
     reason = "maps, registers and attaches application memory"
 )]
 pub mod memory;
+#[allow(
+    unsafe_code,
+    reason = "vector instructions chosen at run time, reading registered memory"
+)]
+pub mod pass;
 pub mod steer;
 #[allow(unsafe_code, reason = "the dataplane's own system calls")]
 mod sys;

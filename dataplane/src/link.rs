@@ -249,18 +249,18 @@ pub trait TxFrame: Send {
     /// ports without multi-segment transmit).
     fn append_copy(&mut self, region: &Region, offset: usize, len: usize) -> Result<(), FrameFull>;
 
-    /// [`TxFrame::append_copy`], handing each run of the copied bytes, as
-    /// they now sit in the frame, to `inspect` in order: the one pass over
-    /// the payload in which the transmit path also computes the MPA CRC and
-    /// the TCP checksum, over the frame's own bytes (which nothing else
-    /// writes) while they are in L1.
-    fn append_copy_inspect(
+    /// [`TxFrame::append_copy`] as the one pass over the payload in which
+    /// the transmit path also takes the MPA CRC and the TCP checksum
+    /// ([`crate::pass`]): returns the CRC32c of the copied bytes extended
+    /// from `crc` and their Internet checksum partial sum (as if they
+    /// started at an even offset).
+    fn append_copy_pass(
         &mut self,
         region: &Region,
         offset: usize,
         len: usize,
-        inspect: &mut dyn FnMut(&[u8]),
-    ) -> Result<(), FrameFull>;
+        crc: u32,
+    ) -> Result<(u32, u32), FrameFull>;
 
     /// Overwrites bytes already in the frame from `at` (the headers, written
     /// after the payload they checksum); they must lie in its first buffer,
@@ -1047,17 +1047,24 @@ impl TxFrame for MemFrame {
         self.grew(len)
     }
 
-    fn append_copy_inspect(
+    fn append_copy_pass(
         &mut self,
         region: &Region,
         offset: usize,
         len: usize,
-        inspect: &mut dyn FnMut(&[u8]),
-    ) -> Result<(), FrameFull> {
+        crc: u32,
+    ) -> Result<(u32, u32), FrameFull> {
+        if len == 0 {
+            return Ok((crc, 0));
+        }
+        self.room(len)?;
         let at = self.bytes.len();
-        self.append_copy(region, offset, len)?;
-        inspect(&self.bytes[at..]);
-        Ok(())
+        self.bytes.resize(at + len, 0);
+        let out = region
+            .read_pass(offset, &mut self.bytes[at..], crc)
+            .map_err(|_| FrameFull)?;
+        self.grew(len)?;
+        Ok(out)
     }
 
     fn patch(&mut self, at: usize, bytes: &[u8]) -> Result<(), FrameFull> {

@@ -82,7 +82,7 @@ impl AnonMap {
     /// `len` bytes (a multiple of 4096, not zero), zeroed and present;
     /// `None` when the kernel refuses the mapping.
     pub(crate) fn new(len: usize) -> Option<AnonMap> {
-        debug_assert!(len > 0 && len % 4096 == 0);
+        debug_assert!(len > 0 && len.is_multiple_of(4096));
         let map_len = len.checked_add(Self::ALIGN)?;
         // SAFETY: a fresh private anonymous mapping at an address the
         // kernel picks; no existing memory is named.

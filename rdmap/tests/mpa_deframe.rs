@@ -435,3 +435,59 @@ fn golden_read_bw_coalesced_read_requests() {
         );
     }
 }
+
+/// Deframes one whole chunk, returning the CRC verdicts.
+fn verdicts(d: &mut Deframer, chunk: &[u8]) -> Vec<bool> {
+    d.feed(chunk)
+        .filter_map(|ev| match ev.unwrap() {
+            DeframeEvent::UlpduEnd { crc_ok } => Some(crc_ok),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_crc_given_for_the_next_fpdu_replaces_reading_it() {
+    let fpdus: Vec<Vec<u8>> = [300usize, 1441, 7]
+        .iter()
+        .map(|&n| build_stream(&[(0..n).map(|i| (i * 3) as u8).collect()], true, false))
+        .collect();
+    let mut d = Deframer::new(true, false, u16::MAX);
+    for f in &fpdus {
+        let covered = crc32c::crc32c(&f[..f.len() - 4]);
+        // The right CRC matches the field; a wrong one fails the FPDU
+        // even though its bytes are sound, which shows the bytes were not
+        // read again.
+        d.next_fpdu_crc(covered);
+        assert_eq!(verdicts(&mut d, f), [true]);
+        d.next_fpdu_crc(covered ^ 1);
+        assert_eq!(verdicts(&mut d, f), [false]);
+        // The word covers one FPDU only: the next is read as before.
+        d.next_fpdu_crc(covered ^ 1);
+        let mut two = f.clone();
+        two.extend_from_slice(f);
+        assert_eq!(verdicts(&mut d, &two), [false, true]);
+    }
+}
+
+#[test]
+fn a_crc_given_mid_fpdu_with_markers_or_without_crcs_is_ignored() {
+    let f = build_stream(&[vec![9u8; 500]], true, false);
+    let bogus = 0x1234_5678;
+    let mut d = Deframer::new(true, false, u16::MAX);
+    assert!(d.feed(&f[..100]).all(|e| e.is_ok()));
+    d.next_fpdu_crc(bogus);
+    assert_eq!(verdicts(&mut d, &f[100..]), [true], "mid-FPDU: ignored");
+    // Forgotten when no FPDU opened.
+    d.next_fpdu_crc(bogus);
+    d.forget_next_crc();
+    assert_eq!(verdicts(&mut d, &f), [true]);
+    let m = build_stream(&[vec![9u8; 500]], true, true);
+    let mut d = Deframer::new(true, true, u16::MAX);
+    d.next_fpdu_crc(bogus);
+    assert_eq!(verdicts(&mut d, &m), [true], "markers: ignored");
+    let n = build_stream(&[vec![9u8; 500]], false, false);
+    let mut d = Deframer::new(false, false, u16::MAX);
+    d.next_fpdu_crc(bogus);
+    assert_eq!(verdicts(&mut d, &n), [true], "CRCs off: ignored");
+}

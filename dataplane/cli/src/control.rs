@@ -222,6 +222,7 @@ fn worker_json(i: usize, s: &WorkerStats) -> Value {
         "tx_fused_frames": s.tx_fused_frames,
         "rx_cksum_trusted": s.rx_cksum_trusted,
         "rx_segments_mid_fpdu": s.rx_segments_mid_fpdu,
+        "rx_crc_in_pass": s.rx_crc_in_pass,
         "tx_packed_segments": s.tx_packed_segments,
         "tx_packed_fpdus": s.tx_packed_fpdus,
         "tx_records": s.tx_records,

@@ -187,7 +187,7 @@ type WorkerCounter = (&'static str, &'static str, fn(&WorkerStats) -> u64);
 /// can say; the service adds its responders).
 pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
     let stats = dp.stats();
-    let counters: [WorkerCounter; 23] = [
+    let counters: [WorkerCounter; 24] = [
         ("iwarp_rx_packets_total", "Frames received.", |s| {
             s.rx_packets
         }),
@@ -273,6 +273,11 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             "iwarp_rx_segments_mid_fpdu_total",
             "Received TCP segments that ended inside an FPDU (the peer split its FPDUs).",
             |s| s.rx_segments_mid_fpdu,
+        ),
+        (
+            "iwarp_rx_crc_in_pass_total",
+            "Received FPDUs whose CRC was taken in the same read as the TCP checksum.",
+            |s| s.rx_crc_in_pass,
         ),
         (
             "iwarp_tx_packed_segments_total",

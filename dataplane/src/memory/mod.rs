@@ -21,7 +21,9 @@
 //! is that of relaxed atomic byte accesses; why that is sound is said
 //! there). Every byte is always reached at that one width, so two parties
 //! writing neighbouring bytes never lose each other's update, and no
-//! mixed-size atomic access is made.
+//! mixed-size atomic access is made. The payload pass ([`crate::pass`])
+//! reads region memory in a loop of its own, written as inline assembly
+//! for the same reason and with the same effect.
 //!
 //! Concurrent access therefore never has undefined behaviour; it only
 //! yields unspecified bytes, as it would on an RNIC. What makes the bytes
@@ -110,6 +112,8 @@
 //! up only once every region a DPDK port registered is gone too.
 
 mod shared;
+
+pub(crate) use shared::copy as copy_raw;
 
 use core::ptr::NonNull;
 use core::sync::atomic::AtomicU64;
@@ -434,11 +438,11 @@ impl DpdkRegistration {
         let hi = end.div_ceil(ps) * ps;
         let mut segments = Vec::with_capacity(3);
         let (mut a, mut b) = (lo, hi);
-        if start % ps != 0 {
+        if !start.is_multiple_of(ps) {
             segments.push((lo, lo + ps));
             a = lo + ps;
         }
-        if end % ps != 0 && hi - ps >= a {
+        if !end.is_multiple_of(ps) && hi - ps >= a {
             segments.push((hi - ps, hi));
             b = hi - ps;
         }
@@ -1039,6 +1043,31 @@ impl Region {
         Ok(())
     }
 
+    /// Copies `dst.len()` bytes from `offset` into `dst` and returns
+    /// their CRC32c extended from `crc` and their Internet checksum
+    /// partial sum, reading each byte once ([`crate::pass`]).
+    pub fn read_pass(
+        &self,
+        offset: usize,
+        dst: &mut [u8],
+        crc: u32,
+    ) -> Result<(u32, u32), MemoryError> {
+        self.check(offset, dst.len())?;
+        // SAFETY: `[offset, offset + len)` lies inside the region (checked
+        // above), valid while `self` keeps the storage alive, and is read
+        // only as `copy_crc_sum` reads it; `dst` is an exclusive borrow of
+        // memory outside every region, so the ranges are disjoint and
+        // nobody else touches `dst`.
+        Ok(unsafe {
+            crate::pass::copy_crc_sum(
+                dst.as_mut_ptr(),
+                self.inner.ptr.as_ptr().add(offset),
+                dst.len(),
+                crc,
+            )
+        })
+    }
+
     /// Copies `src` into the region at `offset`.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryError> {
         self.check(offset, src.len())?;
@@ -1128,12 +1157,30 @@ impl Region {
     pub fn crc32c_and_sum(&self, crc: u32, offset: usize, len: usize) -> (u32, u32) {
         use tcp_offload::wire::checksum;
         let (mut crc, mut acc) = (crc, 0u32);
-        // PASS_CHUNK is even: every chunk starts at an even offset of the
-        // range, so sums add without a byte swap.
-        self.for_chunks(offset, len, |b| {
-            crc = rdmap::crc::append(crc, b);
-            acc = checksum::combine(acc, crate::checksum::sum(b));
-        });
+        if self.check(offset, len).is_err() {
+            debug_assert!(false, "pass outside the region");
+            return (crc, acc);
+        }
+        // One read of each byte: copied into a stack buffer (which nobody
+        // else sees) by the payload pass, CRC and sum from the same loads.
+        let mut buf = core::mem::MaybeUninit::<[u8; PASS_CHUNK]>::uninit();
+        let base = buf.as_mut_ptr().cast::<u8>();
+        let mut at = offset;
+        let end = offset + len;
+        while at < end {
+            let n = (end - at).min(PASS_CHUNK);
+            // SAFETY: `[at, at + n)` lies inside the region (checked
+            // above), valid while `self` keeps the storage alive, and is
+            // read as the pass reads it; `base` is this stack buffer of
+            // `PASS_CHUNK >= n` bytes, private to this call.
+            let (c, sum) =
+                unsafe { crate::pass::copy_crc_sum(base, self.inner.ptr.as_ptr().add(at), n, crc) };
+            crc = c;
+            // PASS_CHUNK is even: every chunk starts at an even offset of
+            // the range, so sums add without a byte swap.
+            acc = checksum::combine(acc, sum);
+            at += n;
+        }
         (crc, acc)
     }
 

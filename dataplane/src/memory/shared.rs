@@ -23,6 +23,9 @@
 //! to region memory is of that one kind and width (bytes), so no mixed-
 //! size atomic access is ever made. Elsewhere the same loop is written
 //! in Rust, one `AtomicU8` at a time (slower, with the same meaning).
+//! The transmit path's payload pass (`crate::pass`) reads region memory
+//! in a vector loop written as inline assembly for the same reason, with
+//! the same argument: its loads and stores are whole bytes in effect.
 //!
 //! What makes the bytes *specified* is the completion ring (module
 //! documentation of [`super`]): an access that races yields unspecified
@@ -41,7 +44,7 @@ use core::sync::atomic::{AtomicU8, Ordering};
 /// other access to them meanwhile is made through this function (or is
 /// atomic at byte width, or a device's DMA).
 #[inline]
-pub(super) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
+pub(crate) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller guarantees both ranges are valid for `len`
     // bytes and disjoint. `rep movsb` moves `rcx` bytes from `[rsi]` to

@@ -63,8 +63,8 @@ impl Conn {
                     WcOpcode::FastRegister | WcOpcode::LocalInvalidate if !recv => {
                         // One per local operation, in send-queue order.
                         let op = self.local_ops.pop_front();
-                        debug_assert!(op.map_or(true, |o| o.wr_id == wc.wr_id));
-                        let signalled = op.map_or(true, |o| o.signalled);
+                        debug_assert!(op.is_none_or(|o| o.wr_id == wc.wr_id));
+                        let signalled = op.is_none_or(|o| o.signalled);
                         (op.filter(|_| ok).map(|o| o.op), signalled || !ok)
                     }
                     WcOpcode::Recv if ok => (

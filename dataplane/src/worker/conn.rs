@@ -305,6 +305,7 @@ macro_rules! worker_cx {
             index: $w.index,
             sync: &mut $w.mr_sync,
             epoch: $w.epoch,
+            rx_crcs: &$w.rx_crcs,
         }
     };
 }
@@ -324,6 +325,8 @@ pub(super) struct Cx<'a, B> {
     /// The worker's iteration ([`Worker::poll`]), for what is limited
     /// per iteration.
     pub(super) epoch: u64,
+    /// The FPDU CRCs the receive pass took in this burst.
+    pub(super) rx_crcs: &'a super::rx_pass::RxCrcs,
 }
 
 impl<B: AsRef<[u8]>> Cx<'_, B> {
@@ -415,7 +418,7 @@ impl Conn {
         // or the reply, FPDUs follow).
         let now_e = engine_time(cx.now);
         let mut drained = false;
-        let mut mid_fpdu = 0;
+        let (mut mid_fpdu, mut crcs_given) = (0, 0);
         for _ in 0..MAX_CHUNKS_PER_POLL {
             let Some(p) = cx.stack.conn_mut(self.tcp).and_then(|c| c.recv()) else {
                 drained = true;
@@ -423,10 +426,12 @@ impl Conn {
             };
             work = true;
             if let Some(ep) = self.ep.as_mut() {
-                let before = ep.stats().chunks_mid_fpdu;
-                ep.handle_stream(
+                let before = (ep.stats().chunks_mid_fpdu, ep.stats().fpdu_crcs_given);
+                let chunk = p.bytes();
+                ep.handle_stream_with_crc(
                     now_e,
-                    p.bytes(),
+                    chunk,
+                    cx.rx_crcs.of(chunk),
                     &mut env_srq(
                         cx.device,
                         cx.mem,
@@ -435,11 +440,15 @@ impl Conn {
                         self.srq.as_mut(),
                     ),
                 );
-                mid_fpdu += ep.stats().chunks_mid_fpdu - before;
+                mid_fpdu += ep.stats().chunks_mid_fpdu - before.0;
+                crcs_given += ep.stats().fpdu_crcs_given - before.1;
             }
         }
         if mid_fpdu > 0 {
             bump(&cx.counters.rx_segments_mid_fpdu, mid_fpdu);
+        }
+        if crcs_given > 0 {
+            bump(&cx.counters.rx_crc_in_pass, crcs_given);
         }
         // Records TCP gave up (a reset or timeout among the events above)
         // give their pins back before the engine learns the stream ended.

@@ -108,6 +108,10 @@ pub struct WorkerCounters {
     /// (the peer's segments split its FPDUs; 0 from a peer that keeps
     /// every FPDU in one segment).
     pub rx_segments_mid_fpdu: AtomicU64,
+    /// Received FPDUs whose MPA CRC the receive pass took in the same read
+    /// as the segment's TCP checksum: the payload was read once before its
+    /// placement, not twice.
+    pub rx_crc_in_pass: AtomicU64,
     /// TCP segments sent carrying several whole FPDUs (`tcp.pack_fpdus`).
     pub tx_packed_segments: AtomicU64,
     /// FPDUs those segments carried: divided by `tx_packed_segments`, the
@@ -190,6 +194,8 @@ pub struct WorkerStats {
     pub rx_cksum_trusted: u64,
     /// See [`WorkerCounters::rx_segments_mid_fpdu`].
     pub rx_segments_mid_fpdu: u64,
+    /// See [`WorkerCounters::rx_crc_in_pass`].
+    pub rx_crc_in_pass: u64,
     /// See [`WorkerCounters::tx_packed_segments`].
     pub tx_packed_segments: u64,
     /// See [`WorkerCounters::tx_packed_fpdus`].
@@ -250,6 +256,7 @@ impl WorkerCounters {
             arp_in: g(&self.arp_in),
             rx_cksum_trusted: g(&self.rx_cksum_trusted),
             rx_segments_mid_fpdu: g(&self.rx_segments_mid_fpdu),
+            rx_crc_in_pass: g(&self.rx_crc_in_pass),
             tx_packed_segments: g(&self.tx_packed_segments),
             tx_packed_fpdus: g(&self.tx_packed_fpdus),
             tx_records: g(&self.tx_records),

@@ -4,6 +4,7 @@
 //! to the TCP engine with the device's checksum verdicts; then the frames
 //! other workers forwarded or dispatched here.
 
+use tcp_offload::iface::DeviceCksum;
 use tcp_offload::Instant;
 
 use crate::ctl::SmallFrame;
@@ -42,6 +43,7 @@ impl<Q: LinkQueue> Worker<Q> {
         // Before the burst: a capture starts or stops on a burst's edge.
         self.capture.refresh(&self.counters.capture);
         let n = self.queue.rx_burst(&mut self.rx_batch, RX_BURST);
+        self.rx_crcs.clear();
         if let Some(ring) = self.capture.ring() {
             let ts = ring.now_ns();
             for buf in &self.rx_batch {
@@ -86,6 +88,16 @@ impl<Q: LinkQueue> Worker<Q> {
                     dispatch_drops += 1;
                 }
                 continue;
+            }
+            // Checksum and FPDU CRC in one read (`rx_pass`), for frames
+            // this worker keeps.
+            let before = cksum;
+            let cksum = super::rx_pass::verify(buf.as_ref(), cksum, &mut self.rx_crcs);
+            if cksum.l4 == DeviceCksum::Good
+                && before.l4 != DeviceCksum::Good
+                && before.ip != DeviceCksum::Good
+            {
+                self.rx_pass_verified += 1;
             }
             self.iface.handle_frame_with(now, RxFrame::Nic(buf), cksum);
         }

@@ -180,7 +180,7 @@ impl FpduRecord {
     /// Whether the record ends a message ([`OutRecord::ends_message`]);
     /// a record without the engine's (a test's) does.
     pub(super) fn ends_message(&self) -> bool {
-        !self.rec.as_ref().is_some_and(|r| !r.ends_message())
+        self.rec.as_ref().is_none_or(|r| r.ends_message())
     }
 
     pub(super) fn odd_payload(&self) -> bool {
@@ -318,13 +318,12 @@ impl FpduRecord {
             match piece {
                 Piece::Payload(r) => {
                     let (offset, len) = (r.offset() as usize, r.len() as usize);
-                    frame.append_copy_inspect(region, offset, len, &mut |b| {
-                        crc = rdmap::crc::append(crc, b);
-                        if want_sum {
-                            sum = checksum::combine_at(sum, crate::checksum::sum(b), at);
-                        }
-                        at += b.len();
-                    })?;
+                    let (c, s) = frame.append_copy_pass(region, offset, len, crc)?;
+                    crc = c;
+                    if want_sum {
+                        sum = checksum::combine_at(sum, s, at);
+                    }
+                    at += len;
                     if self.crc.get().is_some() {
                         out.resummed += len;
                     }

@@ -299,6 +299,9 @@ pub struct Stats {
     /// In-order chunks of the stream (one per TCP segment) that ended
     /// inside an FPDU: FPDUs the peer's segments split.
     pub chunks_mid_fpdu: u64,
+    /// FPDUs whose CRC the caller took while reading the chunk for its TCP
+    /// checksum ([`Endpoint::handle_stream_with_crc`]), not read again.
+    pub fpdu_crcs_given: u64,
 }
 
 /// The initiator's nudge of a silent responder (module documentation,
@@ -637,6 +640,23 @@ impl Endpoint {
         chunk: &[u8],
         env: &mut Env<'_, M>,
     ) {
+        self.handle_stream_with_crc(now, chunk, None, env);
+    }
+
+    /// [`Endpoint::handle_stream`] for a chunk whose CRC the caller may
+    /// have taken already: `fpdu_crc` is the CRC32c of all of `chunk` but
+    /// its last four octets, computed while the receive path read the
+    /// bytes for the TCP checksum. Where `chunk` is exactly one FPDU (its
+    /// length field says so) and the stream sits between FPDUs, the
+    /// deframer compares that with the CRC field instead of reading the
+    /// payload again; otherwise it is ignored.
+    pub fn handle_stream_with_crc<M: Placement + ?Sized>(
+        &mut self,
+        now: Duration,
+        chunk: &[u8],
+        fpdu_crc: Option<u32>,
+        env: &mut Env<'_, M>,
+    ) {
         let mut rest = chunk;
         if !self.negotiator.is_done() {
             let used = self.negotiator.handle_input(rest, now);
@@ -647,7 +667,8 @@ impl Endpoint {
             if self.rx_running {
                 // The peer spoke: it needs no nudge.
                 self.nudge = Nudge::Off;
-                self.rx_feed(rest, env);
+                let whole = rest.len() == chunk.len();
+                self.rx_feed(rest, fpdu_crc.filter(|_| whole), env);
             } else if !self.negotiator.is_done() {
                 // The peer spoke out of turn (a request's private data is
                 // counted exactly, so these bytes belong to nobody).

@@ -146,7 +146,17 @@ impl RxState {
 
 impl Endpoint {
     /// Runs a chunk through the deframer and the receive path.
-    pub(super) fn rx_feed<M: Placement + ?Sized>(&mut self, chunk: &[u8], env: &mut Env<'_, M>) {
+    pub(super) fn rx_feed<M: Placement + ?Sized>(
+        &mut self,
+        chunk: &[u8],
+        fpdu_crc: Option<u32>,
+        env: &mut Env<'_, M>,
+    ) {
+        if let Some(crc) = fpdu_crc.filter(|_| is_one_fpdu(chunk)) {
+            if self.deframer.next_fpdu_crc(crc) {
+                self.stats.fpdu_crcs_given += 1;
+            }
+        }
         let mut input = chunk;
         while self.rx_running {
             match self.deframer.next_event(&mut input) {
@@ -160,6 +170,7 @@ impl Endpoint {
                 }
             }
         }
+        self.deframer.forget_next_crc();
         if self.rx_running && !self.deframer.at_boundary() {
             self.stats.chunks_mid_fpdu += 1;
         }
@@ -699,4 +710,15 @@ fn header_cause(bytes: &[u8]) -> TerminateCause {
 pub(super) fn stat_index(op: RdmapOpcode) -> Option<usize> {
     let i = usize::from(op.as_u4());
     (i < 8).then_some(i)
+}
+
+/// Whether `chunk` is exactly one FPDU by its length field (no markers):
+/// length, ULPDU, pad and CRC, nothing more.
+fn is_one_fpdu(chunk: &[u8]) -> bool {
+    use crate::mpa::fpdu::{pad_len, CRC_LEN, LENGTH_LEN};
+    let [a, b, ..] = *chunk else {
+        return false;
+    };
+    let len = usize::from(u16::from_be_bytes([a, b]));
+    LENGTH_LEN + len + pad_len(len) + CRC_LEN == chunk.len()
 }

@@ -122,6 +122,11 @@ pub struct Deframer {
     crc_buf: [u8; CRC_LEN],
     crc_have: u8,
     crc: u32,
+    /// The CRC of the FPDU now open was computed by the caller
+    /// ([`Deframer::next_fpdu_crc`]): the pieces are not summed again.
+    crc_given: bool,
+    /// What [`Deframer::next_fpdu_crc`] said of the next FPDU.
+    next_crc: Option<u32>,
     marker_buf: [u8; MARKER_LEN],
     marker_have: u8,
     marker_pos: u32,
@@ -150,6 +155,8 @@ impl Deframer {
             crc_buf: [0; CRC_LEN],
             crc_have: 0,
             crc: 0,
+            crc_given: false,
+            next_crc: None,
             marker_buf: [0; MARKER_LEN],
             marker_have: 0,
             marker_pos: 0,
@@ -188,6 +195,29 @@ impl Deframer {
     /// off).
     pub const fn last_crc(&self) -> (u32, u32) {
         (u32::from_le_bytes(self.crc_buf), self.crc)
+    }
+
+    /// Says that the next FPDU, which starts with the next octet fed, has
+    /// the CRC32c `crc` over the octets its CRC covers: a receive path
+    /// that read the bytes anyway (verifying the TCP checksum) computed it
+    /// there, and the deframer then compares it with the CRC field
+    /// instead of reading the bytes again. Only for an FPDU that arrives
+    /// whole in the next chunk fed, at a boundary, without markers (where
+    /// the caller can tell the covered octets from the length field); the
+    /// word is dropped when the FPDU does not start at the next octet.
+    /// Returns whether it was taken (false: mid-FPDU, markers, CRCs off,
+    /// or stopped on an error).
+    pub fn next_fpdu_crc(&mut self, crc: u32) -> bool {
+        let take = self.at_boundary() && !self.markers && self.crc_enabled;
+        if take {
+            self.next_crc = Some(crc);
+        }
+        take
+    }
+
+    /// Drops what [`Deframer::next_fpdu_crc`] said if no FPDU opened since.
+    pub fn forget_next_crc(&mut self) {
+        self.next_crc = None;
     }
 
     /// The framing error that stopped the deframer, if any.
@@ -285,6 +315,7 @@ impl Deframer {
                     if usize::from(self.crc_have) == CRC_LEN {
                         let crc_ok =
                             !self.crc_enabled || u32::from_le_bytes(self.crc_buf) == self.crc;
+                        self.crc_given = false;
                         self.state = State::Length;
                         self.fpdu_open = false;
                         self.len_have = 0;
@@ -300,12 +331,16 @@ impl Deframer {
         self.fpdu_open = true;
         self.fpdu_start = at;
         self.crc = 0;
+        if let Some(crc) = self.next_crc.take() {
+            self.crc = crc;
+            self.crc_given = true;
+        }
     }
 
     /// Takes `n` octets off `input`, adding them to the CRC if `covered`.
     fn consume(&mut self, input: &mut &[u8], n: usize, covered: bool) {
         let (taken, rest) = input.split_at(n);
-        if covered && self.crc_enabled {
+        if covered && self.crc_enabled && !self.crc_given {
             self.crc = crate::crc::append(self.crc, taken);
         }
         *input = rest;

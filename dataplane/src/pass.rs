@@ -1,0 +1,558 @@
+//! The payload pass: the MPA CRC32c (RFC 5044 §4) and the TCP checksum's
+//! partial sum (RFC 1071) of a run of payload, taken in one read of each
+//! byte, optionally while copying it. The transmit path copies an FPDU's
+//! payload from registered memory into its frame through
+//! `copy_crc_sum`; the CRC and the sum come from the same loads.
+//!
+//! Where the CPU has AVX-512 with VPCLMULQDQ and VNNI (checked once per
+//! call, by the standard library's cached feature test), each 64-byte
+//! vector loaded is stored to the destination, folded into one of four
+//! CRC accumulators (carry-less multiplication by x^2048 mod P, the
+//! folding of Gopal et al., "Fast CRC Computation for Generic Polynomials
+//! Using PCLMULQDQ", with constants computed below at compile time) and
+//! added into the checksum lanes (`vpdpbusd` against byte weights 1,0 and
+//! 0,1: the sums of the even and the odd bytes). The three separate
+//! passes this replaces (copy, CRC, checksum) read the bytes three times;
+//! on a 9000-byte FPDU the one pass takes about half their time on this
+//! project's test machines (`benches`: the demo's write-bw at MTU 9000).
+//! Elsewhere, and for runs under [`VECTOR_MIN`] bytes, the copy, the CRC
+//! and the sum are taken one after the other with the portable code.
+//!
+//! Reading registered memory: the vector loop that reads the source is
+//! inline assembly, for the reason [`crate::memory`] copies with `rep
+//! movsb` (see `memory/shared.rs`): the source may be registered memory
+//! the application writes meanwhile, and the block's effect on memory is
+//! that of relaxed byte loads and stores. Everything the intrinsics read
+//! is the destination, which the caller owns.
+
+use tcp_offload::wire::checksum;
+
+/// Runs shorter than this take the portable path (the vector loop's
+/// first step takes 256 bytes).
+pub const VECTOR_MIN: usize = 256;
+
+/// Bytes one call of the vector kernel takes at most: each of the 16
+/// checksum lanes gains at most 510 per 64-byte vector, and their total
+/// must stay under 2^32 (65,536 vectors give 2^29 at most); larger runs
+/// are taken in pieces.
+const MAX_RUN: usize = 1 << 22;
+
+/// The CRC32c of `bytes` extended from `crc` (as `crc32c_append`), and
+/// their Internet checksum partial sum (as [`checksum::sum`]), in one
+/// read of each byte. `bytes` is the caller's own memory.
+pub fn crc_sum(crc: u32, bytes: &[u8]) -> (u32, u32) {
+    let (mut crc, mut sum, mut at) = (crc, 0u32, 0usize);
+    for run in bytes.chunks(MAX_RUN) {
+        let (c, s) = crc_sum_run(crc, run);
+        crc = c;
+        sum = checksum::combine_at(sum, s, at);
+        at += run.len();
+    }
+    (crc, sum)
+}
+
+fn crc_sum_run(crc: u32, bytes: &[u8]) -> (u32, u32) {
+    #[cfg(target_arch = "x86_64")]
+    if bytes.len() >= VECTOR_MIN && vector::available() {
+        // SAFETY: the CPU has the features `crc_sum` is compiled for
+        // (checked just above).
+        return unsafe { vector::crc_sum(crc, bytes) };
+    }
+    (rdmap::crc::append(crc, bytes), crate::checksum::sum(bytes))
+}
+
+/// Copies `len` bytes from `src` to `dst` and returns their CRC32c
+/// extended from `crc` and their Internet checksum partial sum, as
+/// [`crc_sum`] over the copy would; the source is read once.
+///
+/// # Safety
+/// As for `memory/shared.rs`'s `copy`: `src` is valid for reads and
+/// `dst` for writes of `len` bytes for the whole call, the ranges do not
+/// overlap, and any other access to `src` meanwhile is made through that
+/// copy, this function, atomically at byte width, or by a device. `dst`
+/// is the caller's own: nothing else reads or writes it during the call.
+pub(crate) unsafe fn copy_crc_sum(
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    crc: u32,
+) -> (u32, u32) {
+    let (mut crc, mut sum, mut at) = (crc, 0u32, 0usize);
+    while at < len {
+        let n = (len - at).min(MAX_RUN);
+        // SAFETY: `[at, at + n)` lies inside both ranges; the contract is
+        // the caller's.
+        let (c, s) = unsafe { copy_crc_sum_run(dst.add(at), src.add(at), n, crc) };
+        crc = c;
+        sum = checksum::combine_at(sum, s, at);
+        at += n;
+    }
+    (crc, sum)
+}
+
+/// [`copy_crc_sum`] for at most [`MAX_RUN`] bytes.
+///
+/// # Safety
+/// As for [`copy_crc_sum`].
+unsafe fn copy_crc_sum_run(dst: *mut u8, src: *const u8, len: usize, crc: u32) -> (u32, u32) {
+    #[cfg(target_arch = "x86_64")]
+    if len >= VECTOR_MIN && vector::available() {
+        // SAFETY: the CPU has the features (checked just above); the
+        // pointers are as the caller guarantees.
+        return unsafe { vector::copy_crc_sum(dst, src, len, crc) };
+    }
+    // SAFETY: as the caller guarantees; `dst` is then the caller's own
+    // initialised bytes, read by nobody else.
+    unsafe {
+        crate::memory::copy_raw(dst, src, len);
+        let copied = core::slice::from_raw_parts(dst.cast_const(), len);
+        crc_sum_run(crc, copied)
+    }
+}
+
+/// `x^n mod P` for the CRC32c polynomial P (bit i is the coefficient of
+/// x^i).
+const fn xpow_mod(n: u32) -> u32 {
+    const P: u64 = 0x1_1edc_6f41;
+    let mut r: u64 = 1;
+    let mut i = 0;
+    while i < n {
+        r <<= 1;
+        if r & (1 << 32) != 0 {
+            r ^= P;
+        }
+        i += 1;
+    }
+    r as u32
+}
+
+/// A polynomial of degree below 32 as a 64-bit operand of the folding
+/// multiplication, bit-reflected as the CRC's data is: the coefficient of
+/// x^m at bit 63 - m.
+const fn reflect64(k: u32) -> u64 {
+    let mut out = 0u64;
+    let mut m = 0;
+    while m < 32 {
+        if (k >> m) & 1 == 1 {
+            out |= 1 << (63 - m);
+        }
+        m += 1;
+    }
+    out
+}
+
+/// The two constants that fold a 128-bit lane forward by `bits`: the
+/// lane's first 64 bits (the higher-degree half) are multiplied by
+/// x^(bits + 64), its last 64 by x^bits, each less one power for the
+/// product of two reflected operands, which comes out one place up.
+const fn fold_constants(bits: u32) -> (u64, u64) {
+    (
+        reflect64(xpow_mod(bits + 63)),
+        reflect64(xpow_mod(bits - 1)),
+    )
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vector {
+    use core::arch::x86_64::{
+        __m512i, _mm512_castsi128_si512, _mm512_clmulepi64_epi128, _mm512_dpbusd_epi32,
+        _mm512_loadu_si512, _mm512_reduce_add_epi32, _mm512_set1_epi32, _mm512_set_epi64,
+        _mm512_setzero_si512, _mm512_storeu_si512, _mm512_ternarylogic_epi64, _mm512_xor_si512,
+        _mm_crc32_u64, _mm_cvtsi32_si128,
+    };
+
+    use super::fold_constants;
+    use tcp_offload::wire::checksum;
+
+    /// Four accumulators of 64 bytes: each 128-bit lane folds 256 bytes
+    /// forward.
+    const FOLD_256: (u64, u64) = fold_constants(2048);
+    /// One accumulator folded into the next, 64 bytes on.
+    const FOLD_64: (u64, u64) = fold_constants(512);
+
+    /// Whether the CPU has what the kernels are compiled for.
+    pub(super) fn available() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("vpclmulqdq")
+            && std::arch::is_x86_feature_detected!("sse4.2")
+    }
+
+    /// The running state of a pass: four CRC accumulators and the two
+    /// checksum lane sets (even bytes, odd bytes).
+    struct State {
+        a: [__m512i; 4],
+        even: __m512i,
+        odd: __m512i,
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    fn constants(k: (u64, u64)) -> __m512i {
+        let (lo, hi) = (k.0 as i64, k.1 as i64);
+        _mm512_set_epi64(hi, lo, hi, lo, hi, lo, hi, lo)
+    }
+
+    /// `acc` folded forward by the distance of `k`, with `data` added.
+    #[inline]
+    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    fn fold(acc: __m512i, k: __m512i, data: __m512i) -> __m512i {
+        let lo = _mm512_clmulepi64_epi128::<0x00>(acc, k);
+        let hi = _mm512_clmulepi64_epi128::<0x11>(acc, k);
+        _mm512_ternarylogic_epi64::<0x96>(lo, hi, data)
+    }
+
+    /// Byte weights 1, 0, 1, 0 (even bytes) and 0, 1, 0, 1 (odd bytes).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn weights() -> (__m512i, __m512i) {
+        (
+            _mm512_set1_epi32(0x0001_0001),
+            _mm512_set1_epi32(0x0100_0100),
+        )
+    }
+
+    /// Loads the 64 bytes at `p`.
+    ///
+    /// # Safety
+    /// `p` is valid for reads of 64 bytes that nobody writes meanwhile.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load(p: *const u8) -> __m512i {
+        // SAFETY: as the caller guarantees (unaligned load).
+        unsafe { _mm512_loadu_si512(p.cast()) }
+    }
+
+    impl State {
+        /// The state after the first 256 bytes, at `p`, with the CRC
+        /// register before them (`!crc`) folded into their first four.
+        ///
+        /// # Safety
+        /// `p` is valid for reads of 256 bytes that nobody writes
+        /// meanwhile.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512vnni,vpclmulqdq")]
+        unsafe fn start(crc: u32, p: *const u8) -> State {
+            let (we, wo) = weights();
+            let zero = _mm512_setzero_si512();
+            let mut s = State {
+                a: [zero; 4],
+                even: zero,
+                odd: zero,
+            };
+            for (i, a) in s.a.iter_mut().enumerate() {
+                // SAFETY: `i * 64 + 64 <= 256`, inside what the caller
+                // vouches for.
+                let v = unsafe { load(p.add(i * 64)) };
+                s.even = _mm512_dpbusd_epi32(s.even, v, we);
+                s.odd = _mm512_dpbusd_epi32(s.odd, v, wo);
+                *a = v;
+            }
+            let init = _mm512_castsi128_si512(_mm_cvtsi32_si128(!crc as i32));
+            s.a[0] = _mm512_xor_si512(s.a[0], init);
+            s
+        }
+
+        /// Takes the 256-byte blocks at `p`, `blocks` of them.
+        ///
+        /// # Safety
+        /// `p` is valid for reads of `blocks * 256` bytes that nobody
+        /// writes meanwhile.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512vnni,vpclmulqdq")]
+        unsafe fn blocks(&mut self, p: *const u8, blocks: usize) {
+            let k = constants(FOLD_256);
+            let (we, wo) = weights();
+            for b in 0..blocks {
+                for (i, a) in self.a.iter_mut().enumerate() {
+                    // SAFETY: inside the `blocks * 256` bytes vouched for.
+                    let v = unsafe { load(p.add(b * 256 + i * 64)) };
+                    self.even = _mm512_dpbusd_epi32(self.even, v, we);
+                    self.odd = _mm512_dpbusd_epi32(self.odd, v, wo);
+                    *a = fold(*a, k, v);
+                }
+            }
+        }
+
+        /// Ends the pass over the `len` bytes after the blocks, at `p`
+        /// (under 256): the CRC (as `crc32c_append` returns it) and the
+        /// checksum partial sum of everything taken.
+        ///
+        /// # Safety
+        /// `p` is valid for reads of `len` bytes that nobody writes
+        /// meanwhile.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512vnni,vpclmulqdq,sse4.2")]
+        unsafe fn finish(self, p: *const u8, len: usize) -> (u32, u32) {
+            let k = constants(FOLD_64);
+            let (we, wo) = weights();
+            let [a0, a1, a2, a3] = self.a;
+            let (mut even, mut odd) = (self.even, self.odd);
+            let mut acc = fold(fold(fold(a0, k, a1), k, a2), k, a3);
+            let mut at = 0;
+            while at + 64 <= len {
+                // SAFETY: inside the `len` bytes vouched for.
+                let v = unsafe { load(p.add(at)) };
+                even = _mm512_dpbusd_epi32(even, v, we);
+                odd = _mm512_dpbusd_epi32(odd, v, wo);
+                acc = fold(acc, k, v);
+                at += 64;
+            }
+            // The accumulator stands for all the bytes so far: its CRC
+            // from a zero register is theirs.
+            let mut words = [0u64; 8];
+            // SAFETY: `words` is 64 writable bytes (unaligned store).
+            unsafe { _mm512_storeu_si512(words.as_mut_ptr().cast(), acc) };
+            let reg = words.iter().fold(0u64, |r, &w| _mm_crc32_u64(r, w));
+            // SAFETY: the last `len - at` of the bytes vouched for.
+            let tail = unsafe { core::slice::from_raw_parts(p.add(at), len - at) };
+            let crc = crc32c::crc32c_append(!(reg as u32), tail);
+            // Even bytes are the high octets of the 16-bit words (network
+            // order), odd ones the low; the lanes hold under 2^31 each.
+            let high = u64::from(_mm512_reduce_add_epi32(even) as u32);
+            let low = u64::from(_mm512_reduce_add_epi32(odd) as u32);
+            let vectors = (high << 8) + low;
+            let total = u64::from(checksum::sum(tail)) + checksum::fold64(vectors) as u64;
+            (crc, u32::from(checksum::fold64(total)))
+        }
+    }
+
+    /// [`super::crc_sum`] at vector width.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F, AVX-512 VNNI, VPCLMULQDQ and SSE4.2;
+    /// `bytes.len() >= 256`.
+    #[target_feature(enable = "avx512f,avx512vnni,vpclmulqdq,sse4.2")]
+    pub(super) unsafe fn crc_sum(crc: u32, bytes: &[u8]) -> (u32, u32) {
+        let len = bytes.len();
+        debug_assert!(len >= super::VECTOR_MIN);
+        let p = bytes.as_ptr();
+        let blocks = len / 256 - 1;
+        // SAFETY: every read lies inside `bytes`, which the borrow keeps
+        // unchanged.
+        unsafe {
+            let mut s = State::start(crc, p);
+            s.blocks(p.add(256), blocks);
+            s.finish(p.add(256 * (blocks + 1)), len % 256)
+        }
+    }
+
+    /// [`super::copy_crc_sum`] at vector width.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F, AVX-512 VNNI, VPCLMULQDQ and SSE4.2;
+    /// `len >= 256`; the pointers are as [`super::copy_crc_sum`] requires.
+    #[target_feature(enable = "avx512f,avx512vnni,vpclmulqdq,sse4.2")]
+    pub(super) unsafe fn copy_crc_sum(
+        dst: *mut u8,
+        src: *const u8,
+        len: usize,
+        crc: u32,
+    ) -> (u32, u32) {
+        debug_assert!(len >= super::VECTOR_MIN);
+        let blocks = len / 256 - 1;
+        let done = 256 * (blocks + 1);
+        // SAFETY: the first 256 bytes and the last `len - done` are
+        // copied into `dst` (the source read as `copy` reads it) and then
+        // read back from `dst`, which is the caller's own; the blocks in
+        // between are read from the source by `copy_blocks` only.
+        unsafe {
+            crate::memory::copy_raw(dst, src, 256);
+            let mut s = State::start(crc, dst);
+            copy_blocks(&mut s, dst.add(256), src.add(256), blocks);
+            crate::memory::copy_raw(dst.add(done), src.add(done), len - done);
+            s.finish(dst.add(done), len - done)
+        }
+    }
+
+    /// [`State::blocks`] over `blocks` 256-byte blocks read from `src`,
+    /// each stored to `dst` as it is read.
+    ///
+    /// The loop is inline assembly: `src` may be registered memory that
+    /// the application writes meanwhile, and, as for `memory/shared.rs`'s
+    /// `rep movsb`, the compiler treats the block as opaque; its effect on
+    /// memory is that of relaxed atomic byte loads from `src` and stores
+    /// to `dst` (a vector access never tears a byte), so a racing write
+    /// yields unspecified bytes, never undefined behaviour. The
+    /// instructions are the ones [`State::blocks`] compiles to: per
+    /// 64-byte vector a load, a store, two `vpdpbusd` for the checksum
+    /// lanes and two `vpclmulqdq` and a `vpternlogq` for the CRC fold.
+    ///
+    /// # Safety
+    /// The CPU has the features enabled here; `src` is valid for reads
+    /// and `dst` for writes of `blocks * 256` bytes, not overlapping, and
+    /// other accesses to `src` are as [`super::copy_crc_sum`] requires.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vnni,vpclmulqdq")]
+    unsafe fn copy_blocks(s: &mut State, dst: *mut u8, src: *const u8, blocks: usize) {
+        if blocks == 0 {
+            return;
+        }
+        let k = constants(FOLD_256);
+        let (we, wo) = weights();
+        let [mut a0, mut a1, mut a2, mut a3] = s.a;
+        // SAFETY: the loop reads `blocks * 256` bytes from `src` and
+        // writes as many to `dst`, both vouched for by the caller, and
+        // touches nothing else; the registers it changes are declared.
+        // AVX-512F, VNNI and VPCLMULQDQ are enabled for this function.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "vmovdqu64 {v0}, zmmword ptr [{src}]",
+                "vmovdqu64 {v1}, zmmword ptr [{src} + 64]",
+                "vmovdqu64 {v2}, zmmword ptr [{src} + 128]",
+                "vmovdqu64 {v3}, zmmword ptr [{src} + 192]",
+                "vmovdqu64 zmmword ptr [{dst}], {v0}",
+                "vmovdqu64 zmmword ptr [{dst} + 64], {v1}",
+                "vmovdqu64 zmmword ptr [{dst} + 128], {v2}",
+                "vmovdqu64 zmmword ptr [{dst} + 192], {v3}",
+                "vpdpbusd {even}, {v0}, {we}",
+                "vpdpbusd {odd}, {v0}, {wo}",
+                "vpclmulqdq {t}, {a0}, {k}, 0x00",
+                "vpclmulqdq {a0}, {a0}, {k}, 0x11",
+                "vpternlogq {a0}, {t}, {v0}, 0x96",
+                "vpdpbusd {even}, {v1}, {we}",
+                "vpdpbusd {odd}, {v1}, {wo}",
+                "vpclmulqdq {t}, {a1}, {k}, 0x00",
+                "vpclmulqdq {a1}, {a1}, {k}, 0x11",
+                "vpternlogq {a1}, {t}, {v1}, 0x96",
+                "vpdpbusd {even}, {v2}, {we}",
+                "vpdpbusd {odd}, {v2}, {wo}",
+                "vpclmulqdq {t}, {a2}, {k}, 0x00",
+                "vpclmulqdq {a2}, {a2}, {k}, 0x11",
+                "vpternlogq {a2}, {t}, {v2}, 0x96",
+                "vpdpbusd {even}, {v3}, {we}",
+                "vpdpbusd {odd}, {v3}, {wo}",
+                "vpclmulqdq {t}, {a3}, {k}, 0x00",
+                "vpclmulqdq {a3}, {a3}, {k}, 0x11",
+                "vpternlogq {a3}, {t}, {v3}, 0x96",
+                "add {src}, 256",
+                "add {dst}, 256",
+                "dec {n}",
+                "jnz 2b",
+                src = inout(reg) src => _,
+                dst = inout(reg) dst => _,
+                n = inout(reg) blocks => _,
+                a0 = inout(zmm_reg) a0,
+                a1 = inout(zmm_reg) a1,
+                a2 = inout(zmm_reg) a2,
+                a3 = inout(zmm_reg) a3,
+                even = inout(zmm_reg) s.even,
+                odd = inout(zmm_reg) s.odd,
+                k = in(zmm_reg) k,
+                we = in(zmm_reg) we,
+                wo = in(zmm_reg) wo,
+                v0 = out(zmm_reg) _,
+                v1 = out(zmm_reg) _,
+                v2 = out(zmm_reg) _,
+                v3 = out(zmm_reg) _,
+                t = out(zmm_reg) _,
+                options(nostack),
+            );
+        }
+        s.a = [a0, a1, a2, a3];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes that make every lane carry: a pseudo-random fill with runs
+    /// of 0xff.
+    fn bytes(n: usize, seed: u32) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..n)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                if (i / 97) % 3 == 0 {
+                    0xff
+                } else {
+                    x as u8
+                }
+            })
+            .collect()
+    }
+
+    fn reference(crc: u32, b: &[u8]) -> (u32, u32) {
+        (crc32c::crc32c_append(crc, b), checksum::sum(b))
+    }
+
+    #[test]
+    fn the_fold_constants_are_powers_of_x() {
+        // x^32 mod P is P without its top term; x^31 is itself.
+        assert_eq!(xpow_mod(32), 0x1edc_6f41);
+        assert_eq!(xpow_mod(31), 1 << 31);
+        assert_eq!(reflect64(1), 1 << 63);
+        assert_eq!(reflect64(1 << 31), 1 << 32);
+    }
+
+    #[test]
+    fn crc_and_sum_match_the_reference_at_every_length_and_offset() {
+        let data = bytes(20_000, 5);
+        for len in (0..1200).chain([1459, 1460, 4096, 8960, 8961, 9000, 16_383]) {
+            for off in [0, 1, 3, 63] {
+                for crc in [0, 0xdead_beef] {
+                    let d = &data[off..off + len];
+                    assert_eq!(crc_sum(crc, d), reference(crc, d), "len {len} offset {off}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_copy_is_exact_and_its_results_match() {
+        let data = bytes(20_000, 9);
+        for len in (0..700).chain([1460, 8960, 9001, 16_384]) {
+            for off in [0, 5, 64] {
+                let src = &data[off..off + len];
+                let mut dst = vec![0xeeu8; len + 2];
+                // SAFETY: `src` and `dst[1..]` are valid for `len` bytes
+                // and distinct allocations; nothing else touches them.
+                let got = unsafe { copy_crc_sum(dst.as_mut_ptr().add(1), src.as_ptr(), len, 7) };
+                assert_eq!(got, reference(7, src), "len {len} offset {off}");
+                assert_eq!(&dst[1..=len], src, "len {len}");
+                assert_eq!((dst[0], dst[len + 1]), (0xee, 0xee));
+            }
+        }
+    }
+
+    #[test]
+    fn all_ones_and_all_zero_keep_their_sums() {
+        let ones = vec![0xffu8; 70_000];
+        assert_eq!(crc_sum(0, &ones), reference(0, &ones));
+        assert_eq!(crc_sum(0, &ones).1, 0xffff);
+        let zero = vec![0u8; 4096];
+        assert_eq!(crc_sum(0, &zero), reference(0, &zero));
+    }
+
+    #[test]
+    fn runs_past_a_lane_emptying_match() {
+        let big = bytes(MAX_RUN + 1000, 3);
+        assert_eq!(crc_sum(1, &big), reference(1, &big));
+        let mut dst = vec![0u8; big.len()];
+        // SAFETY: both vectors hold `big.len()` bytes, distinct.
+        let got = unsafe { copy_crc_sum(dst.as_mut_ptr(), big.as_ptr(), big.len(), 1) };
+        assert_eq!(got, reference(1, &big));
+        assert!(dst == big);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_vector_path_runs_where_the_cpu_has_it() {
+        // The comparisons above prove nothing about the vector path on a
+        // CPU without it; say so where it is missing.
+        if !vector::available() {
+            eprintln!("no AVX-512 VNNI + VPCLMULQDQ here: the portable path was tested");
+            return;
+        }
+        let d = bytes(10_000, 1);
+        for len in [256, 257, 511, 512, 8960] {
+            // SAFETY: the CPU has the features; `len >= 256`.
+            let v = unsafe { vector::crc_sum(3, &d[..len]) };
+            assert_eq!(v, reference(3, &d[..len]), "len {len}");
+        }
+    }
+}
