@@ -1068,6 +1068,24 @@ impl Region {
         })
     }
 
+    /// Whether the region holds `expected` at `offset`: read through a
+    /// small buffer on the stack, a piece at a time while it is in L1,
+    /// rather than copied out whole and compared after (a verifying
+    /// receiver's check of each message).
+    pub fn equals(&self, offset: usize, expected: &[u8]) -> Result<bool, MemoryError> {
+        self.check(offset, expected.len())?;
+        const PIECE: usize = 4096;
+        let mut buf = [0u8; PIECE];
+        for (i, want) in expected.chunks(PIECE).enumerate() {
+            let got = &mut buf[..want.len()];
+            self.load_at(offset + i * PIECE, got);
+            if got != want {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Copies `src` into the region at `offset`.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemoryError> {
         self.check(offset, src.len())?;
@@ -1468,6 +1486,23 @@ impl Placement for MemoryTable {
 mod tests {
     use super::*;
     use core::sync::atomic::Ordering;
+
+    #[test]
+    fn equals_finds_a_difference_in_any_piece_and_checks_bounds() {
+        let r = Region::new(20_000).unwrap();
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 13 + 5) as u8).collect();
+        r.write(777, &data).unwrap();
+        assert_eq!(r.equals(777, &data), Ok(true));
+        assert_eq!(r.equals(777, &data[..1]), Ok(true));
+        assert_eq!(r.equals(777, &[]), Ok(true));
+        for at in [0, 4095, 4096, 9_999] {
+            let mut other = data.clone();
+            other[at] ^= 1;
+            assert_eq!(r.equals(777, &other), Ok(false), "byte {at}");
+        }
+        assert_eq!(r.equals(778, &data), Ok(false));
+        assert_eq!(r.equals(19_999, &data[..2]), Err(MemoryError::OutOfBounds));
+    }
 
     #[test]
     fn region_is_page_aligned_zeroed_and_bounded() {
