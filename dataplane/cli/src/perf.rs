@@ -40,7 +40,7 @@ pub const MAX_SIZE: usize = 1 << 30;
 const MAX_TX_DEPTH: u32 = 15_000;
 const MAX_RX_DEPTH: u32 = 16_384;
 /// Outstanding RDMA Reads: the most a queue pair may negotiate.
-const MAX_OUTS: u32 = 128;
+const MAX_OUTS: u32 = dataplane::api::MAX_RD_ATOM;
 /// What a read test asks for without `-o` (the queue pair's default ORD).
 const DEFAULT_OUTS: u32 = 16;
 /// perftest's lower bound on `-n` (`MIN_ITER`).

@@ -390,8 +390,8 @@ impl Resources {
             max_recv_wr: rx.saturating_add(16).min(4096),
             max_send_sge: 1,
             max_recv_sge: 1,
-            max_ord: spec.outstanding_reads.clamp(1, 128),
-            max_ird: spec.outstanding_reads.clamp(1, 128),
+            max_ord: spec.outstanding_reads.clamp(1, dataplane::api::MAX_RD_ATOM),
+            max_ird: spec.outstanding_reads.clamp(1, dataplane::api::MAX_RD_ATOM),
             sq_sig_all: false,
         };
         let qps = (0..q)

@@ -249,8 +249,8 @@ impl Dataplane {
             || opts.max_recv_wr > l.max_qp_wr
             || !sge_ok(opts.max_send_sge)
             || !sge_ok(opts.max_recv_sge)
-            || opts.max_ord > 128
-            || opts.max_ird > 128
+            || opts.max_ord > super::handles::MAX_RD_ATOM
+            || opts.max_ird > super::handles::MAX_RD_ATOM
         {
             return Err(Error::Verbs(VerbsError::InvalidValue));
         }

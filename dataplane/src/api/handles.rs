@@ -157,6 +157,11 @@ pub struct QpOptions {
     pub sq_sig_all: bool,
 }
 
+/// The most RDMA Reads a queue pair may have outstanding each way
+/// ([`QpOptions::max_ord`], [`QpOptions::max_ird`]): the device's
+/// `max_qp_rd_atom`, what perftest's read tests ask for by default.
+pub const MAX_RD_ATOM: u32 = 128;
+
 impl Default for QpOptions {
     fn default() -> QpOptions {
         QpOptions {

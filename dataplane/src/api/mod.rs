@@ -216,6 +216,7 @@ pub use cm::{ConnectParams, EventScope};
 use control::{lock, Control};
 pub use handles::{
     local_invalidate_wr, Cq, FastRegMr, MemoryRegistration, ProtectionDomain, Qp, QpOptions, Srq,
+    MAX_RD_ATOM,
 };
 pub use observe::QpSnapshot;
 

@@ -866,7 +866,12 @@ fn round(
         tx_depth: if lat { 1 } else { share(128) },
         // perftest's workaround for odd receive depths.
         rx_depth: rx_depth + rx_depth % 2,
-        outstanding_reads: 16,
+        // As many Reads in flight as a queue pair allows, as perftest's
+        // read tests ask for by default (`-o`: the device's
+        // max_qp_rd_atom), shared like the send queue's depth among many
+        // (a Read takes a send-queue slot); write-bw reads its destination
+        // back once.
+        outstanding_reads: share(dataplane::api::MAX_RD_ATOM),
         verify: true,
         all_sizes: false,
         busy_poll,
@@ -889,7 +894,7 @@ fn round(
     let rs = Resources::new(b, &server)?;
     // Read tests read; write-bw reads its destination back to verify it.
     let ord = if test.is_read() || test == TestKind::WriteBw {
-        16
+        u16::try_from(client.outstanding_reads).unwrap_or(u16::MAX)
     } else {
         0
     };
