@@ -91,27 +91,31 @@ unsafe fn sum_avx2(data: &[u8]) -> u32 {
     u32::from(checksum::fold64(total).swap_bytes())
 }
 
+/// Bytes that make every vector lane carry, for the tests of the
+/// vector sums here and in [`crate::pass`]: a pseudo-random fill with
+/// runs of 0xff.
+#[cfg(test)]
+pub(crate) fn test_bytes(n: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..n)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            if (i / 97) % 3 == 0 {
+                0xff
+            } else {
+                x as u8
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Bytes that make every lane carry: a pseudo-random fill with runs
-    /// of 0xff.
-    fn bytes(n: usize, seed: u32) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-        (0..n)
-            .map(|i| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                if (i / 97) % 3 == 0 {
-                    0xff
-                } else {
-                    x as u8
-                }
-            })
-            .collect()
-    }
+    use super::test_bytes as bytes;
 
     #[test]
     fn equals_the_portable_sum_for_every_length_and_offset() {

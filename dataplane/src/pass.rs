@@ -458,23 +458,7 @@ mod vector {
 mod tests {
     use super::*;
 
-    /// Bytes that make every lane carry: a pseudo-random fill with runs
-    /// of 0xff.
-    fn bytes(n: usize, seed: u32) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-        (0..n)
-            .map(|i| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                if (i / 97) % 3 == 0 {
-                    0xff
-                } else {
-                    x as u8
-                }
-            })
-            .collect()
-    }
+    use crate::checksum::test_bytes as bytes;
 
     fn reference(crc: u32, b: &[u8]) -> (u32, u32) {
         (crc32c::crc32c_append(crc, b), checksum::sum(b))

@@ -1115,39 +1115,12 @@ impl Region {
         Ok(v)
     }
 
-    /// Runs `f` over the bytes `[offset, offset + len)` in chunks of at
-    /// most [`PASS_CHUNK`], each loaded into a stack buffer (one read of
-    /// each byte, from cache into L1). Out-of-range accesses do nothing.
-    fn for_chunks(&self, offset: usize, len: usize, mut f: impl FnMut(&[u8])) {
-        if self.check(offset, len).is_err() {
-            debug_assert!(false, "pass outside the region");
-            return;
-        }
-        // Not zeroed first: each chunk is written whole before it is read
-        // (zeroing 9 KiB per pass cost as much as the CRC of 1.5 KiB).
-        let mut buf = core::mem::MaybeUninit::<[u8; PASS_CHUNK]>::uninit();
-        let base = buf.as_mut_ptr().cast::<u8>();
-        let mut at = offset;
-        let end = offset + len;
-        while at < end {
-            let n = (end - at).min(PASS_CHUNK);
-            // SAFETY: `[at, at + n)` lies inside the region (checked
-            // above), valid while `self` keeps the storage alive; `base`
-            // is this stack buffer of `PASS_CHUNK >= n` bytes, private to
-            // this call and so disjoint from region memory.
-            unsafe { shared::copy(base, self.inner.ptr.as_ptr().add(at), n) };
-            // SAFETY: the first `n` bytes of the buffer were just written.
-            f(unsafe { core::slice::from_raw_parts(base, n) });
-            at += n;
-        }
-    }
-
     /// Extends CRC32c `crc` over `[offset, offset + len)` (the MPA CRC of
     /// an FPDU whose payload stays here).
     pub fn crc32c_append(&self, crc: u32, offset: usize, len: usize) -> u32 {
-        let mut crc = crc;
-        self.for_chunks(offset, len, |b| crc = rdmap::crc::append(crc, b));
-        crc
+        // The sum comes from the same loads (two vector operations per 64
+        // bytes): one pass serves both needs.
+        self.crc32c_and_sum(crc, offset, len).0
     }
 
     /// The Internet checksum's partial sum (as
@@ -1155,14 +1128,7 @@ impl Region {
     /// taken as if the bytes started at an even offset: the TCP checksum
     /// of a payload sent by reference.
     pub fn checksum_sum(&self, offset: usize, len: usize) -> u32 {
-        use tcp_offload::wire::checksum;
-        let mut acc = 0u32;
-        let mut at = 0usize;
-        self.for_chunks(offset, len, |b| {
-            acc = checksum::combine_at(acc, crate::checksum::sum(b), at);
-            at += b.len();
-        });
-        acc
+        self.crc32c_and_sum(0, offset, len).1
     }
 
     /// Extends CRC32c `crc` over `[offset, offset + len)` and returns it
