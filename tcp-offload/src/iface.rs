@@ -185,6 +185,12 @@ impl RxChecksum {
     pub fn any_bad(self) -> bool {
         self.ip == DeviceCksum::Bad || self.l4 == DeviceCksum::Bad
     }
+
+    /// Whether the device vouched for either checksum: such a frame is
+    /// counted as trusted (`IfaceStats::rx_cksum_trusted`).
+    pub fn any_good(self) -> bool {
+        self.ip == DeviceCksum::Good || self.l4 == DeviceCksum::Good
+    }
 }
 
 /// Configuration of an [`Interface`].
@@ -667,7 +673,7 @@ impl<B: AsRef<[u8]>, R: Record> Interface<B, R> {
             self.drop_frame(WireError::BadChecksum);
             return;
         }
-        if cksum.ip == DeviceCksum::Good || cksum.l4 == DeviceCksum::Good {
+        if cksum.any_good() {
             self.stats.rx_cksum_trusted += 1;
         }
         match self.classify(now, frame.as_ref(), cksum) {

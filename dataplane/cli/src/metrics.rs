@@ -301,12 +301,6 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             |s| s.idle_wakeups,
         ),
     ];
-    for (name, help, get) in counters {
-        let mut f = Family::head(out, name, "counter", help);
-        for (i, s) in stats.iter().enumerate() {
-            f.sample(name, &[("worker", &i.to_string())], get(s) as f64);
-        }
-    }
     let gauges: [WorkerCounter; 2] = [
         (
             "iwarp_worker_connections",
@@ -319,10 +313,12 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             |s| s.tx_records,
         ),
     ];
-    for (name, help, get) in gauges {
-        let mut f = Family::head(out, name, "gauge", help);
-        for (i, s) in stats.iter().enumerate() {
-            f.sample(name, &[("worker", &i.to_string())], get(s) as f64);
+    for (kind, table) in [("counter", &counters[..]), ("gauge", &gauges[..])] {
+        for &(name, help, get) in table {
+            let mut f = Family::head(out, name, kind, help);
+            for (i, s) in stats.iter().enumerate() {
+                f.sample(name, &[("worker", &i.to_string())], get(s) as f64);
+            }
         }
     }
     for (counter, value) in dp.link_stats() {

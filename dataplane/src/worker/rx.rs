@@ -4,7 +4,6 @@
 //! to the TCP engine with the device's checksum verdicts; then the frames
 //! other workers forwarded or dispatched here.
 
-use tcp_offload::iface::DeviceCksum;
 use tcp_offload::Instant;
 
 use crate::ctl::SmallFrame;
@@ -93,10 +92,8 @@ impl<Q: LinkQueue> Worker<Q> {
             // this worker keeps.
             let before = cksum;
             let cksum = super::rx_pass::verify(buf.as_ref(), cksum, &mut self.rx_crcs);
-            if cksum.l4 == DeviceCksum::Good
-                && before.l4 != DeviceCksum::Good
-                && before.ip != DeviceCksum::Good
-            {
+            if cksum.any_good() && !before.any_good() {
+                // Counted as trusted by the interface for our verdict.
                 self.rx_pass_verified += 1;
             }
             self.iface.handle_frame_with(now, RxFrame::Nic(buf), cksum);

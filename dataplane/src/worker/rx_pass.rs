@@ -16,6 +16,7 @@
 //! that again against its own state and ignores the CRC where it does
 //! not apply (setup frames, markers, a stream not at an FPDU boundary).
 
+use rdmap::mpa::fpdu::{is_one_fpdu, CRC_LEN};
 use tcp_offload::iface::{DeviceCksum, RxChecksum};
 use tcp_offload::wire::{checksum, EtherType, EthernetFrame, IpProtocol, Ipv4Packet, TcpPacket};
 
@@ -25,9 +26,6 @@ use super::RX_BURST;
 /// (a header, an acknowledgement, a small record: the vector pass would
 /// not pay).
 const PASS_MIN: usize = crate::pass::VECTOR_MIN;
-
-/// The CRC of a CRC field's four octets is not part of the FPDU's CRC.
-const CRC_LEN: usize = 4;
 
 /// The CRCs the receive pass took in the current burst, by the address
 /// and length of the payload they cover. Cleared at the start of each
@@ -126,7 +124,7 @@ fn check(frame: &[u8]) -> Option<Checked<'_>> {
         return None;
     }
     let (header, payload) = segment.split_at(doff);
-    let one_fpdu = looks_like_one_fpdu(payload);
+    let one_fpdu = is_one_fpdu(payload);
     let covered = if one_fpdu {
         payload.len() - CRC_LEN
     } else {
@@ -147,17 +145,6 @@ fn check(frame: &[u8]) -> Option<Checked<'_>> {
         good,
         fpdu: one_fpdu.then_some((payload, crc)),
     })
-}
-
-/// Whether `payload`'s first two octets, as an MPA length, make an FPDU
-/// (length, ULPDU, pad to four, CRC) of exactly its size.
-fn looks_like_one_fpdu(payload: &[u8]) -> bool {
-    let [a, b, ..] = *payload else {
-        return false;
-    };
-    let ulpdu = usize::from(u16::from_be_bytes([a, b]));
-    let unpadded = 2 + ulpdu;
-    unpadded + (4 - unpadded % 4) % 4 + CRC_LEN == payload.len()
 }
 
 #[cfg(test)]

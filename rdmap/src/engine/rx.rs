@@ -152,7 +152,7 @@ impl Endpoint {
         fpdu_crc: Option<u32>,
         env: &mut Env<'_, M>,
     ) {
-        if let Some(crc) = fpdu_crc.filter(|_| is_one_fpdu(chunk)) {
+        if let Some(crc) = fpdu_crc.filter(|_| crate::mpa::fpdu::is_one_fpdu(chunk)) {
             if self.deframer.next_fpdu_crc(crc) {
                 self.stats.fpdu_crcs_given += 1;
             }
@@ -710,15 +710,4 @@ fn header_cause(bytes: &[u8]) -> TerminateCause {
 pub(super) fn stat_index(op: RdmapOpcode) -> Option<usize> {
     let i = usize::from(op.as_u4());
     (i < 8).then_some(i)
-}
-
-/// Whether `chunk` is exactly one FPDU by its length field (no markers):
-/// length, ULPDU, pad and CRC, nothing more.
-fn is_one_fpdu(chunk: &[u8]) -> bool {
-    use crate::mpa::fpdu::{pad_len, CRC_LEN, LENGTH_LEN};
-    let [a, b, ..] = *chunk else {
-        return false;
-    };
-    let len = usize::from(u16::from_be_bytes([a, b]));
-    LENGTH_LEN + len + pad_len(len) + CRC_LEN == chunk.len()
 }

@@ -50,6 +50,16 @@ pub const fn fpdu_len(ulpdu_len: usize) -> usize {
     LENGTH_LEN + ulpdu_len + pad_len(ulpdu_len) + CRC_LEN
 }
 
+/// Whether `bytes` is exactly one FPDU without markers, by its length
+/// field: length, ULPDU, pad and CRC, nothing more (a receive path that
+/// met it whole in one segment can take its CRC in the same read).
+pub fn is_one_fpdu(bytes: &[u8]) -> bool {
+    match *bytes {
+        [a, b, ..] => fpdu_len(usize::from(u16::from_be_bytes([a, b]))) == bytes.len(),
+        _ => false,
+    }
+}
+
 /// Longest FPDU on the wire: with markers, a marker near the end of a
 /// longer one could not point back to its length field in 16 bits.
 const MAX_WIRE_LEN: u32 = u16::MAX as u32 + MARKER_LEN as u32;
