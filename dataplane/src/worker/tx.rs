@@ -418,8 +418,10 @@ impl FpduRecord {
         let (Some(t_at), true) = (trailer_at, at == self.len) else {
             return Err(FrameFull);
         };
-        // Everything up to the CRC field: the trailer's pad included.
-        let crc = rdmap::crc::append(0, &buf[..self.len.saturating_sub(CRC_LEN)]);
+        // Everything up to the CRC field (the trailer's pad included), its
+        // CRC and its sum in one pass.
+        let crc_at = self.len.saturating_sub(CRC_LEN);
+        let (crc, head_sum) = crate::pass::crc_sum(0, &buf[..crc_at]);
         let crc = self.first_crc(crc, &mut out.changed);
         let t = rec.trailer_with(crc).ok_or(FrameFull)?;
         let t = t.as_bytes();
@@ -430,7 +432,8 @@ impl FpduRecord {
         frame.append_zeros(header_len)?;
         frame.append(bytes)?;
         if want_sum {
-            out.sum = crate::checksum::sum(bytes);
+            let crc_sum = crate::checksum::sum(&bytes[crc_at..]);
+            out.sum = checksum::combine_at(head_sum, crc_sum, crc_at);
         }
         Ok(out)
     }
