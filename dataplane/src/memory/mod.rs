@@ -1068,17 +1068,28 @@ impl Region {
         })
     }
 
-    /// Whether the region holds `expected` at `offset`: read through a
-    /// small buffer on the stack, a piece at a time while it is in L1,
-    /// rather than copied out whole and compared after (a verifying
-    /// receiver's check of each message).
+    /// Whether the region holds `expected` at `offset` (a verifying
+    /// receiver's check of each message): compared in place, one read of
+    /// each byte, where the CPU allows ([`shared::equal_blocks`]); the
+    /// rest through a small buffer on the stack, a piece at a time while
+    /// it is in L1.
     pub fn equals(&self, offset: usize, expected: &[u8]) -> Result<bool, MemoryError> {
         self.check(offset, expected.len())?;
+        // SAFETY: `[offset, offset + len)` lies inside the region (checked
+        // above), valid while `self` keeps the storage alive, and is read
+        // only as `equal_blocks` reads it; `expected` holds `len` bytes.
+        let same = unsafe {
+            shared::equal_blocks(
+                self.inner.ptr.as_ptr().add(offset),
+                expected,
+                expected.len(),
+            )
+        };
         const PIECE: usize = 4096;
         let mut buf = [0u8; PIECE];
-        for (i, want) in expected.chunks(PIECE).enumerate() {
+        for (i, want) in expected[same..].chunks(PIECE).enumerate() {
             let got = &mut buf[..want.len()];
-            self.load_at(offset + i * PIECE, got);
+            self.load_at(offset + same + i * PIECE, got);
             if got != want {
                 return Ok(false);
             }

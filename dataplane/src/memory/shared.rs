@@ -72,9 +72,103 @@ pub(crate) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
     }
 }
 
+/// How many of the first `len` bytes at `shared` (memory others may
+/// write meanwhile, as for [`copy`]) match `own` from the start, in
+/// whole 64-byte blocks: the first block holding a difference, and
+/// everything after it, is not counted. Where the CPU has AVX-512BW the
+/// blocks are compared in a loop of inline assembly that reads each
+/// shared byte once (a vector load, whose effect is that of byte loads as
+/// `rep movsb`'s is; see the module documentation); elsewhere it returns
+/// 0 and the caller compares through a copy.
+///
+/// # Safety
+/// `shared` is valid for reads of `len` bytes for the whole call and any
+/// other access to it meanwhile is made through these functions (or is
+/// atomic at byte width, or a device's DMA); `own` holds at least `len`
+/// bytes.
+pub(crate) unsafe fn equal_blocks(shared: *const u8, own: &[u8], len: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512bw") {
+        // SAFETY: the CPU has AVX-512BW (checked just above); the
+        // pointers are as the caller guarantees.
+        return unsafe { equal_blocks_avx512(shared, own.as_ptr(), len.min(own.len())) };
+    }
+    let _ = (shared, own, len);
+    0
+}
+
+/// [`equal_blocks`] in 64-byte vectors.
+///
+/// # Safety
+/// The CPU has AVX-512F and AVX-512BW; `shared` and `own` are valid for
+/// reads of `len` bytes, `shared` as [`equal_blocks`] requires.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn equal_blocks_avx512(shared: *const u8, own: *const u8, len: usize) -> usize {
+    let blocks = len / 64;
+    let left: usize;
+    // SAFETY: the loop reads `64 * blocks <= len` bytes from each
+    // pointer, upwards, both valid as the caller guarantees; it writes
+    // only the registers declared (zmm0, k1, the counters) and the flags
+    // (no `preserves_flags`), touches no stack. It stops at the first
+    // block with a difference, leaving in `rcx` the blocks not matched.
+    unsafe {
+        core::arch::asm!(
+            "test {n}, {n}",
+            "jz 3f",
+            "2:",
+            "vmovdqu64 {v}, zmmword ptr [{s}]",
+            "vpcmpneqb {k}, {v}, zmmword ptr [{o}]",
+            "kortestq {k}, {k}",
+            "jnz 3f",
+            "add {s}, 64",
+            "add {o}, 64",
+            "dec {n}",
+            "jnz 2b",
+            "3:",
+            s = inout(reg) shared => _,
+            o = inout(reg) own => _,
+            n = inout(reg) blocks => left,
+            v = out(zmm_reg) _,
+            k = out(kreg) _,
+            options(nostack, readonly)
+        );
+    }
+    (blocks - left) * 64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn equal_blocks_counts_the_matching_blocks_before_a_difference() {
+        let a: Vec<u8> = (0..1000u32).map(|i| (i * 13 + 5) as u8).collect();
+        let vector =
+            cfg!(target_arch = "x86_64") && std::arch::is_x86_feature_detected!("avx512bw");
+        for len in [0, 1, 63, 64, 65, 128, 640, 999] {
+            let b = a.clone();
+            // SAFETY: both vectors hold 1000 bytes; nothing else touches
+            // them.
+            let n = unsafe { equal_blocks(a.as_ptr(), &b, len) };
+            assert_eq!(n, if vector { len / 64 * 64 } else { 0 }, "len {len}");
+            for flip in [0, 63, 64, 300, len.saturating_sub(1)] {
+                if flip >= len {
+                    continue;
+                }
+                let mut c = a.clone();
+                c[flip] ^= 0x10;
+                // SAFETY: as above.
+                let n = unsafe { equal_blocks(a.as_ptr(), &c, len) };
+                let want = if vector {
+                    (flip / 64 * 64).min(len / 64 * 64)
+                } else {
+                    0
+                };
+                assert_eq!(n, want, "len {len} flip {flip}");
+            }
+        }
+    }
 
     #[test]
     fn every_length_and_alignment_copies_exactly() {

@@ -610,8 +610,8 @@ impl Conn {
             };
             n += 1;
             sends += 1;
-            let (run, local) = prepare_local(&wr, &attr, mem);
-            match qp.post_send(&run, mrs) {
+            let (changed, local) = prepare_local(&wr, &attr, mem);
+            match qp.post_send(changed.as_ref().unwrap_or(&wr), mrs) {
                 Ok(_) => {
                     if local.is_some() {
                         room_at_first_use(&mut local_ops, room);

@@ -165,8 +165,8 @@ pub(super) struct Hold {
     pub(super) wc: Option<(WorkCompletion, bool)>,
 }
 
-/// The request the engine runs for `wr`, and what to replicate when it
-/// completes: a fast registration or local invalidation is always
+/// The request the engine runs for `wr` (`None`: `wr` itself), and what
+/// to replicate when it completes: a fast registration or local invalidation is always
 /// signalled to the engine (its completion is where the worker learns the
 /// outcome), and a fast registration naming memory this worker does not
 /// know (not registered with `Dataplane::alloc_mr` or
@@ -175,7 +175,7 @@ pub(super) fn prepare_local(
     wr: &SendWr,
     attr: &QpInitAttr,
     mem: &MemoryTable,
-) -> (SendWr, Option<LocalOp>) {
+) -> (Option<SendWr>, Option<LocalOp>) {
     let pd = attr.pd;
     let (op, mr_op) = match wr.op {
         SendOp::FastRegister(mut fr) => {
@@ -187,7 +187,8 @@ pub(super) fn prepare_local(
             (SendOp::FastRegister(fr), MrOp::FastRegister { fr, pd })
         }
         SendOp::LocalInvalidate { stag } => (wr.op, MrOp::Invalidate { stag, pd }),
-        _ => return (*wr, None),
+        // Posted as it is: no copy (a request is some 170 bytes).
+        _ => return (None, None),
     };
     let local = LocalOp {
         wr_id: wr.wr_id,
@@ -199,5 +200,5 @@ pub(super) fn prepare_local(
         flags: wr.flags | SendFlags::SIGNALED,
         ..*wr
     };
-    (wr, Some(local))
+    (Some(wr), Some(local))
 }
