@@ -331,15 +331,17 @@ impl FpduRecord {
                 Piece::Bytes(b) if at + b.len() == self.len => {
                     // The trailer: the pad is covered, the CRC field is
                     // written below.
-                    crc = rdmap::crc::append(crc, &b[..b.len().saturating_sub(CRC_LEN)]);
+                    crc = crate::pass::crc_sum(crc, &b[..b.len().saturating_sub(CRC_LEN)]).0;
                     trailer_at = Some(at);
                     at += b.len();
                 }
                 Piece::Bytes(b) => {
                     frame.append(b)?;
-                    crc = rdmap::crc::append(crc, b);
+                    // The DDP header: its CRC and sum in one short pass.
+                    let (c, s) = crate::pass::crc_sum(crc, b);
+                    crc = c;
                     if want_sum {
-                        sum = checksum::combine_at(sum, crate::checksum::sum(b), at);
+                        sum = checksum::combine_at(sum, s, at);
                     }
                     at += b.len();
                 }
