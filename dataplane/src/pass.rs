@@ -15,8 +15,9 @@
 //! passes this replaces (copy, CRC, checksum) read the bytes three times;
 //! on a 9000-byte FPDU the one pass takes about half their time on this
 //! project's test machines (`benches`: the demo's write-bw at MTU 9000).
-//! Elsewhere, and for runs under [`VECTOR_MIN`] bytes, the copy, the CRC
-//! and the sum are taken one after the other with the portable code.
+//! Runs under [`VECTOR_MIN`] bytes take the CRC instruction and the sum
+//! in one loop of 8-byte words (`words`, SSE4.2); elsewhere the copy, the
+//! CRC and the sum are taken one after the other with the portable code.
 //!
 //! Reading registered memory: the vector loop that reads the source is
 //! inline assembly, for the reason [`crate::memory`] copies with `rep
