@@ -1185,6 +1185,15 @@ impl<'a> Runner<'a> {
         self.tick_at(Instant::now(), done, total)
     }
 
+    /// The stall watch of a wait after the measured loop (a verifying
+    /// read-back): no progress line, whose message count would read 0
+    /// after the round's own lines.
+    fn watch(&mut self) -> Result<(), ToolError> {
+        let now = Instant::now();
+        self.last_progress = now;
+        self.tick_at(now, 0, 0).map(|_| ())
+    }
+
     /// [`Runner::tick`] at `now`, a time the caller has just read (the
     /// bandwidth loops read the clock once per turn).
     fn tick_at(&mut self, now: Instant, done: u64, total: u64) -> Result<Instant, ToolError> {
@@ -1522,7 +1531,7 @@ impl<'a> Runner<'a> {
                         };
                         self.last_activity = Instant::now();
                         while !self.send(i, &wr)? {
-                            self.tick(0, 0)?;
+                            self.watch()?;
                             std::thread::yield_now();
                         }
                         self.drain_until(wr.wr_id)?;
@@ -1567,7 +1576,7 @@ impl<'a> Runner<'a> {
                 }
             }
             if got == 0 {
-                self.tick(0, 0)?;
+                self.watch()?;
                 std::thread::yield_now();
             }
         }
@@ -2529,6 +2538,37 @@ mod tests {
         assert!(
             seen.iter().any(|p| p.done < 5 && p.bytes > early[0].bytes),
             "the byte count did not grow while messages were in flight: {seen:?}"
+        );
+        rc.close(&a);
+        rs.close(&b);
+    }
+
+    /// The read-back that verifies a write-bw round reports no progress
+    /// of its own: the message count a round shows never goes down.
+    #[test]
+    fn verification_adds_no_progress_lines() {
+        let (a, b) = pair();
+        let size = 8 << 20;
+        let sc = spec(TestKind::WriteBw, Role::Client, size, 8, 1);
+        let ss = RunSpec {
+            role: Role::Server,
+            ..sc.clone()
+        };
+        let rc = Resources::new(&a, &sc).unwrap();
+        let rs = Resources::new(&b, &ss).unwrap();
+        connect_direct(&a, &rc, &b, &rs, SocketAddrV4::new(IP_B, 5011), 16).unwrap();
+        let to_s: Vec<RemoteBuf> = (0..1).map(|i| rs.local_buf(i)).collect();
+        let mut seen: Vec<(u64, Duration)> = Vec::new();
+        let c = rc
+            .run(&a, &sc, &to_s, &mut |p| seen.push((p.done, p.elapsed)))
+            .unwrap();
+        assert_eq!(c.iterations, 8);
+        // Every slot the round wrote, read back and compared.
+        assert_eq!(c.verified_bytes, slots(size).min(8) * size as u64);
+        assert!(!seen.is_empty(), "no progress at all");
+        assert!(
+            seen.windows(2).all(|w| w[0].0 <= w[1].0),
+            "the message count went down: {seen:?}"
         );
         rc.close(&a);
         rs.close(&b);

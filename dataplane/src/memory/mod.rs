@@ -1070,7 +1070,7 @@ impl Region {
 
     /// Whether the region holds `expected` at `offset` (a verifying
     /// receiver's check of each message): compared in place, one read of
-    /// each byte, where the CPU allows ([`shared::equal_blocks`]); the
+    /// each byte, where the CPU allows (`shared::equal_blocks`); the
     /// rest through a small buffer on the stack, a piece at a time while
     /// it is in L1.
     pub fn equals(&self, offset: usize, expected: &[u8]) -> Result<bool, MemoryError> {
