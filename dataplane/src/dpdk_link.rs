@@ -1227,6 +1227,12 @@ impl DpdkFrame {
             return Err(FrameFull);
         }
         let head = self.head.as_mut().ok_or(FrameFull)?;
+        // Usually the last segment takes it all: one call into DPDK.
+        if let Some(dst) = head.append(len) {
+            fill(0, dst);
+            self.len += len;
+            return Ok(());
+        }
         let mut done = 0;
         while done < len {
             let n = head.tailroom().min(len - done);
@@ -1366,6 +1372,15 @@ impl TxFrame for DpdkFrame {
 
     fn append_zeros(&mut self, n: usize) -> Result<(), FrameFull> {
         self.extend(n, |_, dst| dst.fill(0))
+    }
+
+    fn append_in_place(&mut self, len: usize) -> Option<&mut [u8]> {
+        if self.len.checked_add(len).is_none_or(|end| end > self.cap) {
+            return None;
+        }
+        let dst = self.head.as_mut()?.append(len)?;
+        self.len += len;
+        Some(dst)
     }
 
     fn append_copy(&mut self, region: &Region, offset: usize, len: usize) -> Result<(), FrameFull> {

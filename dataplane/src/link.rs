@@ -245,6 +245,14 @@ pub trait TxFrame: Send {
     /// Appends `n` zero bytes (Ethernet padding).
     fn append_zeros(&mut self, n: usize) -> Result<(), FrameFull>;
 
+    /// Appends `len` bytes and hands them back to be written in place,
+    /// where the frame holds them in one piece of its own buffer; `None`,
+    /// with nothing appended, otherwise (the caller then appends a copy).
+    /// What they hold before they are written is unspecified.
+    fn append_in_place(&mut self, _len: usize) -> Option<&mut [u8]> {
+        None
+    }
+
     /// Appends `len` bytes of `region` from `offset`, copied (the path for
     /// ports without multi-segment transmit).
     fn append_copy(&mut self, region: &Region, offset: usize, len: usize) -> Result<(), FrameFull>;
@@ -1034,6 +1042,14 @@ impl TxFrame for MemFrame {
         let at = self.bytes.len();
         self.bytes.resize(at + n, 0);
         self.grew(n)
+    }
+
+    fn append_in_place(&mut self, len: usize) -> Option<&mut [u8]> {
+        self.room(len).ok()?;
+        let at = self.bytes.len();
+        self.bytes.resize(at + len, 0);
+        self.grew(len).ok()?;
+        self.bytes.get_mut(at..)
     }
 
     fn append_copy(&mut self, region: &Region, offset: usize, len: usize) -> Result<(), FrameFull> {

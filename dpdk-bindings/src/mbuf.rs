@@ -192,14 +192,10 @@ impl Mbuf {
     #[inline]
     pub fn append(&mut self, len: usize) -> Option<&mut [u8]> {
         let len16 = u16::try_from(len).ok()?;
-        let last = self.last_seg();
-        // SAFETY: `last` is a valid segment of the chain `self` owns.
-        if unsafe { sys::shim_pktmbuf_is_writable(last) } == 0 {
-            return None;
-        }
-        // SAFETY: `self` owns the chain; DPDK checks the tailroom and returns
-        // NULL without changing anything when it is short.
-        let p = unsafe { sys::shim_pktmbuf_append(self.as_ptr(), len16) };
+        // SAFETY: `self` owns the chain; the shim checks that the last
+        // segment is direct with a reference count of 1 and DPDK checks
+        // the tailroom, each returning NULL without changing anything.
+        let p = unsafe { sys::shim_pktmbuf_append_own(self.as_ptr(), len16) };
         let p = NonNull::new(p.cast::<u8>())?;
         // SAFETY: DPDK reserved `len` bytes at `p` inside the last segment's
         // own buffer, which `&mut self` gives exclusive access to.

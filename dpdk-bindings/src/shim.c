@@ -61,6 +61,15 @@ int shim_pktmbuf_is_writable(const struct rte_mbuf *m)
 	return RTE_MBUF_DIRECT(m) && rte_mbuf_refcnt_read(m) == 1;
 }
 
+char *shim_pktmbuf_append_own(struct rte_mbuf *m, uint16_t len)
+{
+	struct rte_mbuf *last = rte_pktmbuf_lastseg(m);
+
+	if (!(RTE_MBUF_DIRECT(last) && rte_mbuf_refcnt_read(last) == 1))
+		return NULL;
+	return rte_pktmbuf_append(m, len);
+}
+
 uint16_t shim_pktmbuf_data_room_size(struct rte_mempool *mp)
 {
 	return rte_pktmbuf_data_room_size(mp);

@@ -67,6 +67,10 @@ void *shim_pktmbuf_mtod(struct rte_mbuf *m);
 uint16_t shim_pktmbuf_headroom(const struct rte_mbuf *m);
 uint16_t shim_pktmbuf_tailroom(const struct rte_mbuf *m);
 char *shim_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
+/* rte_pktmbuf_append if the last segment is direct with a reference
+ * count of 1 (its buffer ours to write), else NULL: one call where the
+ * check and the append were two. */
+char *shim_pktmbuf_append_own(struct rte_mbuf *m, uint16_t len);
 char *shim_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len);
 char *shim_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
 int shim_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);

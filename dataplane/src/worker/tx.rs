@@ -378,10 +378,11 @@ impl FpduRecord {
     }
 
     /// [`FpduRecord::emit_fused`] for a record of at most
-    /// [`SMALL_RECORD`] bytes: assembled whole on the stack first (header,
-    /// payload copied from the region, pad), so that its CRC, its sum and
-    /// its append to the frame are one call each rather than one per
-    /// piece; for small messages the calls, not the bytes, are the cost.
+    /// [`SMALL_RECORD`] bytes: assembled whole (header, payload copied
+    /// from the region, pad) where the frame gives it room in one piece,
+    /// else on the stack and appended, so that its CRC and sum are one
+    /// pass and its append one call rather than one per piece; for small
+    /// messages the calls, not the bytes, are the cost.
     fn emit_small<F: TxFrame>(
         &self,
         rec: &OutRecord,
@@ -390,7 +391,31 @@ impl FpduRecord {
         header_len: usize,
         want_sum: bool,
     ) -> Result<FusedSum, FrameFull> {
+        if let Some(dst) = frame.append_in_place(header_len + self.len) {
+            // The headers' room (patched in later) zeroed as
+            // `append_zeros` would; a failure below leaves the frame
+            // partly written, and a frame that fails is not sent.
+            let (head, body) = dst.split_at_mut(header_len);
+            head.fill(0);
+            return self.assemble_small(rec, region, body, want_sum);
+        }
         let mut buf = [0u8; SMALL_RECORD];
+        let body = buf.get_mut(..self.len).ok_or(FrameFull)?;
+        let out = self.assemble_small(rec, region, body, want_sum)?;
+        frame.append_zeros(header_len)?;
+        frame.append(body)?;
+        Ok(out)
+    }
+
+    /// Writes the whole record into `buf` (exactly its length) with its
+    /// CRC, and returns what [`FpduRecord::emit_fused`] reports.
+    fn assemble_small(
+        &self,
+        rec: &OutRecord,
+        region: &Region,
+        buf: &mut [u8],
+        want_sum: bool,
+    ) -> Result<FusedSum, FrameFull> {
         let mut out = FusedSum::default();
         let mut at = 0usize;
         let mut trailer_at = None;
@@ -417,7 +442,7 @@ impl FpduRecord {
             }
             at += len;
         }
-        let (Some(t_at), true) = (trailer_at, at == self.len) else {
+        let (Some(t_at), true, true) = (trailer_at, at == self.len, buf.len() == self.len) else {
             return Err(FrameFull);
         };
         // Everything up to the CRC field (the trailer's pad included), its
@@ -430,11 +455,8 @@ impl FpduRecord {
         buf.get_mut(t_at..t_at + t.len())
             .ok_or(FrameFull)?
             .copy_from_slice(t);
-        let bytes = &buf[..self.len];
-        frame.append_zeros(header_len)?;
-        frame.append(bytes)?;
         if want_sum {
-            let crc_sum = crate::checksum::sum(&bytes[crc_at..]);
+            let crc_sum = crate::checksum::sum(&buf[crc_at..]);
             out.sum = checksum::combine_at(head_sum, crc_sum, crc_at);
         }
         Ok(out)
