@@ -2307,6 +2307,29 @@ mod tests {
         (a, b)
     }
 
+    /// Both sides of a round: two dataplanes on memory links, the
+    /// client's resources for `sc` and the server's for the same spec but
+    /// for the role, connected on `port` with `ord` Reads in flight.
+    struct Sides {
+        a: Dataplane,
+        b: Dataplane,
+        rc: Resources,
+        rs: Resources,
+        ss: RunSpec,
+    }
+
+    fn connected(sc: &RunSpec, port: u16, ord: u16) -> Sides {
+        let (a, b) = pair();
+        let ss = RunSpec {
+            role: Role::Server,
+            ..sc.clone()
+        };
+        let rc = Resources::new(&a, sc).unwrap();
+        let rs = Resources::new(&b, &ss).unwrap();
+        connect_direct(&a, &rc, &b, &rs, SocketAddrV4::new(IP_B, port), ord).unwrap();
+        Sides { a, b, rc, rs, ss }
+    }
+
     fn spec(test: TestKind, role: Role, size: usize, iterations: u64, qps: usize) -> RunSpec {
         let lat = test.is_latency();
         RunSpec {
@@ -2342,15 +2365,8 @@ mod tests {
     /// A round with the client's `sc` (the server's is the same but for
     /// the role).
     fn round_with(sc: RunSpec, port: u16) -> (RunResult, RunResult) {
-        let (a, b) = pair();
         let qps = sc.qps;
-        let ss = RunSpec {
-            role: Role::Server,
-            ..sc.clone()
-        };
-        let rc = Resources::new(&a, &sc).unwrap();
-        let rs = Resources::new(&b, &ss).unwrap();
-        connect_direct(&a, &rc, &b, &rs, SocketAddrV4::new(IP_B, port), 16).unwrap();
+        let Sides { a, b, rc, rs, ss } = connected(&sc, port, 16);
         let remote_of_server: Vec<RemoteBuf> = (0..qps).map(|i| rs.local_buf(i)).collect();
         let remote_of_client: Vec<RemoteBuf> = (0..qps).map(|i| rc.local_buf(i)).collect();
         let (c, s) = std::thread::scope(|sc_| {
@@ -2409,19 +2425,12 @@ mod tests {
 
     #[test]
     fn send_bw_for_a_duration_on_two_qps() {
-        let (a, b) = pair();
         let mut sc = spec(TestKind::SendBw, Role::Client, 4096, 0, 2);
         sc.duration = Some(Duration::from_millis(300));
         sc.rx_depth = 64;
         // Completions every 16 Sends: counts close to what was sent.
         sc.tx_depth = 16;
-        let ss = RunSpec {
-            role: Role::Server,
-            ..sc.clone()
-        };
-        let rc = Resources::new(&a, &sc).unwrap();
-        let rs = Resources::new(&b, &ss).unwrap();
-        connect_direct(&a, &rc, &b, &rs, SocketAddrV4::new(IP_B, 5007), 0).unwrap();
+        let Sides { a, b, rc, rs, ss } = connected(&sc, 5007, 0);
         let to_s: Vec<RemoteBuf> = (0..2).map(|i| rs.local_buf(i)).collect();
         let to_c: Vec<RemoteBuf> = (0..2).map(|i| rc.local_buf(i)).collect();
         // Each side advertises its credit words, not its data buffer.
@@ -2498,18 +2507,11 @@ mod tests {
     /// by more than its framing.
     #[test]
     fn progress_counts_bytes_before_the_first_message_completes() {
-        let (a, b) = pair();
         let size = 32 << 20;
         let mut sc = spec(TestKind::WriteBw, Role::Client, size, 5, 1);
         sc.verify = false;
         sc.tx_depth = 5;
-        let ss = RunSpec {
-            role: Role::Server,
-            ..sc.clone()
-        };
-        let rc = Resources::new(&a, &sc).unwrap();
-        let rs = Resources::new(&b, &ss).unwrap();
-        connect_direct(&a, &rc, &b, &rs, SocketAddrV4::new(IP_B, 5010), 0).unwrap();
+        let Sides { a, b, rc, rs, .. } = connected(&sc, 5010, 0);
         let to_s: Vec<RemoteBuf> = (0..1).map(|i| rs.local_buf(i)).collect();
         let mut seen: Vec<Progress> = Vec::new();
         let c = rc.run(&a, &sc, &to_s, &mut |p| seen.push(*p)).unwrap();
@@ -2547,16 +2549,9 @@ mod tests {
     /// of its own: the message count a round shows never goes down.
     #[test]
     fn verification_adds_no_progress_lines() {
-        let (a, b) = pair();
         let size = 8 << 20;
         let sc = spec(TestKind::WriteBw, Role::Client, size, 8, 1);
-        let ss = RunSpec {
-            role: Role::Server,
-            ..sc.clone()
-        };
-        let rc = Resources::new(&a, &sc).unwrap();
-        let rs = Resources::new(&b, &ss).unwrap();
-        connect_direct(&a, &rc, &b, &rs, SocketAddrV4::new(IP_B, 5011), 16).unwrap();
+        let Sides { a, b, rc, rs, .. } = connected(&sc, 5011, 16);
         let to_s: Vec<RemoteBuf> = (0..1).map(|i| rs.local_buf(i)).collect();
         let mut seen: Vec<(u64, Duration)> = Vec::new();
         let c = rc
