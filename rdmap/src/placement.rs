@@ -254,11 +254,12 @@ pub trait Placement {
         false
     }
 
-    /// Whether the driver computes the MPA CRC of an FPDU with payload
-    /// itself, in the pass that copies the payload into the frame (a port
-    /// that takes no payload by reference), so that the send path leaves
-    /// it out ([`OutRecord::crc_pending`]) instead of reading the payload
-    /// once more. The default says no: the send path computes every CRC.
+    /// Whether the driver computes the MPA CRC of an FPDU (one without
+    /// markers) itself, in the pass that copies the record into the frame
+    /// (a port that takes no payload by reference), so that the send path
+    /// leaves it out ([`OutRecord::crc_pending`]) instead of reading the
+    /// payload once more. The default says no: the send path computes
+    /// every CRC.
     ///
     /// [`OutRecord::crc_pending`]: crate::engine::OutRecord::crc_pending
     fn crc_at_transmit(&self) -> bool {

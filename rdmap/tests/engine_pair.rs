@@ -208,7 +208,7 @@ fn run(seed: u64, setup: Setup, mss: usize, sizes: &[usize]) -> Pair {
 }
 
 /// [`run`], with both sides' memory saying whether the driver computes
-/// the CRC of FPDUs with payload ([`Placement::crc_at_transmit`]).
+/// the CRC of FPDUs ([`Placement::crc_at_transmit`]).
 fn run_with(seed: u64, setup: Setup, mss: usize, sizes: &[usize], crc_at_transmit: bool) -> Pair {
     let what = format!("seed {seed} mss {mss} {setup:?} crc at transmit {crc_at_transmit}");
     let mut p = Pair::new(seed, setup, mss);

@@ -283,9 +283,12 @@ impl FpduRecord {
     }
 
     /// Whether [`FpduRecord::emit_fused`] can send the record bytes in
-    /// `range`: the whole record, its CRC ours, its payload in a region.
+    /// `range`: the whole record, its CRC ours, its payload (if any) in a
+    /// region.
     pub(super) fn fusable(&self, range: &Range<usize>) -> bool {
-        self.crc_pending && self.region.is_some() && *range == (0..self.len)
+        self.crc_pending
+            && *range == (0..self.len)
+            && (self.region.is_some() || self.rec.as_ref().is_some_and(|r| r.payload().is_none()))
     }
 
     /// Appends `header_len` zero bytes (the headers, patched in later) and
@@ -302,9 +305,10 @@ impl FpduRecord {
         header_len: usize,
         want_sum: bool,
     ) -> Result<FusedSum, FrameFull> {
-        let (Some(rec), Some(region)) = (&self.rec, &self.region) else {
+        let Some(rec) = &self.rec else {
             return Err(FrameFull);
         };
+        let region = self.region.as_ref();
         if self.len <= SMALL_RECORD {
             return self.emit_small(rec, region, frame, header_len, want_sum);
         }
@@ -318,6 +322,7 @@ impl FpduRecord {
             match piece {
                 Piece::Payload(r) => {
                     let (offset, len) = (r.offset() as usize, r.len() as usize);
+                    let region = region.ok_or(FrameFull)?;
                     let (c, s) = frame.append_copy_pass(region, offset, len, crc)?;
                     crc = c;
                     if want_sum {
@@ -386,7 +391,7 @@ impl FpduRecord {
     fn emit_small<F: TxFrame>(
         &self,
         rec: &OutRecord,
-        region: &Region,
+        region: Option<&Region>,
         frame: &mut F,
         header_len: usize,
         want_sum: bool,
@@ -412,7 +417,7 @@ impl FpduRecord {
     fn assemble_small(
         &self,
         rec: &OutRecord,
-        region: &Region,
+        region: Option<&Region>,
         buf: &mut [u8],
         want_sum: bool,
     ) -> Result<FusedSum, FrameFull> {
@@ -425,6 +430,7 @@ impl FpduRecord {
             match piece {
                 Piece::Payload(r) => {
                     region
+                        .ok_or(FrameFull)?
                         .read(r.offset() as usize, dst)
                         .map_err(|_| FrameFull)?;
                     if self.crc.get().is_some() {

@@ -206,8 +206,9 @@ impl OutRecord {
     /// ([`Placement::crc_at_transmit`]): the pieces then end in the pad and
     /// a zero CRC, and the driver computes the CRC over the octets before
     /// it as it copies the payload into the frame, and sends
-    /// [`OutRecord::trailer_with`] that CRC. Only FPDUs with payload and
-    /// without markers are left so.
+    /// [`OutRecord::trailer_with`] that CRC. Only FPDUs without markers
+    /// are left so (with payload or without: a Read Request's CRC is then
+    /// taken in the same short pass as its copy into the frame).
     pub fn crc_pending(&self) -> bool {
         match &self.body {
             Body::Setup(_) => false,

@@ -603,7 +603,6 @@ impl Endpoint {
         head[LENGTH_LEN..LENGTH_LEN + ulpdu.head_len]
             .copy_from_slice(&ulpdu.head[..ulpdu.head_len]);
         let deferred = self.framer.crc_enabled()
-            && plen > 0
             && env.mem.crc_at_transmit()
             && layout.markers().next().is_none();
         *out = Some(OutRecord {
