@@ -1213,6 +1213,15 @@ impl DpdkFrame {
         self.head.as_ref()
     }
 
+    /// `len` more bytes in one piece of the last segment, counted in the
+    /// frame's length; `None`, with nothing taken, if it lacks the room
+    /// (the caller has checked the frame's capacity).
+    fn take_in_last(&mut self, len: usize) -> Option<&mut [u8]> {
+        let dst = self.head.as_mut()?.append(len)?;
+        self.len += len;
+        Some(dst)
+    }
+
     /// Appends `len` bytes written by `fill(offset_in_run, dst)`, growing
     /// the chain by a segment when the last one is full or external.
     fn extend(
@@ -1226,13 +1235,12 @@ impl DpdkFrame {
         if self.len.checked_add(len).is_none_or(|end| end > self.cap) {
             return Err(FrameFull);
         }
-        let head = self.head.as_mut().ok_or(FrameFull)?;
         // Usually the last segment takes it all: one call into DPDK.
-        if let Some(dst) = head.append(len) {
+        if let Some(dst) = self.take_in_last(len) {
             fill(0, dst);
-            self.len += len;
             return Ok(());
         }
+        let head = self.head.as_mut().ok_or(FrameFull)?;
         let mut done = 0;
         while done < len {
             let n = head.tailroom().min(len - done);
@@ -1378,9 +1386,7 @@ impl TxFrame for DpdkFrame {
         if self.len.checked_add(len).is_none_or(|end| end > self.cap) {
             return None;
         }
-        let dst = self.head.as_mut()?.append(len)?;
-        self.len += len;
-        Some(dst)
+        self.take_in_last(len)
     }
 
     fn append_copy(&mut self, region: &Region, offset: usize, len: usize) -> Result<(), FrameFull> {

@@ -1038,10 +1038,8 @@ impl TxFrame for MemFrame {
         if n == 0 {
             return Ok(());
         }
-        self.room(n)?;
-        let at = self.bytes.len();
-        self.bytes.resize(at + n, 0);
-        self.grew(n)
+        // The room this link hands out comes zeroed.
+        self.append_in_place(n).map(|_| ()).ok_or(FrameFull)
     }
 
     fn append_in_place(&mut self, len: usize) -> Option<&mut [u8]> {

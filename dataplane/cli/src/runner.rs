@@ -1194,8 +1194,8 @@ impl<'a> Runner<'a> {
         self.tick_at(now, 0, 0).map(|_| ())
     }
 
-    /// [`Runner::tick`] at `now`, a time the caller has just read (the
-    /// bandwidth loops read the clock once per turn).
+    /// [`Runner::tick`] at `now`, a time the caller has read (the
+    /// bandwidth loops' `TurnClock`).
     fn tick_at(&mut self, now: Instant, done: u64, total: u64) -> Result<Instant, ToolError> {
         if std::mem::take(&mut self.polled_some) {
             self.last_activity = now;
@@ -1381,8 +1381,8 @@ impl<'a> Runner<'a> {
         self.last_activity = self.start;
         let mut last_sample = self.start;
         samples.push((Duration::ZERO, 0));
-        // One clock read per turn, after the poll; the next turn's posting
-        // decision uses it.
+        // The time after each turn's poll (read afresh every
+        // `CLOCK_EVERY` turns); the next turn's posting decision uses it.
         let mut now = self.start;
         let mut clock = TurnClock::new(now);
         loop {
