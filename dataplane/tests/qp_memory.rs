@@ -26,9 +26,13 @@
 //! ([`MAX_CONN_PER_QP`]). The application's share is what it asked for:
 //! its posting rings and completion queue are taken whole at creation,
 //! as a hardware RNIC takes its work queues, so they follow the queue
-//! depths. With queues 128 deep (perftest's default for bandwidth) the
-//! whole queue pair holds to 64 KiB ([`MAX_AT_DEPTH_128`]); the other
-//! bounds guard against regressions ([`MAX_PER_QP`], [`MAX_PER_SLOT`],
+//! depths. The rings hold requests in a packed form (40 bytes a send, 24
+//! a receive, where a work request is 168 and 112; a request with more
+//! than one SGE or a fast registration goes to a spill area the ring
+//! makes when the first one comes), so with the default queues 256 deep
+//! the whole queue pair, its own completion queue included, holds to
+//! 64 KiB ([`MAX_PER_QP`]); the other bounds guard against regressions
+//! ([`MAX_AT_DEPTH_128`], [`MAX_CONN_PER_QP`], [`MAX_PER_SLOT`],
 //! [`MAX_PAYLOAD`]).
 //! `QP_MEMORY_TRACE=1` prints where each large allocation of the traced
 //! connection comes from (the backtraces themselves allocate: the
@@ -171,16 +175,17 @@ const WARM_UP: usize = 4;
 
 /// Most live bytes one connected idle queue pair may cost on either side
 /// with the default configuration and queues 256 deep (application
-/// objects and worker state together; some 105 KiB today).
-const MAX_PER_QP: i64 = 128 * 1024;
+/// objects, its completion queue of 512 entries among them, and worker
+/// state together; some 52 KiB today).
+const MAX_PER_QP: i64 = 64 * 1024;
 
 /// Most live bytes the worker's share of one connected idle queue pair
 /// may cost (some 9.3 KiB today).
 const MAX_CONN_PER_QP: i64 = 16 * 1024;
 
 /// Most live bytes one connected idle queue pair with queues 128 deep
-/// may cost, all told.
-const MAX_AT_DEPTH_128: i64 = 64 * 1024;
+/// may cost, all told (some 31.6 KiB today).
+const MAX_AT_DEPTH_128: i64 = 40 * 1024;
 
 /// Most bytes a dataplane may set aside at bring-up per connection of
 /// `tcp.max_connections` (today 67).

@@ -15,6 +15,7 @@ use rdmap::verbs::{CqId, Device, QpInitAttr, SrqInitAttr, VerbsError, MAX_SGE};
 
 use rdmap::verbs::{Access, DeregStatus, PdId, QpNum};
 
+use crate::ctl::wr_ring::WrRing;
 use crate::memory::Region;
 
 use crate::ctl::{CmEvent, Error, QpStatus};
@@ -293,8 +294,8 @@ impl Dataplane {
             inner: Arc::new(QpShared {
                 qpn,
                 attr,
-                sq: ArrayQueue::new(opts.max_send_wr as usize),
-                rq: ArrayQueue::new(opts.max_recv_wr.max(1) as usize),
+                sq: WrRing::new(opts.max_send_wr as usize),
+                rq: WrRing::new(opts.max_recv_wr.max(1) as usize),
                 send_cq: send_cq.inner.clone(),
                 recv_cq: recv_cq.inner.clone(),
                 srq: srq.map(|s| s.inner.clone()),
@@ -413,7 +414,7 @@ impl Dataplane {
                 id,
                 pd: pd.id,
                 max_sge,
-                ring: ArrayQueue::new(max_wr as usize),
+                ring: WrRing::new(max_wr as usize),
                 limit: AtomicU32::new(0),
                 limit_reached: AtomicBool::new(false),
                 destroyed: AtomicBool::new(false),

@@ -95,7 +95,7 @@ impl Srq {
         if wr.sges.total_len().is_none() {
             return Err(PostError::InvalidWr);
         }
-        self.inner.ring.push(*wr).map_err(|_| PostError::QueueFull)
+        self.inner.ring.push(wr).map_err(|_| PostError::QueueFull)
     }
 
     /// Its number.
@@ -259,7 +259,7 @@ impl Qp {
         if wr.sges.total_len().is_none() {
             return Err(PostError::InvalidWr);
         }
-        self.inner.sq.push(*wr).map_err(|_| PostError::QueueFull)
+        self.inner.sq.push(wr).map_err(|_| PostError::QueueFull)
     }
 
     /// Posts a receive (`ibv_post_recv`) for one incoming Send. A queue
@@ -291,7 +291,7 @@ impl Qp {
         if wr.sges.total_len().is_none() {
             return Err(PostError::InvalidWr);
         }
-        self.inner.rq.push(*wr).map_err(|_| PostError::QueueFull)
+        self.inner.rq.push(wr).map_err(|_| PostError::QueueFull)
     }
 }
 

@@ -23,6 +23,7 @@ pub(crate) mod cm;
 pub(crate) mod error;
 pub(crate) mod shared;
 pub(crate) mod wake;
+pub(crate) mod wr_ring;
 
 pub use cm::{
     printable, CmEvent, ConnectFailure, ConnectRequest, ConnectionInfo, DisconnectReason,

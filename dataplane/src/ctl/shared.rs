@@ -12,6 +12,7 @@ use rdmap::verbs::{PdId, QpInitAttr, QpNum, RecvSupply, RecvWr, SendWr, SrqId, W
 
 use super::cm::ConnectionInfo;
 use super::wake::IdleWake;
+use super::wr_ring::WrRing;
 
 /// A completion queue's ring: workers push completions into it (release)
 /// and the application polls it (acquire).
@@ -34,7 +35,7 @@ pub(crate) struct SrqShared {
     pub(crate) id: SrqId,
     pub(crate) pd: PdId,
     pub(crate) max_sge: u32,
-    pub(crate) ring: ArrayQueue<RecvWr>,
+    pub(crate) ring: WrRing<RecvWr>,
     /// Armed limit (0: disarmed).
     pub(crate) limit: AtomicU32,
     pub(crate) limit_reached: AtomicBool,
@@ -110,8 +111,8 @@ impl QpStatus {
 pub(crate) struct QpShared {
     pub qpn: QpNum,
     pub attr: QpInitAttr,
-    pub sq: ArrayQueue<SendWr>,
-    pub rq: ArrayQueue<RecvWr>,
+    pub sq: WrRing<SendWr>,
+    pub rq: WrRing<RecvWr>,
     pub send_cq: Arc<CqShared>,
     pub recv_cq: Arc<CqShared>,
     /// Its shared receive queue, if created with one.
