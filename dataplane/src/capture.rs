@@ -252,11 +252,11 @@ impl Ring {
     /// (Ethernet, IPv4 and TCP headers), the bytes `range` of each record
     /// of `payload` (one, or a pack's; read through the record, so
     /// attached payload comes from its region), then `pad` zero bytes.
-    pub(crate) fn record_segment<'r, R: RecordBytes + 'r>(
+    pub(crate) fn record_segment<R: RecordBytes>(
         &self,
         ts_ns: u64,
         head: &[u8],
-        payload: impl Iterator<Item = (&'r R, Range<usize>)> + Clone,
+        payload: impl Iterator<Item = (R, Range<usize>)> + Clone,
         pad: usize,
     ) {
         let body: usize = payload.clone().map(|(_, r)| r.len()).sum();

@@ -57,7 +57,7 @@
 //! Without checksum offload a retransmission sums its payload again from
 //! the region rather than reuse the record's stored sum, so that a buffer
 //! the application changed before its completion reaches the peer's MPA
-//! CRC check instead of stalling in its TCP (`FpduRecord::tx_sum`).
+//! CRC check instead of stalling in its TCP (`Sendable::tx_sum`).
 //!
 //! # Files
 //!

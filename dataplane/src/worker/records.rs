@@ -17,7 +17,7 @@
 use rdmap::engine::OutRecord;
 use tcp_offload::tcp::Record;
 
-use super::tx::FpduRecord;
+use super::tx::{FpduRecord, Sendable};
 use crate::memory::MemoryTable;
 
 /// TCP's handle on a record kept in the worker's table of records in
@@ -100,12 +100,12 @@ impl Records {
         None
     }
 
-    /// Finishes the slot [`Records::build`] filled (its region from
-    /// `mem`); the handle TCP queues for it.
+    /// Finishes the slot [`Records::build`] filled; the handle TCP
+    /// queues for it.
     #[inline]
-    pub(super) fn settle(&mut self, b: Building, mem: &MemoryTable) -> RecordRef {
+    pub(super) fn settle(&mut self, b: Building) -> RecordRef {
         if let Some(held) = self.slots[b.0 as usize].as_mut() {
-            held.settle(mem);
+            held.settle();
         }
         self.handle(b.0)
     }
@@ -140,6 +140,15 @@ impl Records {
     /// The record behind `r`, in place.
     pub(super) fn get(&self, r: &RecordRef) -> Option<&FpduRecord> {
         self.slots.get(r.slot as usize)?.as_ref()
+    }
+
+    /// The record behind `r` with its region from `mem`, to send.
+    pub(super) fn sendable<'a>(
+        &'a self,
+        r: &RecordRef,
+        mem: &'a MemoryTable,
+    ) -> Option<Sendable<'a>> {
+        self.get(r).map(|rec| Sendable::new(rec, mem))
     }
 
     /// Takes the record behind `r` out (TCP is done with it); its slot is

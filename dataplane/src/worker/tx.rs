@@ -53,8 +53,10 @@ pub fn fpdu_records_leaked() -> u64 {
 }
 
 /// An FPDU (or MPA frame bytes) as a TCP record: the engine's
-/// [`OutRecord`], whose payload is a pinned range of a region, and a
-/// handle on that region so that frames can attach or copy it.
+/// [`OutRecord`], whose payload is a pinned range of a region, and what
+/// the transmit path needs to know of it. The region itself is looked up
+/// when the record is sent (`Sendable`): no reference count is taken
+/// per record.
 ///
 /// It leaves TCP acknowledged (`Event::RecordAcked`) or given up
 /// (`poll_dropped`), and the worker hands the engine's record back either
@@ -64,23 +66,22 @@ pub fn fpdu_records_leaked() -> u64 {
 pub struct FpduRecord {
     rec: Option<OutRecord>,
     len: usize,
-    region: Option<Region>,
     markers: bool,
     /// The record's stored payload sum ([`OutRecord::payload_sum`]) went
     /// into a segment's checksum once; later segments sum the payload
-    /// from memory ([`FpduRecord::tx_sum`]).
+    /// from memory ([`Sendable::tx_sum`]).
     stored_sum_spent: Cell<bool>,
     /// The engine left the MPA CRC to us ([`OutRecord::crc_pending`]):
     /// the first transmission computes it over the bytes it copies into
-    /// the frame ([`FpduRecord::emit_fused`]) and keeps it here.
+    /// the frame ([`Sendable::emit_fused`]) and keeps it here.
     crc_pending: bool,
     crc: Cell<Option<u32>>,
 }
 
-/// Records up to this long are sent by [`FpduRecord::emit_small`].
+/// Records up to this long are sent by [`Sendable::emit_small`].
 const SMALL_RECORD: usize = 256;
 
-/// What [`FpduRecord::emit_fused`] found in its pass over the record.
+/// What [`Sendable::emit_fused`] found in its pass over the record.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct FusedSum {
     /// The Internet checksum's partial sum of the record's bytes.
@@ -97,7 +98,7 @@ pub(super) struct FusedSum {
 }
 
 /// The payload sum of one TCP segment cut from a record, and where it came
-/// from ([`FpduRecord::tx_sum`]).
+/// from ([`Sendable::tx_sum`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct SegmentSum {
     /// The Internet checksum's partial sum of the segment's record bytes.
@@ -131,7 +132,6 @@ impl FpduRecord {
         FpduRecord {
             rec: None,
             len: 0,
-            region: None,
             markers: false,
             stored_sum_spent: Cell::new(false),
             crc_pending: false,
@@ -146,16 +146,12 @@ impl FpduRecord {
     }
 
     /// Takes in what the engine's record says: its length, its CRC left
-    /// to us, its markers, and its region (from `mem`).
+    /// to us, its markers.
     #[inline]
-    pub(super) fn settle(&mut self, mem: &MemoryTable) {
+    pub(super) fn settle(&mut self) {
         let Some(rec) = &self.rec else {
             return;
         };
-        self.region = rec
-            .payload()
-            .and_then(|p| mem.get(p.range().region()))
-            .cloned();
         self.markers = rec.layout().is_some_and(|l| l.markers().next().is_some());
         self.len = rec.len();
         self.crc_pending = rec.crc_pending();
@@ -168,7 +164,6 @@ impl FpduRecord {
         FpduRecord {
             rec: None,
             len,
-            region: None,
             markers: false,
             stored_sum_spent: Cell::new(false),
             crc_pending: false,
@@ -202,6 +197,52 @@ impl FpduRecord {
             f(rec);
         }
         self.rec = None;
+    }
+
+    /// The CRC a transmission sends: the first transmission's (`crc`, now
+    /// kept); a later one's `crc` only says whether the bytes changed
+    /// since, in `changed`.
+    fn first_crc(&self, crc: u32, changed: &mut bool) -> u32 {
+        match self.crc.get() {
+            Some(first) => {
+                *changed = first != crc;
+                first
+            }
+            None => {
+                self.crc.set(Some(crc));
+                crc
+            }
+        }
+    }
+}
+
+/// A record and the region its payload lies in, as the transmit path
+/// reads it: the region is looked up in the worker's [`MemoryTable`]
+/// when the record is sent, not cloned into the record when it is built.
+/// The record's pin keeps the table's entry (see [`crate::memory`]): a
+/// region is not dropped while an FPDU built from it is in flight.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sendable<'a> {
+    record: &'a FpduRecord,
+    region: Option<&'a Region>,
+}
+
+impl core::ops::Deref for Sendable<'_> {
+    type Target = FpduRecord;
+    fn deref(&self) -> &FpduRecord {
+        self.record
+    }
+}
+
+impl<'a> Sendable<'a> {
+    /// `record`, its payload read from `mem`.
+    pub(super) fn new(record: &'a FpduRecord, mem: &'a MemoryTable) -> Sendable<'a> {
+        let region = record
+            .rec
+            .as_ref()
+            .and_then(OutRecord::payload)
+            .and_then(|p| mem.get(p.range().region()));
+        Sendable { record, region }
     }
 
     /// Calls `f` with each piece of the record inside `range`, and the
@@ -282,7 +323,7 @@ impl FpduRecord {
         crc
     }
 
-    /// Whether [`FpduRecord::emit_fused`] can send the record bytes in
+    /// Whether [`Sendable::emit_fused`] can send the record bytes in
     /// `range`: the whole record, its CRC ours, its payload (if any) in a
     /// region.
     pub(super) fn fusable(&self, range: &Range<usize>) -> bool {
@@ -296,7 +337,7 @@ impl FpduRecord {
     /// from the region into the frame, and the MPA CRC and (with
     /// `want_sum`) the TCP checksum's partial sum computed over the copy.
     /// The first transmission keeps the CRC; a retransmission sends that
-    /// one, whatever the buffer holds now (see [`FpduRecord::tx_sum`] for
+    /// one, whatever the buffer holds now (see [`Sendable::tx_sum`] for
     /// why: the peer's CRC check ends the stream), and says whether the
     /// bytes still match it.
     pub(super) fn emit_fused<F: TxFrame>(
@@ -308,7 +349,7 @@ impl FpduRecord {
         let Some(rec) = &self.rec else {
             return Err(FrameFull);
         };
-        let region = self.region.as_ref();
+        let region = self.region;
         if self.len <= SMALL_RECORD {
             return self.emit_small(rec, region, frame, header_len, want_sum);
         }
@@ -366,23 +407,7 @@ impl FpduRecord {
         Ok(out)
     }
 
-    /// The CRC a transmission sends: the first transmission's (`crc`, now
-    /// kept); a later one's `crc` only says whether the bytes changed
-    /// since, in `changed`.
-    fn first_crc(&self, crc: u32, changed: &mut bool) -> u32 {
-        match self.crc.get() {
-            Some(first) => {
-                *changed = first != crc;
-                first
-            }
-            None => {
-                self.crc.set(Some(crc));
-                crc
-            }
-        }
-    }
-
-    /// [`FpduRecord::emit_fused`] for a record of at most
+    /// [`Sendable::emit_fused`] for a record of at most
     /// [`SMALL_RECORD`] bytes: assembled whole (header, payload copied
     /// from the region, pad) where the frame gives it room in one piece,
     /// else on the stack and appended, so that its CRC and sum are one
@@ -413,7 +438,7 @@ impl FpduRecord {
     }
 
     /// Writes the whole record into `buf` (exactly its length) with its
-    /// CRC, and returns what [`FpduRecord::emit_fused`] reports.
+    /// CRC, and returns what [`Sendable::emit_fused`] reports.
     fn assemble_small(
         &self,
         rec: &OutRecord,
@@ -468,14 +493,6 @@ impl FpduRecord {
         Ok(out)
     }
 
-    /// The Internet checksum's partial sum of the record bytes in `range`
-    /// (the payload of a TCP segment sent in parts), read from the pieces:
-    /// header bytes in place, payload from the sum the CRC pass stored
-    /// when the segment carries all of it, from the region otherwise.
-    pub fn checksum_sum(&self, range: Range<usize>) -> u32 {
-        self.sum_range(range, true).sum
-    }
-
     /// The payload sum for the TCP checksum of the segment the transmit
     /// path is building now: the stored sum at most once, then the bytes
     /// themselves.
@@ -514,9 +531,12 @@ impl FpduRecord {
         s
     }
 
-    /// [`FpduRecord::checksum_sum`] with its sources: the stored sum is
-    /// used only when `trust_stored`; otherwise the payload it covers is
-    /// summed again and compared with it.
+    /// The Internet checksum's partial sum of the record bytes in `range`
+    /// (the payload of a TCP segment sent in parts), read from the pieces:
+    /// header bytes in place, payload from the sum the CRC pass stored
+    /// when the segment carries all of it and `trust_stored` (otherwise
+    /// the payload it covers is summed again and compared with it), from
+    /// the region for any other part.
     pub(super) fn sum_range(&self, range: Range<usize>, trust_stored: bool) -> SegmentSum {
         // The payload as one range of its region, and the sum of it the
         // CRC pass computed (`OutRecord::payload_sum`).
@@ -526,7 +546,6 @@ impl FpduRecord {
         });
         let from_region = |offset, len| {
             self.region
-                .as_ref()
                 .map_or(0, |r: &Region| r.checksum_sum(offset, len))
         };
         let mut out = SegmentSum::default();
@@ -568,7 +587,7 @@ impl FpduRecord {
         let attach = attach && !self.markers;
         self.walk(range, |_, c| match c {
             Chunk::Bytes(b) => frame.append(b),
-            Chunk::Payload { offset, len } => match &self.region {
+            Chunk::Payload { offset, len } => match self.region {
                 Some(region) if attach => frame.attach(RegionSlice {
                     region: region.clone(),
                     offset,
@@ -587,13 +606,19 @@ impl Record for FpduRecord {
     }
 }
 
-impl RecordBytes for FpduRecord {
+impl Record for Sendable<'_> {
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl RecordBytes for Sendable<'_> {
     fn copy_to(&self, offset: usize, dst: &mut [u8]) {
         let end = offset.saturating_add(dst.len());
         let _ = self.walk::<()>(offset..end, |rel, c| {
             match c {
                 Chunk::Bytes(b) => dst[rel..rel + b.len()].copy_from_slice(b),
-                Chunk::Payload { offset, len } => match &self.region {
+                Chunk::Payload { offset, len } => match self.region {
                     Some(r) => r.copy_out(offset, &mut dst[rel..rel + len]),
                     None => dst[rel..rel + len].fill(0),
                 },
@@ -702,7 +727,7 @@ impl Conn {
                 break;
             };
             n += 1;
-            let r = cx.records.settle(b, cx.mem);
+            let r = cx.records.settle(b);
             let len = Record::len(&r);
             bytes += len;
             if let Err((_, r)) = conn.send_record(cx.now, r) {
@@ -737,8 +762,8 @@ fn emit_train<'a, F: TxFrame>(
     frame: &mut F,
     head: &[u8],
     seg_len: usize,
-    first: Option<&'a FpduRecord>,
-    rest: impl Iterator<Item = Option<&'a FpduRecord>>,
+    first: Option<Sendable<'a>>,
+    rest: impl Iterator<Item = Option<Sendable<'a>>>,
     attach: bool,
 ) -> Result<u64, FrameFull> {
     frame.segment_by(seg_len)?;
@@ -764,7 +789,7 @@ fn capture_train<'a>(
     ts: u64,
     head: &[u8],
     n: usize,
-    recs: impl Iterator<Item = &'a FpduRecord>,
+    recs: impl Iterator<Item = Sendable<'a>>,
 ) {
     let mut cut = [0u8; HDR_BUF];
     let mut offset = 0;
@@ -841,11 +866,12 @@ impl<Q: LinkQueue> Worker<Q> {
             let mut fused: Option<Result<FusedSum, FrameFull>> = None;
             let mut calls = 0usize;
             let records = &self.records;
+            let mem = &self.mem;
             let parts = self.iface.poll_frame_parts(
                 now,
                 &mut hdr,
                 |r, range, at| {
-                    let rec = records.get(r);
+                    let rec = records.sendable(r, mem);
                     match &mut fused {
                         // A pack's record after a fused one.
                         Some(Ok(f)) => {
@@ -895,7 +921,7 @@ impl<Q: LinkQueue> Worker<Q> {
                         s.sum
                     })
                 },
-                |r, at, dst| match records.get(r) {
+                |r, at, dst| match records.sendable(r, mem) {
                     Some(rec) => rec.copy_to(at, dst),
                     None => dst.fill(0),
                 },
@@ -930,16 +956,16 @@ impl<Q: LinkQueue> Worker<Q> {
                     more: Some(train),
                     ..
                 }) if !train.is_pack() => {
-                    let first = payload.and_then(|(r, _)| records.get(r));
-                    let rest = train.records().map(|r| records.get(r));
+                    let first = payload.and_then(|(r, _)| records.sendable(r, mem));
+                    let rest = train.records().map(|r| records.sendable(r, mem));
                     let head = &hdr[..header_len];
                     match emit_train(&mut frame, head, train.seg_len(), first, rest, attach) {
                         Ok(fused) => {
                             if let Some(ring) = self.capture.ring() {
                                 let ts = capture_ts.unwrap_or(0);
-                                let recs = first
-                                    .into_iter()
-                                    .chain(train.records().filter_map(|r| records.get(r)));
+                                let recs = first.into_iter().chain(
+                                    train.records().filter_map(|r| records.sendable(r, mem)),
+                                );
                                 capture_train(ring, ts, head, train.count() + 1, recs);
                             }
                             bump(&self.counters.tx_fused_frames, fused);
@@ -974,7 +1000,7 @@ impl<Q: LinkQueue> Worker<Q> {
                             frame.append(&hdr[..header_len]).is_ok()
                                 && recs.clone().all(|(r, range)| {
                                     records
-                                        .get(r)
+                                        .sendable(r, mem)
                                         .is_some_and(|r| r.emit(&mut frame, range, attach).is_ok())
                                 })
                                 && frame.append_zeros(pad).is_ok()
@@ -982,8 +1008,9 @@ impl<Q: LinkQueue> Worker<Q> {
                     };
                     if ok {
                         if let (Some(ring), Some(ts)) = (self.capture.ring(), capture_ts) {
-                            let all =
-                                recs.filter_map(|(r, range)| records.get(r).map(|r| (r, range)));
+                            let all = recs.filter_map(|(r, range)| {
+                                records.sendable(r, mem).map(|r| (r, range))
+                            });
                             ring.record_segment(ts, &hdr[..header_len], all, pad);
                         }
                         if let Some(t) = &more {

@@ -145,12 +145,11 @@ pub struct SendWork {
     pub wr_id: u64,
     /// The RDMAP operation.
     pub op: WireOp,
-    /// Local data: the Send's or Write's source, or the Read's sink (at
-    /// most one entry). Checked at post time; the engine pins each piece
-    /// with [`MrTable::pin_local`] when it builds FPDUs (the region may have
-    /// gone since).
-    pub sges: SgeList,
-    /// Message length (sum of the SGEs).
+    /// Message length (sum of the SGEs). The SGEs themselves (the Send's
+    /// or Write's source, or the Read's sink) stay in the send queue:
+    /// [`QueuePair::work_sges`] reads them in place, and the engine pins
+    /// each piece with [`MrTable::pin_local`] as it builds FPDUs (the
+    /// region may have gone since).
     pub len: u32,
 }
 
@@ -612,7 +611,6 @@ impl QueuePair {
                 seq: WrSeq(seq),
                 wr_id: e.wr.wr_id,
                 op,
-                sges: e.wr.sges,
                 len: e.len,
             };
             if matches!(op, WireOp::RdmaRead { .. }) {
