@@ -676,6 +676,40 @@ fn delayed_ack_every_second_segment() {
     );
 }
 
+/// A receiver that coalesces its ACKs (one for many segments, as ours
+/// does per receive burst and LRO/GRO hosts do) still lets slow start
+/// double the window each round trip: the window grows by every byte
+/// acknowledged, not by a fixed amount per ACK.
+#[test]
+fn slow_start_grows_by_the_bytes_stretch_acks_acknowledge() {
+    let mut p = Pair::established(quiet(), quiet());
+    let rec = p.a.conn.max_record_len();
+    p.a.record_size = rec;
+    let iw = p.a.conn.cwnd();
+    assert!(p.a.conn.ssthresh() > 100 * rec, "slow start, no loss yet");
+    let records = 60;
+    p.a.out = pattern(records * rec, 21);
+    let end = ISS_A + 1 + records * rec;
+    // Only every sixth ACK, and the last, reach the sender.
+    let mut acks = 0usize;
+    p.filter = Some(Box::new(move |w| {
+        if w.dir == Dir::BtoA && w.data.is_empty() {
+            acks += 1;
+            if acks % 6 != 0 && w.repr.ack_number != end {
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Pass
+    }));
+    assert!(p.run_until(Duration::from_secs(10), |p| p.a.acked.len() == records));
+    let s = p.a.conn.stats();
+    assert_eq!(s.retransmits, 0, "{s:?}");
+    assert!(p.a.conn.ssthresh() > 100 * rec, "still in slow start");
+    // Every byte acknowledged grew the window: at two segments per ACK
+    // (RFC 3465's limit) it would have grown by about a third of that.
+    assert_eq!(p.a.conn.cwnd(), iw + records * rec, "initial window {iw}");
+}
+
 #[test]
 fn send_record_rejects_what_does_not_fit() {
     let mut p = Pair::new(quiet(), quiet());

@@ -45,6 +45,13 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
         BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+        if TRACE.swap(false, Ordering::Relaxed) {
+            eprintln!(
+                "reallocation from {} to {new_size} bytes at:\n{}",
+                layout.size(),
+                std::backtrace::Backtrace::force_capture()
+            );
+        }
         // SAFETY: same contract as ours.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
