@@ -1,6 +1,7 @@
 //! Congestion control and loss recovery: slow start and congestion
-//! avoidance with appropriate byte counting (RFC 5681 §3.1, RFC 3465,
-//! L = 2), fast retransmit on three duplicate ACKs (with limited transmit,
+//! avoidance with appropriate byte counting (RFC 5681 §3.1, RFC 3465;
+//! slow start without a per-ACK limit, see `Congestion::grow`), fast
+//! retransmit on three duplicate ACKs (with limited transmit,
 //! RFC 3042, on the first two), NewReno recovery when
 //! SACK is off (RFC 6582 §3.2), and SACK-based recovery when it is on
 //! (RFC 6675 §5: the scoreboard lives in `sendq`, `IsLost` with DupThresh
