@@ -76,6 +76,7 @@ impl Spill {
         self.words.get(at..at + W::WORDS)
     }
 }
+
 impl<W: Packable> WrRing<W> {
     /// A ring of `cap` entries (at least one).
     pub(crate) fn new(cap: usize) -> WrRing<W> {

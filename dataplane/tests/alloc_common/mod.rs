@@ -18,21 +18,22 @@ pub static ALLOCS: AtomicU64 = AtomicU64::new(0);
 pub static BYTES: AtomicU64 = AtomicU64::new(0);
 pub static TRACE: AtomicBool = AtomicBool::new(false);
 
+/// Prints `what` and where it happens, once per measured run while
+/// [`TRACE`] is set (the capture itself allocates, hence the flag is
+/// cleared first).
+fn trace(what: std::fmt::Arguments<'_>) {
+    if TRACE.swap(false, Ordering::Relaxed) {
+        eprintln!("{what} at:\n{}", std::backtrace::Backtrace::force_capture());
+    }
+}
+
 // SAFETY: forwards every call to the system allocator unchanged; the
 // counters are atomics and allocate nothing.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
         BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
-        if TRACE.swap(false, Ordering::Relaxed) {
-            // One backtrace per measured run, to say where (the capture
-            // itself allocates, hence the flag is cleared first).
-            eprintln!(
-                "allocation of {} bytes at:\n{}",
-                layout.size(),
-                std::backtrace::Backtrace::force_capture()
-            );
-        }
+        trace(format_args!("allocation of {} bytes", layout.size()));
         // SAFETY: same contract as ours.
         unsafe { System.alloc(layout) }
     }
@@ -45,13 +46,10 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
         BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
-        if TRACE.swap(false, Ordering::Relaxed) {
-            eprintln!(
-                "reallocation from {} to {new_size} bytes at:\n{}",
-                layout.size(),
-                std::backtrace::Backtrace::force_capture()
-            );
-        }
+        trace(format_args!(
+            "reallocation from {} to {new_size} bytes",
+            layout.size()
+        ));
         // SAFETY: same contract as ours.
         unsafe { System.realloc(ptr, layout, new_size) }
     }

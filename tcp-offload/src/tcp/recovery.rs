@@ -202,14 +202,14 @@ impl Congestion {
     /// each sending once per round of turns, the windows stayed near 20
     /// segments for the whole of a two-second run and every turn ended
     /// there instead of at `turn_bytes`.
-    fn grow(&mut self, acked: usize) {
-        let mut acked = acked;
+    fn grow(&mut self, mut acked: usize) {
         if self.cwnd < self.ssthresh {
             let step = acked.min(self.ssthresh - self.cwnd);
             self.cwnd += step;
             acked -= step;
         }
-        if acked > 0 && self.cwnd >= self.ssthresh {
+        // Whatever slow start left over reached ssthresh.
+        if acked > 0 {
             self.abc_acked += acked;
             if self.abc_acked >= self.cwnd {
                 self.abc_acked -= self.cwnd;
