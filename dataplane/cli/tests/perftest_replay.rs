@@ -33,7 +33,7 @@ use dataplane::api::{Access, Dataplane, DriveMode, Qp, QpOptions, QpStatus, Regi
 use dataplane::capture::CaptureOptions;
 use iwarp::perftest::exchange::{script, Action, Exchange, Local, Side, ALL_SIZES};
 use iwarp::perftest::wire::{Dest, DestLayout};
-use iwarp::perftest::{server_closes_control, BwFigures, Session, SessionParams};
+use iwarp::perftest::{client_awaits_server_close, BwFigures, Session, SessionParams};
 use iwarp::runner::{RemoteBuf, TestKind};
 use pcap_kit::{Reader, Reassembler};
 use rdmap::mpa::deframe::{DeframeEvent, Deframer};
@@ -729,9 +729,9 @@ fn end_to_end_sizes(test: TestKind, n: usize, all_sizes: bool) {
     let bw = matches!(test, TestKind::WriteBw | TestKind::ReadBw);
     assert_eq!(server_got.1, bw.then_some(figures), "{test:?}: the report");
     assert_eq!(client_got.1, None);
-    // Close order: where perftest's server closes the control connection
-    // first, our client waits for that FIN before sending its own (Linux
-    // siw's server fails its last Send otherwise).
+    // Close order: where the server's Send ends the closing exchange, our
+    // client waits for the server's FIN on the control connection before
+    // sending its own (Linux siw's server may fail that Send otherwise).
     pair.a.capture_stop().unwrap();
     let bytes = std::fs::read(&pcap).unwrap();
     let _ = std::fs::remove_file(&pcap);
@@ -741,7 +741,7 @@ fn end_to_end_sizes(test: TestKind, n: usize, all_sizes: bool) {
         n + 1,
         "{test:?}: control and {n} data connections"
     );
-    if server_closes_control(test) {
+    if client_awaits_server_close(test) {
         assert!(
             fins[0],
             "{test:?}: the server's FIN first on the control connection"
