@@ -72,6 +72,37 @@ pub(crate) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
     }
 }
 
+/// Asks the CPU to start bringing the cache lines of `len` bytes at
+/// `ptr` into its caches, ahead of a pass that reads them soon (the send
+/// path's copy of the next record). A hint only: a prefetch
+/// loads nothing the program can observe, changes no byte, never faults
+/// (whatever the address) and is not an access in the memory model, so
+/// it may race with anything and needs no valid pointer.
+#[inline]
+pub(crate) fn prefetch(ptr: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let end = (ptr as usize).saturating_add(len);
+        let mut line = ptr as usize & !63;
+        while line < end {
+            // SAFETY: `prefetcht0` only hints the cache hierarchy: it
+            // makes no architectural memory access, raises no fault for
+            // any address (an unmapped one is dropped), and writes no
+            // register, stack or flag, as the options declare.
+            unsafe {
+                core::arch::asm!(
+                    "prefetcht0 byte ptr [{p}]",
+                    p = in(reg) line,
+                    options(nostack, preserves_flags, readonly)
+                );
+            }
+            line += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (ptr, len);
+}
+
 /// How many of the first `len` bytes at `shared` (memory others may
 /// write meanwhile, as for [`copy`]) match `own` from the start, in
 /// whole 64-byte blocks: the first block holding a difference, and

@@ -364,6 +364,9 @@ impl<'a> Sendable<'a> {
                 Piece::Payload(r) => {
                     let (offset, len) = (r.offset() as usize, r.len() as usize);
                     let region = region.ok_or(FrameFull)?;
+                    // The next record of a message is most often the bytes
+                    // that follow: under way while these are copied.
+                    region.prefetch(offset + len, len);
                     let (c, s) = frame.append_copy_pass(region, offset, len, crc)?;
                     crc = c;
                     if want_sum {
