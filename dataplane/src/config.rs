@@ -506,8 +506,10 @@ pub struct TcpConfig {
     /// counted (`shutdown_resets`). 0: reset at once.
     #[serde(default = "default_close_linger_ms")]
     pub close_linger_ms: u64,
-    /// On a port with TCP segmentation offload, hand it trains of whole
-    /// FPDUs under one header, which it cuts into one FPDU per segment.
+    /// Send runs of whole FPDUs as trains under one header, cut into one
+    /// FPDU per segment: by the port where it has TCP segmentation
+    /// offload, by the worker where it has not (one TCP output decision
+    /// and one header for up to 16 segments).
     #[serde(default = "yes")]
     pub segmentation_offload: bool,
     /// Put several whole FPDUs into one TCP segment (at most the MSS, none

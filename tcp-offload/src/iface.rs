@@ -2383,6 +2383,31 @@ mod tests {
         assert_eq!(server.stats().drops, [0; 7]);
     }
 
+    /// With trains and packs both on, records short enough for two to
+    /// share a segment are packed (fewer segments on the wire), and
+    /// segment-long ones leave as a train.
+    #[test]
+    fn short_records_are_packed_rather_than_trained() {
+        let mut cfg = InterfaceConfig::new(MAC_B, IP_B, [3; 16]);
+        cfg.tcp.train_bytes = 16 * 1448;
+        cfg.tcp.train_records = 16;
+        cfg.tcp.pack_records = 16;
+        let (_server, mut client, cid, _sid, now) = connected(cfg);
+        let conn = client.stack_mut().conn_mut(cid).unwrap();
+        let full = conn.max_record_len();
+        for len in [100, 100, 100, 100, full, full, full] {
+            conn.send_record(now, vec![7u8; len]).unwrap();
+        }
+        let mut hdr = [0u8; 160];
+        let mut segs = Vec::new();
+        while let Some(p) = client.poll_frame_parts(now, &mut hdr, |_, _, _| None, copy_vec) {
+            if let FrameParts::Segment { more, .. } = p {
+                segs.push(more.map(|t| (t.is_pack(), t.count() + 1)));
+            }
+        }
+        assert_eq!(segs, [Some((true, 4)), Some((false, 3))]);
+    }
+
     /// Small records packed several to a segment: each segment holds
     /// whole records only and stays within the MSS, the software checksum
     /// covers them all (summed record by record where each lands), and

@@ -225,6 +225,7 @@ fn worker_json(i: usize, s: &WorkerStats) -> Value {
         "rx_crc_in_pass": s.rx_crc_in_pass,
         "tx_packed_segments": s.tx_packed_segments,
         "tx_packed_fpdus": s.tx_packed_fpdus,
+        "tx_cut_trains": s.tx_cut_trains,
         "tx_records": s.tx_records,
         "idle_wakeups": s.idle_wakeups,
         "dispatched_out": s.dispatched_out,

@@ -117,6 +117,10 @@ pub struct WorkerCounters {
     /// FPDUs those segments carried: divided by `tx_packed_segments`, the
     /// FPDUs per packed segment.
     pub tx_packed_fpdus: AtomicU64,
+    /// Trains the worker cut into frames itself, the port having no
+    /// segmentation offload (`tcp.segmentation_offload`): each one TCP
+    /// output decision and one header for several segments.
+    pub tx_cut_trains: AtomicU64,
     /// Records in flight: built from the queue pairs' work and not yet
     /// acknowledged by TCP (a gauge, set at each transmit pass). Each
     /// busy connection holds those it has sent and not had acknowledged,
@@ -200,6 +204,8 @@ pub struct WorkerStats {
     pub tx_packed_segments: u64,
     /// See [`WorkerCounters::tx_packed_fpdus`].
     pub tx_packed_fpdus: u64,
+    /// See [`WorkerCounters::tx_cut_trains`].
+    pub tx_cut_trains: u64,
     /// See [`WorkerCounters::tx_records`].
     pub tx_records: u64,
     /// The EAL lcore id its thread runs as (`rte_lcore_id()`), recorded
@@ -259,6 +265,7 @@ impl WorkerCounters {
             rx_crc_in_pass: g(&self.rx_crc_in_pass),
             tx_packed_segments: g(&self.tx_packed_segments),
             tx_packed_fpdus: g(&self.tx_packed_fpdus),
+            tx_cut_trains: g(&self.tx_cut_trains),
             tx_records: g(&self.tx_records),
             arp_out: g(&self.arp_out),
             lcore: self.lcore.load(Ordering::Relaxed).checked_sub(1),

@@ -176,6 +176,17 @@ pub const RX_BURST: usize = 32;
 /// connection.
 pub const TX_BURST: usize = 32;
 
+/// Most records in a train the worker cuts itself, on a port without
+/// TCP segmentation offload: one TCP output decision and one header
+/// template for up to this many segments, each a frame of its own (the
+/// transmit batch has room for one such train past [`TX_BURST`]).
+pub const SOFT_TRAIN_RECORDS: usize = 16;
+
+/// Most payload bytes in a train the worker cuts itself: what the IPv4
+/// length field of the train's header template leaves after the largest
+/// IPv4 and TCP headers.
+const SOFT_TRAIN_BYTES: usize = 0xffff - 60 - 60;
+
 /// Records (FPDUs, one TCP segment each) one connection may queue each
 /// time it is offered room (twice an iteration: before and after the
 /// engine's events): about 90 KB at a 1500-byte MTU, so one bulk sender
@@ -296,6 +307,9 @@ pub struct Worker<Q: LinkQueue> {
     dispatch: Arc<DispatchRings<Q::RxBuf>>,
     queue: Q,
     caps: LinkCaps,
+    /// TCP hands out trains that the worker cuts into frames itself
+    /// (segmentation offload on, and the port without it).
+    cut_trains: bool,
     iface: Interface<RxFrame<Q::RxBuf>, RecordRef>,
     /// The records TCP holds handles on (see [`records`]).
     records: Records,
@@ -375,10 +389,16 @@ impl<Q: LinkQueue> Worker<Q> {
         let odd_payload_solo = s.caps.multi_seg_tx
             && s.config.tcp.segmentation_offload
             && s.caps.tso.is_some_and(|t| t.even_pieces);
+        // Trains: cut by the port where it has TCP segmentation offload,
+        // by the worker (`cut_train`) where it has not.
+        let cut_trains = s.config.tcp.segmentation_offload && s.caps.tso.is_none();
         if let Some(tso) = s.caps.tso.filter(|_| s.config.tcp.segmentation_offload) {
             ic.tcp.train_bytes = tso.max_bytes;
             ic.tcp.train_records = tso.max_segments;
             ic.tcp.train_shortfall = tso.shortfall;
+        } else if cut_trains {
+            ic.tcp.train_bytes = SOFT_TRAIN_BYTES;
+            ic.tcp.train_records = SOFT_TRAIN_RECORDS;
         }
         if s.config.tcp.pack_fpdus {
             // An attached payload starts a piece of the frame's chain, and
@@ -422,6 +442,7 @@ impl<Q: LinkQueue> Worker<Q> {
         Worker {
             index: s.index,
             caps: s.caps,
+            cut_trains,
             queue: s.queue,
             iface,
             device,
@@ -441,7 +462,7 @@ impl<Q: LinkQueue> Worker<Q> {
             counters: s.counters,
             clock: ClockReader::new(Clock::new()),
             rx_batch: Vec::with_capacity(RX_BURST),
-            tx_batch: Vec::with_capacity(TX_BURST),
+            tx_batch: Vec::with_capacity(TX_BURST + SOFT_TRAIN_RECORDS),
             spare_frame: None,
             scratch: vec![0; frame_len],
             forward_in: s.forward_in,

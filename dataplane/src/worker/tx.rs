@@ -804,6 +804,100 @@ fn capture_train<'a>(
     }
 }
 
+/// What [`cut_train`] did.
+#[derive(Debug, Default)]
+struct Cut {
+    /// Records sent by the fused pass (copied, CRC and sum computed over
+    /// the copy).
+    fused: u64,
+    /// Frames that carry a copied payload.
+    copied: u64,
+    /// Records that found no frame, or did not fit theirs.
+    dropped: u64,
+}
+
+/// Cuts a train into frames itself, where the port has no segmentation
+/// offload: record `k` goes out in a frame of its own, behind the
+/// train's headers as a port would cut them (`cut_header`: length,
+/// identifier, IPv4 checksum, sequence number, PSH and FIN on the last),
+/// its TCP checksum completed here unless the port computes it. TCP made
+/// one output decision and one header for all of them. The first frame
+/// is `frame`; the others come from the queue (a train has at most
+/// [`super::SOFT_TRAIN_RECORDS`] records, `n` here, which `batch` has
+/// room for).
+#[allow(clippy::too_many_arguments)]
+fn cut_train<'a, Q: LinkQueue>(
+    queue: &mut Q,
+    batch: &mut Vec<Q::TxFrame>,
+    frame: Q::TxFrame,
+    head: &[u8],
+    recs: impl Iterator<Item = Option<Sendable<'a>>>,
+    n: usize,
+    offload: bool,
+    attach: bool,
+    capture: Option<(&crate::capture::Ring, u64)>,
+) -> Cut {
+    let mut out = Cut::default();
+    let tcp_at = head
+        .get(14)
+        .map_or(usize::MAX, |b| 14 + usize::from(b & 0x0f) * 4);
+    if tcp_at + 20 > head.len() || head.len() > HDR_BUF {
+        out.dropped = n as u64;
+        return out;
+    }
+    let mut cut = [0u8; HDR_BUF];
+    let mut next = Some(frame);
+    let mut offset = 0usize;
+    for (k, rec) in recs.enumerate() {
+        let Some(mut f) = next.take().or_else(|| queue.alloc_tx()) else {
+            out.dropped += (n - k) as u64;
+            break;
+        };
+        let Some(rec) = rec else {
+            out.dropped += 1;
+            next = Some(f);
+            continue;
+        };
+        let len = rec.len;
+        tcp_offload::iface::cut_header(head, k, offset, len, k + 1 == n, &mut cut);
+        offset += len;
+        let h = &mut cut[..head.len()];
+        let whole = 0..len;
+        let fused = !attach && rec.fusable(&whole);
+        let sum = if fused {
+            rec.emit_fused(&mut f, h.len(), !offload).map(|s| s.sum)
+        } else {
+            f.append_zeros(h.len())
+                .and_then(|()| rec.emit(&mut f, whole.clone(), attach))
+                .map(|()| if offload { 0 } else { rec.tx_sum(whole).sum })
+        };
+        let Ok(sum) = sum else {
+            out.dropped += 1;
+            continue;
+        };
+        if !offload {
+            // The field holds the pseudo-header sum: the header's sum
+            // and the record's make the whole.
+            let tcp = &h[tcp_at..];
+            let total = checksum::combine_at(crate::checksum::sum(tcp), sum, tcp.len());
+            h[tcp_at + 16..tcp_at + 18].copy_from_slice(&checksum::finish(total).to_be_bytes());
+        }
+        if f.patch(0, h).is_err() {
+            out.dropped += 1;
+            continue;
+        }
+        if let Some((ring, ts)) = capture {
+            ring.record_segment(ts, h, Some((rec, 0..len)).into_iter(), 0);
+        }
+        out.fused += u64::from(fused);
+        out.copied += u64::from(!attach);
+        batch.push(f);
+    }
+    // A frame a missing record left unused goes back to the pool.
+    drop(next);
+    out
+}
+
 impl<Q: LinkQueue> Worker<Q> {
     /// Builds the records of the connection whose turn to send it is,
     /// once it has no more than the one queued ahead ([`Fill`]) or less
@@ -953,6 +1047,33 @@ impl<Q: LinkQueue> Worker<Q> {
                     break;
                 }
                 Some(FrameParts::Consumed) => self.spare_frame = Some(frame),
+                Some(FrameParts::Segment {
+                    header_len,
+                    payload,
+                    more: Some(train),
+                    ..
+                }) if !train.is_pack() && self.cut_trains => {
+                    let first = payload.and_then(|(r, _)| records.sendable(r, mem));
+                    let rest = train.records().map(|r| records.sendable(r, mem));
+                    let recs = core::iter::once(first).chain(rest);
+                    let n = train.count() + 1;
+                    let capture = self.capture.ring().zip(capture_ts);
+                    let cut = cut_train(
+                        &mut self.queue,
+                        &mut self.tx_batch,
+                        frame,
+                        &hdr[..header_len],
+                        recs,
+                        n,
+                        offload,
+                        attach,
+                        capture,
+                    );
+                    bump(&self.counters.tx_fused_frames, cut.fused);
+                    bump(&self.counters.tx_cut_trains, 1);
+                    copied += cut.copied;
+                    self.local_drops += cut.dropped;
+                }
                 Some(FrameParts::Segment {
                     header_len,
                     payload,

@@ -496,10 +496,15 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     /// ([`Segment::more`]), and their bytes: each as long as the first (the
     /// last at most), within the train limits of the configuration, the
     /// peer's window and the congestion window; none during loss recovery
-    /// or F-RTO.
+    /// or F-RTO. Records short enough for two to share a segment are
+    /// packed instead where packing is on ([`Connection::pack_extent`]):
+    /// a train still puts each on the wire in a segment of its own.
     fn train_extent(&self, idx: usize, seg_len: usize) -> (usize, usize) {
         let (max_bytes, max_records) = (self.config.train_bytes, self.config.train_records);
         if max_bytes < 2 * seg_len || !self.may_join(idx, max_records) {
+            return (0, 0);
+        }
+        if self.config.pack_records >= 2 && 2 * seg_len <= self.eff_mss {
             return (0, 0);
         }
         let wnd_end = self.snd_una + self.snd_wnd;
