@@ -200,7 +200,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// microseconds meets that window now and then (seen in send_bw, where
 /// perftest's own slower client closes the control connection first:
 /// siw↔siw captures in `deploy/interop/captures/`). Waiting for the
-/// server's FIN, bounded by [`CLOSE_WAIT`], leaves no window.
+/// server's FIN, bounded by `CLOSE_WAIT` (2 s), leaves no window.
 pub fn client_awaits_server_close(test: TestKind) -> bool {
     !matches!(test, TestKind::WriteLat)
 }
