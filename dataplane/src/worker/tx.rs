@@ -814,6 +814,9 @@ struct Cut {
     copied: u64,
     /// Records that found no frame, or did not fit theirs.
     dropped: u64,
+    /// Payload bytes read for a checksum, and whether any had changed, as
+    /// the other segments count them ([`SegmentSum`]).
+    summed: SegmentSum,
 }
 
 /// Cuts a train into frames itself, where the port has no segmentation
@@ -864,12 +867,26 @@ fn cut_train<'a, Q: LinkQueue>(
         let h = &mut cut[..head.len()];
         let whole = 0..len;
         let fused = !attach && rec.fusable(&whole);
+        let summed = &mut out.summed;
         let sum = if fused {
-            rec.emit_fused(&mut f, h.len(), !offload).map(|s| s.sum)
+            rec.emit_fused(&mut f, h.len(), !offload).map(|s| {
+                summed.resummed += s.resummed;
+                summed.changed |= s.changed;
+                s.sum
+            })
         } else {
             f.append_zeros(h.len())
                 .and_then(|()| rec.emit(&mut f, whole.clone(), attach))
-                .map(|()| if offload { 0 } else { rec.tx_sum(whole).sum })
+                .map(|()| {
+                    if offload {
+                        return 0;
+                    }
+                    let s = rec.tx_sum(whole);
+                    summed.read += s.read;
+                    summed.resummed += s.resummed;
+                    summed.changed |= s.changed;
+                    s.sum
+                })
         };
         let Ok(sum) = sum else {
             out.dropped += 1;
@@ -1071,6 +1088,16 @@ impl<Q: LinkQueue> Worker<Q> {
                     );
                     bump(&self.counters.tx_fused_frames, cut.fused);
                     bump(&self.counters.tx_cut_trains, 1);
+                    let summed = cut.summed;
+                    if summed.read > 0 {
+                        bump(&self.counters.tx_summed_bytes, summed.read as u64);
+                    }
+                    if summed.resummed > 0 {
+                        bump(&self.counters.tx_resummed_bytes, summed.resummed as u64);
+                        if summed.changed {
+                            bump(&self.counters.tx_payload_changed, 1);
+                        }
+                    }
                     copied += cut.copied;
                     self.local_drops += cut.dropped;
                 }
