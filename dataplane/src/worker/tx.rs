@@ -22,7 +22,7 @@ use crate::link::{FrameFull, LinkQueue, TxFrame};
 use crate::memory::{MemoryTable, Region, RegionSlice};
 
 use super::conn::{env, worker_cx, Conn, Cx};
-use super::counters::bump;
+use super::counters::{bump, WorkerCounters};
 use super::records::{RecordRef, Records};
 use super::{Worker, MAX_FPDUS_PER_POLL, MAX_SMALL_FPDUS_PER_POLL, SMALL_FPDU, TX_BURST};
 
@@ -115,6 +115,21 @@ pub(super) struct SegmentSum {
     pub(super) changed: bool,
     /// The stored sum went into this segment.
     pub(super) used_stored: bool,
+}
+
+impl SegmentSum {
+    /// Adds what the segment's sum read to the worker's counters.
+    fn count(&self, counters: &WorkerCounters) {
+        if self.read > 0 {
+            bump(&counters.tx_summed_bytes, self.read as u64);
+        }
+        if self.resummed > 0 {
+            bump(&counters.tx_resummed_bytes, self.resummed as u64);
+            if self.changed {
+                bump(&counters.tx_payload_changed, 1);
+            }
+        }
+    }
 }
 
 /// A piece of a record within a range: bytes it holds, or payload at an
@@ -1049,15 +1064,7 @@ impl<Q: LinkQueue> Worker<Q> {
                     }
                 }
             }
-            if seg.read > 0 {
-                bump(&self.counters.tx_summed_bytes, seg.read as u64);
-            }
-            if seg.resummed > 0 {
-                bump(&self.counters.tx_resummed_bytes, seg.resummed as u64);
-                if seg.changed {
-                    bump(&self.counters.tx_payload_changed, 1);
-                }
-            }
+            seg.count(&self.counters);
             match parts {
                 None => {
                     self.spare_frame = Some(frame);
@@ -1088,16 +1095,7 @@ impl<Q: LinkQueue> Worker<Q> {
                     );
                     bump(&self.counters.tx_fused_frames, cut.fused);
                     bump(&self.counters.tx_cut_trains, 1);
-                    let summed = cut.summed;
-                    if summed.read > 0 {
-                        bump(&self.counters.tx_summed_bytes, summed.read as u64);
-                    }
-                    if summed.resummed > 0 {
-                        bump(&self.counters.tx_resummed_bytes, summed.resummed as u64);
-                        if summed.changed {
-                            bump(&self.counters.tx_payload_changed, 1);
-                        }
-                    }
+                    cut.summed.count(&self.counters);
                     copied += cut.copied;
                     self.local_drops += cut.dropped;
                 }
