@@ -1425,10 +1425,24 @@ impl MemoryTable {
     }
 }
 
+/// The most bytes a placement hints ahead of itself (see
+/// `MemoryTable::write`).
+const PLACE_AHEAD: usize = 2048;
+
 impl Placement for MemoryTable {
     fn write(&mut self, dst: CheckedRange<'_>, data: &[u8]) {
         let ok = match self.range(&dst) {
-            Some((region, offset)) => region.write(offset, data).is_ok(),
+            Some((region, offset)) => {
+                let ok = region.write(offset, data).is_ok();
+                // The next FPDU of a message is most often placed right
+                // after this one: start bringing those lines in while
+                // this frame's work goes on (with thousands of queue
+                // pairs the destination is in memory, not in cache). The
+                // first lines are enough for the hardware to follow on
+                // a long FPDU; more would cost where they are cached.
+                region.prefetch(offset + data.len(), data.len().min(PLACE_AHEAD));
+                ok
+            }
             None => false,
         };
         if !ok {
