@@ -332,6 +332,10 @@ pub struct Stack<B, R> {
     free: Vec<u32>,
     live: usize,
     map: FlowMap,
+    /// The tuple last found in `map` and its slot: the segments of one
+    /// connection come in runs (a burst of data, its ACKs), and the next
+    /// one then skips the hash. Cleared whenever `map` loses an entry.
+    recent: Option<(FourTuple, u32)>,
     listeners: Vec<Listener>,
     stateless: VecDeque<(FourTuple, TcpRepr)>,
     /// Slots with a [`Slot::recheck`] to do, each once.
@@ -408,6 +412,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             free: Vec::new(),
             live: 0,
             map: FlowMap::with_capacity_and_hasher(max_connections, FlowHasherBuilder { seed }),
+            recent: None,
             listeners: Vec::new(),
             stateless: VecDeque::with_capacity(STATELESS_QUEUE),
             pending: Vec::with_capacity(max_connections),
@@ -642,6 +647,18 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
         Ok(())
     }
 
+    /// The slot of `tuple`'s connection, if it is in the map.
+    fn find(&mut self, tuple: &FourTuple) -> Option<u32> {
+        match self.recent {
+            Some((t, index)) if t == *tuple => Some(index),
+            _ => {
+                let index = *self.map.get(tuple)?;
+                self.recent = Some((*tuple, index));
+                Some(index)
+            }
+        }
+    }
+
     /// Processes one received segment: `src_ip`/`dst_ip` from the IPv4
     /// header, `payload` by reference to the frame (`None` when empty).
     pub fn handle_segment(
@@ -657,7 +674,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             local: SocketAddrV4::new(dst_ip, repr.dst_port),
             remote: SocketAddrV4::new(src_ip, repr.src_port),
         };
-        if let Some(&index) = self.map.get(&tuple) {
+        if let Some(index) = self.find(&tuple) {
             let i = index as usize;
             if let Some(e) = self.slots.get_mut(i).and_then(|s| s.entry.as_mut()) {
                 if e.conn.state() != State::Closed {
@@ -890,6 +907,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
         if closed && e.mapped {
             e.mapped = false;
             self.map.remove(&e.tuple);
+            self.recent = None;
         }
         match e.owner {
             Owner::HalfOpen(_) if closed => {
@@ -941,6 +959,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
         slot.queued = None;
         if e.mapped {
             self.map.remove(&e.tuple);
+            self.recent = None;
         }
         if let Owner::HalfOpen(port) = e.owner {
             if let Some(l) = self.listeners.iter_mut().find(|l| l.local.port() == port) {
@@ -1277,6 +1296,30 @@ mod tests {
         seen.clear();
         s.take_touched(|i| seen.push(i));
         assert!(seen.is_empty(), "{seen:?}");
+    }
+
+    #[test]
+    fn a_removed_connection_takes_no_more_segments_even_just_after_one() {
+        let mut s = TestStack::new(Config::default(), KEY, 8);
+        let now = secs(1);
+        let first = s
+            .connect(now, CLIENT, SocketAddrV4::new(SERVER, 80))
+            .unwrap();
+        let t = s.tuple(first).unwrap();
+        // A segment of its tuple, so that the lookup has just found it.
+        let stray = repr(80, t.local.port(), 5, Some(1), TcpFlags::NONE);
+        s.handle_segment(now, SERVER, CLIENT, &stray, None);
+        assert_eq!(s.stats().no_connection, 0);
+        s.remove(now, first).unwrap();
+        // The next connection gets the same slot under another tuple.
+        let second = s
+            .connect(now, CLIENT, SocketAddrV4::new(SERVER, 81))
+            .unwrap();
+        assert_eq!(second.index, first.index, "the test needs the slot reused");
+        let before = s.conn(second).unwrap().stats().segments_in;
+        s.handle_segment(now, SERVER, CLIENT, &stray, None);
+        assert_eq!(s.stats().no_connection, 1);
+        assert_eq!(s.conn(second).unwrap().stats().segments_in, before);
     }
 
     /// Drains the stateless queue (safe while no connection exists).
