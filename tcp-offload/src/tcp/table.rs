@@ -334,7 +334,7 @@ pub struct Stack<B, R> {
     map: FlowMap,
     /// The tuple last found in `map` and its slot: the segments of one
     /// connection come in runs (a burst of data, its ACKs), and the next
-    /// one then skips the hash. Cleared whenever `map` loses an entry.
+    /// one then skips the hash. Cleared whenever `map` changes.
     recent: Option<(FourTuple, u32)>,
     listeners: Vec<Listener>,
     stateless: VecDeque<(FourTuple, TcpRepr)>,
@@ -880,6 +880,8 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             }
         };
         self.map.insert(tuple, index);
+        // The map changed: the next lookup goes to it.
+        self.recent = None;
         self.live += 1;
         self.mark(index as usize, RECHECK_TX | RECHECK_TIMER);
         ConnId {
