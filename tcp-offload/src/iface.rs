@@ -63,9 +63,9 @@ use std::collections::VecDeque;
 use crate::tcp::{Config, FourTuple, Payload, Record, RecordBytes, Segment, Stack, Train};
 use crate::time::Instant;
 use crate::wire::{
-    ArpOperation, ArpPacket, ArpRepr, Checksum, EtherType, EthernetAddress, EthernetFrame,
-    EthernetRepr, Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Packet, Ipv4Repr, TcpPacket, TcpRepr,
-    WireError,
+    checksum, ArpOperation, ArpPacket, ArpRepr, Checksum, EtherType, EthernetAddress,
+    EthernetFrame, EthernetRepr, Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Packet, Ipv4Repr,
+    TcpPacket, TcpRepr, WireError,
 };
 
 /// Entries in the ARP cache. A host talks to few neighbours; the cache is
@@ -1199,21 +1199,38 @@ pub fn cut_header(train: &[u8], k: usize, offset: usize, len: usize, last: bool,
         return;
     }
     let tcp_len = n - tcp_at + len;
-    let ident = u16::from_be_bytes([dst[18], dst[19]]).wrapping_add(k as u16);
+    // Every field is read from `train`, none back from `dst`: a load of
+    // bytes just stored there would wait for the stores to complete.
+    let ip_train = Ipv4Packet::new_unchecked(&train[14..tcp_at]);
+    let total_len = (ihl + tcp_len) as u16;
+    let ident = ip_train.ident().wrapping_add(k as u16);
+    // The header's sum with the train's length, identifier and checksum
+    // taken out (adding a 16-bit word's complement subtracts it) and this
+    // segment's length and identifier put in.
+    let out = [ip_train.total_len(), ip_train.ident(), ip_train.checksum()]
+        .iter()
+        .map(|&w| u64::from(!w))
+        .sum::<u64>();
+    let sum = u64::from(checksum::sum(&train[14..tcp_at]))
+        + out
+        + u64::from(total_len)
+        + u64::from(ident);
+    let (src, dst_ip) = (ip_train.src_addr(), ip_train.dst_addr());
     let mut ip = Ipv4Packet::new_unchecked(&mut dst[14..tcp_at]);
-    ip.set_total_len((ihl + tcp_len) as u16);
+    ip.set_total_len(total_len);
     ip.set_ident(ident);
-    ip.fill_checksum();
-    let (src, dst_ip) = (ip.src_addr(), ip.dst_addr());
+    ip.set_checksum(!checksum::fold64(sum));
+    let t_train = TcpPacket::new_unchecked(&train[tcp_at..n]);
+    let (seq, flags) = (t_train.seq_number(), t_train.flags());
     let mut t = TcpPacket::new_unchecked(&mut dst[tcp_at..n]);
-    t.set_seq_number(t.seq_number() + offset);
+    t.set_seq_number(seq + offset);
     if !last {
         t.set_flags(crate::wire::TcpFlags(
-            t.flags().0 & !(crate::wire::TcpFlags::PSH.0 | crate::wire::TcpFlags::FIN.0),
+            flags.0 & !(crate::wire::TcpFlags::PSH.0 | crate::wire::TcpFlags::FIN.0),
         ));
     }
-    let pseudo = crate::wire::checksum::pseudo_header(src, dst_ip, 6, tcp_len);
-    t.set_checksum(crate::wire::checksum::fold(pseudo));
+    let pseudo = checksum::pseudo_header(src, dst_ip, 6, tcp_len);
+    t.set_checksum(checksum::fold(pseudo));
 }
 
 /// The Ethernet and IPv4 headers of an outgoing TCP segment, built alike
