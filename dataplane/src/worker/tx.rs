@@ -118,6 +118,20 @@ pub(super) struct SegmentSum {
 }
 
 impl SegmentSum {
+    /// Takes in what another sum of the same segment read (its bytes
+    /// and whether they changed; not its sum).
+    fn add(&mut self, other: &SegmentSum) {
+        self.read += other.read;
+        self.resummed += other.resummed;
+        self.changed |= other.changed;
+    }
+
+    /// Takes in what a fused pass over part of the segment read again.
+    fn add_fused(&mut self, f: &FusedSum) {
+        self.resummed += f.resummed;
+        self.changed |= f.changed;
+    }
+
     /// Adds what the segment's sum read to the worker's counters.
     fn count(&self, counters: &WorkerCounters) {
         if self.read > 0 {
@@ -885,8 +899,7 @@ fn cut_train<'a, Q: LinkQueue>(
         let summed = &mut out.summed;
         let sum = if fused {
             rec.emit_fused(&mut f, h.len(), !offload).map(|s| {
-                summed.resummed += s.resummed;
-                summed.changed |= s.changed;
+                summed.add_fused(&s);
                 s.sum
             })
         } else {
@@ -897,9 +910,7 @@ fn cut_train<'a, Q: LinkQueue>(
                         return 0;
                     }
                     let s = rec.tx_sum(whole);
-                    summed.read += s.read;
-                    summed.resummed += s.resummed;
-                    summed.changed |= s.changed;
+                    summed.add(&s);
                     s.sum
                 })
         };
@@ -1044,9 +1055,7 @@ impl<Q: LinkQueue> Worker<Q> {
                     }
                     (!offload).then(|| {
                         let s = rec.map(|r| r.tx_sum(range)).unwrap_or_default();
-                        seg.read += s.read;
-                        seg.resummed += s.resummed;
-                        seg.changed |= s.changed;
+                        seg.add(&s);
                         s.sum
                     })
                 },
