@@ -2197,6 +2197,10 @@ fn status_window(next: usize, len: usize) -> (usize, usize) {
 mod tests {
     use super::*;
     use dataplane::api::DriveMode;
+    use dataplane::config::Config;
+    use dataplane::link::{MemLink, MemLinkConfig};
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    use tcp_offload::wire::EthernetAddress;
 
     #[test]
     fn status_looks_cover_every_qp_within_a_round_of_looks() {
@@ -2218,10 +2222,6 @@ mod tests {
             }
         }
     }
-    use dataplane::config::Config;
-    use dataplane::link::{MemLink, MemLinkConfig};
-    use std::net::{Ipv4Addr, SocketAddrV4};
-    use tcp_offload::wire::EthernetAddress;
 
     /// F11: a slow peer whose data trickles in keeps the stall watch quiet
     /// for far longer than [`STALL_TIMEOUT`] without a single completion;
