@@ -642,6 +642,11 @@ seg_drops() {
     echo $(( a + b + c ))
 }
 
+# Counter $1 from our counters of case $2 (empty without them).
+counter() {
+    grep -o "\"$1\":[0-9]*" "$OUT/$2.counters.json" 2>/dev/null | cut -d: -f2
+}
+
 # The guest's kernel has died (an iw_cm BUG takes the RDMA stack with it).
 guest_broken() {
     # Up to the guest's power-off only: once it has asked for it, its disk
@@ -717,8 +722,8 @@ run_case() {
     if [ "$TSO" = 1 ]; then
         # the port cut trains: our counters say how many
         local trains cut
-        trains=$(grep -o '"tx_tso_frames":[0-9]*' "$OUT/$c.counters.json" 2>/dev/null | cut -d: -f2)
-        cut=$(grep -o '"tx_tso_segments":[0-9]*' "$OUT/$c.counters.json" 2>/dev/null | cut -d: -f2)
+        trains=$(counter tx_tso_frames "$c")
+        cut=$(counter tx_tso_segments "$c")
         if [ -z "$trains" ]; then
             REASON+=" no-counters"
         elif [ "$trains" = 0 ] || [ "$cut" -lt $(( 2 * trains )) ]; then
@@ -730,7 +735,7 @@ run_case() {
     if [ "$CUT" = 1 ]; then
         # trains our worker cut itself: our counters say how many
         local cuts
-        cuts=$(grep -o '"tx_cut_trains":[0-9]*' "$OUT/$c.counters.json" 2>/dev/null | cut -d: -f2)
+        cuts=$(counter tx_cut_trains "$c")
         if [ -z "$cuts" ]; then
             REASON+=" no-counters"
         elif [ "$cuts" = 0 ]; then
@@ -742,8 +747,8 @@ run_case() {
     if [ "$PACK" = 1 ] && [ "$DIR" = to-siw ]; then
         # several whole FPDUs per segment: our counters say how many
         local psegs pfpdus
-        psegs=$(grep -o '"tx_packed_segments":[0-9]*' "$OUT/$c.counters.json" 2>/dev/null | cut -d: -f2)
-        pfpdus=$(grep -o '"tx_packed_fpdus":[0-9]*' "$OUT/$c.counters.json" 2>/dev/null | cut -d: -f2)
+        psegs=$(counter tx_packed_segments "$c")
+        pfpdus=$(counter tx_packed_fpdus "$c")
         if [ -z "$psegs" ]; then
             REASON+=" no-counters"
         elif [ "$psegs" = 0 ] || [ "$pfpdus" -lt $(( 2 * psegs )) ]; then
