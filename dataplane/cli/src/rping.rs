@@ -340,6 +340,11 @@ struct Conn<'a> {
     next_id: u64,
     /// RDMA Writes completed so far.
     writes_done: u64,
+    /// Our connection's end was reported (its `Disconnected` event).
+    gone: bool,
+    /// A client that asked to connect once ours had ended: the next one a
+    /// server that goes on serves, rather than refusing it.
+    next: Option<ConnectRequest>,
 }
 
 impl Drop for Conn<'_> {
@@ -381,6 +386,8 @@ impl<'a> Conn<'a> {
             debug: o.debug,
             next_id: 1,
             writes_done: 0,
+            gone: false,
+            next: None,
         })
     }
 
@@ -449,7 +456,14 @@ impl<'a> Conn<'a> {
             match ev {
                 CmEvent::Disconnected { qp, reason } if qp == self.qp.num() => {
                     self.debug(|| format!("disconnected: {reason}"));
+                    self.gone = true;
                     return Some(reason);
+                }
+                // A client that comes as ours leaves (its close may end
+                // before ours does) is the next one, not a second one.
+                CmEvent::ConnectRequest(req) if self.gone && self.next.is_none() => {
+                    self.debug(|| format!("holding the next client, {}", req.remote));
+                    self.next = Some(req);
                 }
                 CmEvent::ConnectRequest(req) => {
                     // Like rping's server: one client at a time.
@@ -644,6 +658,9 @@ impl<'a> Conn<'a> {
 
     /// Ends the connection (if still up) and waits for the end, briefly.
     fn close(&mut self) {
+        if self.gone {
+            return;
+        }
         if self.qp.worker().is_none() || self.qp.status() == QpStatus::Disconnected {
             let _ = self.take_events();
             return;
@@ -699,6 +716,29 @@ pub fn server_with(
     out: &mut dyn Write,
     accepted: &mut dyn FnMut(SocketAddrV4),
 ) -> Result<RpingSummary, ToolError> {
+    let mut next = None;
+    let result = server_next(dp, opts, out, accepted, &mut next);
+    // This server ends with its client: one that came as it left is
+    // refused, not left waiting.
+    if let Some(req) = next {
+        let _ = dp.reject(&req, &[]);
+    }
+    result
+}
+
+/// [`server_with`] for a server that goes on serving, one client after
+/// another: `next` holds a client that asked to connect as the previous
+/// one left (the previous client's close may end before the server's, so
+/// its successor's request can come while the server still closes). This
+/// call serves that client, if any, else waits for one, and leaves in
+/// `next` a client that came as this one left.
+pub fn server_next(
+    dp: &Dataplane,
+    opts: &RpingOptions,
+    out: &mut dyn Write,
+    accepted: &mut dyn FnMut(SocketAddrV4),
+    next: &mut Option<ConnectRequest>,
+) -> Result<RpingSummary, ToolError> {
     opts.check()?;
     let me = SocketAddrV4::new(dp.ip(), opts.port);
     dp.listen(opts.port, 3)
@@ -707,31 +747,9 @@ pub fn server_with(
         eprintln!("rping: listening on {me}");
     }
     let start = Instant::now();
-    let req = loop {
-        let left = match opts.accept_timeout {
-            Some(t) => t.saturating_sub(start.elapsed()),
-            None => Duration::from_millis(500),
-        };
-        if left.is_zero() {
-            return Err(ToolError::Peer(format!(
-                "no client connected to {me} within {:?}",
-                opts.accept_timeout.unwrap_or_default()
-            )));
-        }
-        if interrupted() {
-            return Err(ToolError::Peer(format!(
-                "interrupted while waiting for a client on {me}"
-            )));
-        }
-        match dp.wait_event(left.min(Duration::from_millis(500))) {
-            Some(CmEvent::ConnectRequest(r)) if r.local_port == opts.port => break r,
-            // MPA setup refused the client by itself (it heard a reject).
-            Some(CmEvent::RequestRefused(r)) if r.local_port == opts.port => {
-                return Err(ToolError::Peer(r.to_string()))
-            }
-            Some(other) if opts.debug => eprintln!("rping: event: {other}"),
-            _ => {}
-        }
+    let req = match next.take() {
+        Some(req) => req,
+        None => wait_client(dp, opts, me, start)?,
     };
     let mut c = match Conn::new(dp, req.remote, opts) {
         Ok(c) => c,
@@ -752,7 +770,43 @@ pub fn server_with(
     });
     let result = serve(&mut c, &req, opts, out, accepted);
     c.close();
+    *next = c.next.take();
     result
+}
+
+/// Waits for a client's connection request on `me`.
+fn wait_client(
+    dp: &Dataplane,
+    opts: &RpingOptions,
+    me: SocketAddrV4,
+    start: Instant,
+) -> Result<ConnectRequest, ToolError> {
+    loop {
+        let left = match opts.accept_timeout {
+            Some(t) => t.saturating_sub(start.elapsed()),
+            None => Duration::from_millis(500),
+        };
+        if left.is_zero() {
+            return Err(ToolError::Peer(format!(
+                "no client connected to {me} within {:?}",
+                opts.accept_timeout.unwrap_or_default()
+            )));
+        }
+        if interrupted() {
+            return Err(ToolError::Peer(format!(
+                "interrupted while waiting for a client on {me}"
+            )));
+        }
+        match dp.wait_event(left.min(Duration::from_millis(500))) {
+            Some(CmEvent::ConnectRequest(r)) if r.local_port == opts.port => return Ok(r),
+            // MPA setup refused the client by itself (it heard a reject).
+            Some(CmEvent::RequestRefused(r)) if r.local_port == opts.port => {
+                return Err(ToolError::Peer(r.to_string()))
+            }
+            Some(other) if opts.debug => eprintln!("rping: event: {other}"),
+            _ => {}
+        }
+    }
 }
 
 /// A wait's end as the run's error: the peer leaving mid-ping is a failure.
@@ -913,8 +967,9 @@ pub enum PersistentEnd {
 /// signal stops it or, with [`RpingOptions::accept_timeout`], until no
 /// client comes for that long. rdma-core's persistent server serves its
 /// clients at once, a thread each; this one serves them in turn (a
-/// client that connects meanwhile is refused, as by the one-client
-/// server, and may try again). A client that fails does not end the
+/// client that connects while another is served is refused, as by the
+/// one-client server, and may try again; one that connects as the
+/// previous one leaves is served next). A client that fails does not end the
 /// server: `each` gets every client's outcome, good or not. Fails only
 /// when it cannot listen or its options are wrong.
 pub fn persistent_server(
@@ -929,28 +984,34 @@ pub fn persistent_server(
     // so each serve below finds it in place).
     dp.listen(opts.port, 3)
         .map_err(|e| ToolError::Peer(format!("cannot listen on {me}: {e}")))?;
-    loop {
+    let mut next = None;
+    let end = loop {
         let started = Instant::now();
         let mut connected = false;
-        let r = server_with(dp, opts, out, &mut |_| connected = true);
+        let r = server_next(dp, opts, out, &mut |_| connected = true, &mut next);
         match r {
             Ok(s) => {
                 each(Ok(&s));
                 if s.interrupted {
-                    return Ok(PersistentEnd::Interrupted);
+                    break PersistentEnd::Interrupted;
                 }
             }
             // Before a client was connected, the wait itself ended.
-            Err(_) if !connected && interrupted() => return Ok(PersistentEnd::Interrupted),
+            Err(_) if !connected && interrupted() => break PersistentEnd::Interrupted,
             Err(_) if !connected && opts.accept_timeout.is_some_and(|t| started.elapsed() >= t) => {
-                return Ok(PersistentEnd::Idle)
+                break PersistentEnd::Idle
             }
             Err(e) => each(Err(&e)),
         }
         if interrupted() {
-            return Ok(PersistentEnd::Interrupted);
+            break PersistentEnd::Interrupted;
         }
+    };
+    // A client that came as the last one left is not left waiting.
+    if let Some(req) = next {
+        let _ = dp.reject(&req, &[]);
     }
+    Ok(end)
 }
 
 // ---------------------------------------------------------------------

@@ -930,6 +930,8 @@ fn rping_responder(svc: &Service, state: &ResponderState, opts: &RpingOptions) {
             ("size", opts.size.to_string()),
         ],
     );
+    // A client that came as the previous one left, served next.
+    let mut next = None;
     while !svc.stop.load(Ordering::Acquire) && !interrupted() {
         let mut sink = std::io::sink();
         let mut accepted = |peer: std::net::SocketAddrV4| {
@@ -942,7 +944,7 @@ fn rping_responder(svc: &Service, state: &ResponderState, opts: &RpingOptions) {
                 ],
             );
         };
-        let result = rping::server_with(&svc.dp, opts, &mut sink, &mut accepted);
+        let result = rping::server_next(&svc.dp, opts, &mut sink, &mut accepted, &mut next);
         state.active.store(false, Ordering::Release);
         match result {
             Ok(s) => {
@@ -977,6 +979,9 @@ fn rping_responder(svc: &Service, state: &ResponderState, opts: &RpingOptions) {
                 }
             }
         }
+    }
+    if let Some(req) = next {
+        let _ = svc.dp.reject(&req, &[]);
     }
 }
 
