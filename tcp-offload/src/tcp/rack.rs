@@ -201,7 +201,10 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     /// RACK deems lost and arms the timer for what will be. Returns whether
     /// a repair is newly due. SACK connections only.
     pub(super) fn rack_detect(&mut self, now: Instant) -> bool {
-        let Some(latest) = self.rack.xmit.filter(|_| self.opts.sack) else {
+        // Nothing outstanding (a receiver that sends only ACKs): nothing
+        // to deem lost, nor to wait for.
+        let outstanding = self.snd_una != self.snd_nxt;
+        let Some(latest) = self.rack.xmit.filter(|_| self.opts.sack && outstanding) else {
             self.timers.reo = None;
             return false;
         };
