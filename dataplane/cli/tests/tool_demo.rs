@@ -129,6 +129,21 @@ fn demo_json_has_every_figure_and_leaves_nothing_behind() {
             positive(&r[side]["ns_per_byte"], &format!("{t} {side} ns_per_byte"));
             positive(&r[side]["busy"], &format!("{t} {side} busy"));
         }
+        // The workers' frames: every byte went in a data frame of at most
+        // an MSS (1460 at the default MTU) from the source to the sink,
+        // which sent at least one acknowledgement back.
+        for side in ["source_frames", "sink_frames"] {
+            for f in ["frames_sent", "frames_received", "loops", "ns_per_frame"] {
+                positive(&r[side][f], &format!("{t} {side} {f}"));
+            }
+        }
+        let bytes = r["bytes"].as_u64().unwrap();
+        let data_frames = r["source_frames"]["frames_sent"].as_u64().unwrap();
+        assert!(
+            data_frames * 1460 >= bytes,
+            "{t}: {data_frames} frames for {bytes} bytes"
+        );
+        assert!(r["sink_frames"]["frames_received"].as_u64().unwrap() >= data_frames * 9 / 10);
         println!(
             "{t}: {:.1} MB/s, one core copy+CRC32c {:.1} MB/s, ratio {:.3}, {} bytes verified",
             r["bw_avg_mbps"].as_f64().unwrap(),
@@ -157,6 +172,12 @@ fn demo_json_has_every_figure_and_leaves_nothing_behind() {
         assert!((mpps - got).abs() <= 0.05 * got, "{t}: {mpps} vs {got}");
         for side in ["source_workers", "sink_workers"] {
             positive(&r[side]["ns_per_byte"], &format!("{t} {side} ns_per_byte"));
+        }
+        for side in ["source_frames", "sink_frames"] {
+            positive(
+                &r[side]["ns_per_frame"],
+                &format!("{t} message rate {side} ns_per_frame"),
+            );
         }
         println!("{t} 64 B: {got:.3} M messages/s");
     }

@@ -69,6 +69,41 @@ impl CpuUse {
     }
 }
 
+/// What a side's workers handled in a round, from their counters: the
+/// frames they sent and received and their loop iterations, with the
+/// side's CPU time per frame. With the bytes moved, this splits a side's
+/// cost into what it pays per byte and what it pays per frame.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct FrameWork {
+    /// Frames the side's workers sent (data and acknowledgements).
+    pub frames_sent: u64,
+    /// Frames they received.
+    pub frames_received: u64,
+    /// Their loop iterations.
+    pub loops: u64,
+    /// The side's CPU nanoseconds per frame sent or received (0 when the
+    /// CPU time could not be read).
+    pub ns_per_frame: f64,
+}
+
+impl FrameWork {
+    /// From the counters' growth over the round (`sent`, `received`,
+    /// `loops`) and the side's CPU time in nanoseconds.
+    pub fn new(counts: (u64, u64, u64), cpu_ns: Option<u64>) -> FrameWork {
+        let (frames_sent, frames_received, loops) = counts;
+        let frames = frames_sent + frames_received;
+        FrameWork {
+            frames_sent,
+            frames_received,
+            loops,
+            ns_per_frame: match cpu_ns {
+                Some(ns) if frames > 0 => ns as f64 / frames as f64,
+                _ => 0.0,
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,5 +134,14 @@ mod tests {
         assert_eq!(u.ns_per_byte, 2.0);
         assert_eq!(u.busy, 0.5);
         assert_eq!(CpuUse::new(None, 1, 1.0), CpuUse::default());
+    }
+
+    #[test]
+    fn frame_work_divides_the_cpu_time_by_the_frames_each_way() {
+        let f = FrameWork::new((300, 100, 50), Some(40_000));
+        assert_eq!((f.frames_sent, f.frames_received, f.loops), (300, 100, 50));
+        assert_eq!(f.ns_per_frame, 100.0);
+        assert_eq!(FrameWork::new((0, 0, 7), Some(40_000)).ns_per_frame, 0.0);
+        assert_eq!(FrameWork::new((3, 1, 7), None).ns_per_frame, 0.0);
     }
 }

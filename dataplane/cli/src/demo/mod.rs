@@ -46,7 +46,7 @@ use dataplane::api::{Dataplane, DriveMode, Error};
 use dataplane::config::Config;
 use dataplane::dpdk_link::{default_eal_args, start_eal, DpdkLink, DpdkLinkOptions};
 
-pub use cpu::CpuUse;
+pub use cpu::{CpuUse, FrameWork};
 
 const DEFAULT_SIZE: usize = 64 << 10;
 const DEFAULT_LAT_SIZE: usize = 64;
@@ -246,6 +246,11 @@ pub struct BwRow {
     pub source_workers: CpuUse,
     /// CPU time of the workers of the side the data reaches.
     pub sink_workers: CpuUse,
+    /// Frames the source side's workers sent and received over the
+    /// round, their loops, and the side's CPU time per frame.
+    pub source_frames: FrameWork,
+    /// The same for the sink side.
+    pub sink_frames: FrameWork,
     /// The kernel stream's sending thread.
     pub kernel_sender: CpuUse,
     /// The kernel stream's receiving thread.
@@ -308,6 +313,12 @@ pub struct RateRow {
     pub source_workers: CpuUse,
     /// CPU time of the workers of the side they reach.
     pub sink_workers: CpuUse,
+    /// Frames the source side's workers sent and received, their loops,
+    /// and the side's CPU time per frame (several messages share a
+    /// frame when small ones are packed).
+    pub source_frames: FrameWork,
+    /// The same for the sink side.
+    pub sink_frames: FrameWork,
     /// Bytes whose content was checked (both ends).
     pub verified_bytes: u64,
 }
@@ -466,7 +477,7 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
         if !wants(Rounds::Bandwidth) {
             break;
         }
-        let (c, s, (source_cpu, sink_cpu), setup) =
+        let (c, s, (source_cpu, sink_cpu), setup, (source_frames, sink_frames)) =
             measured_round(args, &a, &b, test, (args.size, args.qps), port, busy)?;
         port += 1;
         let seconds = c.elapsed.as_secs_f64();
@@ -495,6 +506,8 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
             cross_core_ratio: ratio(c.bw_avg_mbps, cross_core),
             source_workers: CpuUse::new(source_cpu, c.bytes, seconds),
             sink_workers: CpuUse::new(sink_cpu, c.bytes, seconds),
+            source_frames,
+            sink_frames,
             kernel_sender: k.sender,
             kernel_receiver: k.receiver,
             verified_bytes: verified,
@@ -523,7 +536,7 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
         if !wants(Rounds::Rate) {
             break;
         }
-        let (c, s, (source_cpu, sink_cpu), _) =
+        let (c, s, (source_cpu, sink_cpu), _, (source_frames, sink_frames)) =
             measured_round(args, &a, &b, test, (args.rate_size, 1), port, busy)?;
         port += 1;
         let seconds = c.elapsed.as_secs_f64();
@@ -536,6 +549,8 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
             bw_avg_mbps: c.bw_avg_mbps,
             source_workers: CpuUse::new(source_cpu, c.bytes, seconds),
             sink_workers: CpuUse::new(sink_cpu, c.bytes, seconds),
+            source_frames,
+            sink_frames,
             verified_bytes: c.verified_bytes + s.verified_bytes,
         };
         check_nonzero(&row.test, &[row.iterations, row.verified_bytes])?;
@@ -696,8 +711,15 @@ fn kernel_latency_baseline(args: &DemoArgs) -> Result<LatencySummary, ToolError>
 /// Worker CPU nanoseconds of a round's (source, sink) sides, where read.
 type SideCpu = (Option<u64>, Option<u64>);
 
+/// What the workers of a round's (source, sink) sides handled.
+type SideFrames = (FrameWork, FrameWork);
+
 /// A round's `(client, server, CPU, connection setup time)`.
 type RoundOut = (RunResult, RunResult, SideCpu, Duration);
+
+/// A measured round's `(client, server, CPU, connection setup time,
+/// frames)`.
+type MeasuredOut = (RunResult, RunResult, SideCpu, Duration, SideFrames);
 
 /// Round trips of each `--drive auto` trial.
 const TRIAL_ROUND_TRIPS: u64 = 300;
@@ -778,10 +800,21 @@ fn measured_round(
     shape: (usize, usize),
     port: u16,
     busy: bool,
-) -> Result<RoundOut, ToolError> {
+) -> Result<MeasuredOut, ToolError> {
     let cpu0 = (workers_cpu_ns(a), workers_cpu_ns(b));
+    let counts0 = (worker_counts(a), worker_counts(b));
     let (c, s, drivers, setup) = round(args, a, b, test, shape, port, busy)?;
     let cpu1 = (workers_cpu_ns(a), workers_cpu_ns(b));
+    let counts1 = (worker_counts(a), worker_counts(b));
+    let grown = |x: (u64, u64, u64), y: (u64, u64, u64)| {
+        (
+            y.0.saturating_sub(x.0),
+            y.1.saturating_sub(x.1),
+            y.2.saturating_sub(x.2),
+        )
+    };
+    let client_frames = grown(counts0.0, counts1.0);
+    let server_frames = grown(counts0.1, counts1.1);
     let spent = |t0: Option<u64>, t1: Option<u64>| t0.zip(t1).map(|(x, y)| y - x.min(y));
     let plus = |w: Option<u64>, d: Option<u64>| match d {
         Some(d) => w.map(|w| w + d),
@@ -789,12 +822,14 @@ fn measured_round(
     };
     let client_cpu = plus(spent(cpu0.0, cpu1.0), drivers.0);
     let server_cpu = plus(spent(cpu0.1, cpu1.1), drivers.1);
-    let cpu = if test.is_read() {
-        (server_cpu, client_cpu)
+    let client = FrameWork::new(client_frames, client_cpu);
+    let server = FrameWork::new(server_frames, server_cpu);
+    let (cpu, frames) = if test.is_read() {
+        ((server_cpu, client_cpu), (server, client))
     } else {
-        (client_cpu, server_cpu)
+        ((client_cpu, server_cpu), (client, server))
     };
-    Ok((c, s, cpu, setup))
+    Ok((c, s, cpu, setup, frames))
 }
 
 /// `a / b`, 0 when `b` is not positive.
@@ -813,6 +848,14 @@ fn workers_cpu_ns(dp: &Dataplane) -> Option<u64> {
         .iter()
         .map(|w| w.thread_id.and_then(cpu::thread_ns))
         .sum()
+}
+
+/// Frames sent, frames received and loop iterations of all of `dp`'s
+/// workers so far.
+fn worker_counts(dp: &Dataplane) -> (u64, u64, u64) {
+    dp.stats().iter().fold((0, 0, 0), |(t, r, l), w| {
+        (t + w.tx_packets, r + w.rx_packets, l + w.loops)
+    })
 }
 
 fn check_nonzero(test: &TestKind, figures: &[u64]) -> Result<(), ToolError> {
@@ -1049,6 +1092,24 @@ pub fn table(r: &DemoReport) -> String {
             b.kernel_receiver.ns_per_byte,
         ));
     }
+    out.push_str(&format!(
+        " {:<10} {:>44} {:>44}\n",
+        "frames", "source workers: out  in  CPU ns/frame", "sink workers: out  in  CPU ns/frame"
+    ));
+    for b in &r.bandwidth {
+        let f = |w: &FrameWork| {
+            format!(
+                "{:>12} {:>10} {:>8.0}",
+                w.frames_sent, w.frames_received, w.ns_per_frame
+            )
+        };
+        out.push_str(&format!(
+            " {:<10} {:>44} {:>44}\n",
+            b.test.to_string(),
+            f(&b.source_frames),
+            f(&b.sink_frames)
+        ));
+    }
     // The cross-core figure is one per run: one line, each test's ratio.
     if let Some(first) = r.bandwidth.first() {
         let ratios: Vec<String> = r
@@ -1152,7 +1213,8 @@ pub fn table(r: &DemoReport) -> String {
          CRC32c-summing the same bytes, / the kernel's TCP over loopback with the same \
          message size, and / one thread handing each message to another that reads it once, \
          the ceiling of two endpoints on two cores; CPU = worker threads' time per byte moved over the round, and the kernel \
-         stream's two threads'; latency kernel TCP = the kernel's TCP ping-pong over loopback with the same message size, \
+         stream's two threads'; frames = what each side's workers sent and received over the round \
+         (data and acknowledgements) and the side's CPU time per frame; latency kernel TCP = the kernel's TCP ping-pong over loopback with the same message size, \
          half a round trip, typical, and ratio = our typical / its)\n{rule}\n data check: passed ({} bytes verified)\n",
         r.verified_bytes
     ));
@@ -1222,6 +1284,8 @@ mod tests {
                     ns_per_byte: 2.25,
                     busy: 0.8,
                 },
+                source_frames: FrameWork::new((4_567, 89, 1_234), Some(1_164_000)),
+                sink_frames: FrameWork::default(),
                 kernel_sender: CpuUse {
                     ns_per_byte: 0.75,
                     busy: 1.0,
@@ -1263,6 +1327,8 @@ mod tests {
                     ns_per_byte: 2.0,
                     busy: 0.8,
                 },
+                source_frames: FrameWork::default(),
+                sink_frames: FrameWork::default(),
                 verified_bytes: 1000,
             }],
             cross_core_round_trip_ns: [Some(62.5), None],
@@ -1294,6 +1360,12 @@ mod tests {
         assert!(t.contains("80.0 MB/s") && t.contains("0.078"), "{t}");
         assert_eq!(j["bandwidth"][0]["sink_workers"]["ns_per_byte"], 2.25);
         assert_eq!(j["bandwidth"][0]["kernel_sender"]["busy"], 1.0);
+        // Frames each way per side, and CPU time per frame.
+        assert!(t.contains("4567         89      250"), "{t}");
+        assert_eq!(j["bandwidth"][0]["source_frames"]["frames_sent"], 4567);
+        assert_eq!(j["bandwidth"][0]["source_frames"]["loops"], 1234);
+        assert_eq!(j["bandwidth"][0]["source_frames"]["ns_per_frame"], 250.0);
+        assert_eq!(j["message_rate"][0]["sink_frames"]["frames_received"], 0);
         // Message rate: millions per second and worker time per message.
         assert!(
             t.contains("2.000") && t.contains("256.0") && t.contains("128.0"),
