@@ -114,6 +114,7 @@
 mod shared;
 
 pub(crate) use shared::copy as copy_raw;
+pub(crate) use shared::prefetch;
 
 use core::ptr::NonNull;
 use core::sync::atomic::AtomicU64;
