@@ -108,6 +108,10 @@ const HEADROOM: u16 = 128;
 /// headroom).
 const MIN_DATA_ROOM: usize = 2048;
 
+/// How much of the next transmit buffer is claimed for writing while a
+/// frame is filled: a standard frame whole; of a jumbo one the start.
+const TX_PREFETCH: usize = 2048;
+
 /// Segments of one transmitted chain at most.
 const MAX_SEGMENTS: usize = 16;
 
@@ -984,6 +988,11 @@ impl LinkQueue for DpdkQueue {
             self.pool.alloc_bulk(&mut self.tx_cache, BURST);
         }
         let head = self.tx_cache.pop().or_else(|| self.pool.alloc())?;
+        // The next frame's buffer, last used by the core that received
+        // it, is claimed for writing while this one is filled.
+        if let Some(next) = self.tx_cache.get(self.tx_cache.len().wrapping_sub(1)) {
+            crate::memory::prefetch_write(next.data_ptr(), TX_PREFETCH);
+        }
         // A new one only while more frames are out than ever before
         // (start-up).
         let ext = self.spare_ext.pop().unwrap_or_else(|| {

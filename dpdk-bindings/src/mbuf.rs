@@ -172,6 +172,23 @@ impl Mbuf {
         }
     }
 
+    /// Where the first segment's data starts: in a fresh mbuf, where the
+    /// first byte appended goes. An address for cache hints (a prefetch
+    /// before the frame is written); reading or writing through it is
+    /// what [`Mbuf::data`] and [`Mbuf::data_mut`] are for.
+    #[inline]
+    pub fn data_ptr(&self) -> *const u8 {
+        let m = self.as_ptr();
+        // SAFETY: `self` owns a valid mbuf; two plain field reads, and the
+        // address is computed, not dereferenced.
+        unsafe {
+            (*m).buf_addr
+                .cast::<u8>()
+                .cast_const()
+                .wrapping_add(usize::from((*m).data_off))
+        }
+    }
+
     /// Free bytes before the first segment's data.
     #[inline]
     pub fn headroom(&self) -> usize {

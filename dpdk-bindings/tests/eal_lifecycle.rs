@@ -112,6 +112,11 @@ fn pools_and_mbufs(eal: &Eal) {
     assert_eq!(m.tailroom(), 2048);
     assert!(m.is_writable());
     assert_eq!(m.refcnt(), 1);
+    // The data start of a fresh mbuf is where appended bytes go.
+    let fresh = held[1].data_ptr();
+    let got = held[1].append(16).expect("room for 16 bytes").as_ptr();
+    assert_eq!(fresh, got);
+    assert_eq!(held[1].data().as_ptr(), fresh);
     held.clear();
     assert_eq!(pool.avail_count(), 1023, "every mbuf back in the pool");
 

@@ -114,7 +114,7 @@
 mod shared;
 
 pub(crate) use shared::copy as copy_raw;
-pub(crate) use shared::prefetch;
+pub(crate) use shared::{prefetch, prefetch_write};
 
 use core::ptr::NonNull;
 use core::sync::atomic::AtomicU64;

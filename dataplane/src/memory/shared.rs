@@ -103,6 +103,35 @@ pub(crate) fn prefetch(ptr: *const u8, len: usize) {
     let _ = (ptr, len);
 }
 
+/// Asks the CPU to start bringing the cache lines of `len` bytes at
+/// `ptr` into its caches for writing (owned, so that the stores that
+/// follow need not ask the core that last held them): before a transmit
+/// frame whose buffer another core used last is filled. A hint only, as
+/// [`prefetch`].
+#[inline]
+pub(crate) fn prefetch_write(ptr: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let end = (ptr as usize).saturating_add(len);
+        let mut line = ptr as usize & !63;
+        while line < end {
+            // SAFETY: `prefetchw` only hints the cache hierarchy, as
+            // `prefetcht0` above: no architectural access, no fault for
+            // any address, no register, stack or flag written.
+            unsafe {
+                core::arch::asm!(
+                    "prefetchw byte ptr [{p}]",
+                    p = in(reg) line,
+                    options(nostack, preserves_flags, readonly)
+                );
+            }
+            line += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (ptr, len);
+}
+
 /// How many of the first `len` bytes at `shared` (memory others may
 /// write meanwhile, as for [`copy`]) match `own` from the start, in
 /// whole 64-byte blocks: the first block holding a difference, and
