@@ -1539,6 +1539,21 @@ mod tests {
         assert_eq!(r.to_vec(0, 10_000).unwrap(), data);
     }
 
+    /// A prefetch for writing changes no byte, and no address makes it
+    /// fault: past the end of a buffer, null, unmapped, the end of the
+    /// address space.
+    #[test]
+    fn prefetch_for_writing_changes_nothing_and_never_faults() {
+        let data: Vec<u8> = (0..5_000u32).map(|i| (i * 13) as u8).collect();
+        let copy = data.clone();
+        super::prefetch_write(data.as_ptr(), data.len());
+        super::prefetch_write(data.as_ptr().wrapping_add(4_999), 4_096);
+        super::prefetch_write(core::ptr::null(), 4_096);
+        super::prefetch_write(usize::MAX as *const u8, 64);
+        super::prefetch_write(0x10 as *const u8, 0);
+        assert_eq!(data, copy);
+    }
+
     /// A large region has its own mapping, aligned for a transparent huge
     /// page, zeroed, bounded, and usable to its last byte; a smaller one
     /// stays on the heap.

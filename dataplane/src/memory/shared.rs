@@ -80,27 +80,7 @@ pub(crate) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
 /// it may race with anything and needs no valid pointer.
 #[inline]
 pub(crate) fn prefetch(ptr: *const u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let end = (ptr as usize).saturating_add(len);
-        let mut line = ptr as usize & !63;
-        while line < end {
-            // SAFETY: `prefetcht0` only hints the cache hierarchy: it
-            // makes no architectural memory access, raises no fault for
-            // any address (an unmapped one is dropped), and writes no
-            // register, stack or flag, as the options declare.
-            unsafe {
-                core::arch::asm!(
-                    "prefetcht0 byte ptr [{p}]",
-                    p = in(reg) line,
-                    options(nostack, preserves_flags, readonly)
-                );
-            }
-            line += 64;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (ptr, len);
+    prefetch_lines::<false>(ptr, len);
 }
 
 /// Asks the CPU to start bringing the cache lines of `len` bytes at
@@ -110,22 +90,42 @@ pub(crate) fn prefetch(ptr: *const u8, len: usize) {
 /// [`prefetch`].
 #[inline]
 pub(crate) fn prefetch_write(ptr: *const u8, len: usize) {
+    prefetch_lines::<true>(ptr, len);
+}
+
+/// [`prefetch`] (`prefetcht0`) or, with `WRITE`, [`prefetch_write`]
+/// (`prefetchw`) of every line of `len` bytes at `ptr`.
+#[inline]
+fn prefetch_lines<const WRITE: bool>(ptr: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         let end = (ptr as usize).saturating_add(len);
         let mut line = ptr as usize & !63;
         while line < end {
-            // SAFETY: `prefetchw` only hints the cache hierarchy, as
-            // `prefetcht0` above: no architectural access, no fault for
-            // any address, no register, stack or flag written.
+            // SAFETY: `prefetcht0` and `prefetchw` only hint the cache
+            // hierarchy: they make no architectural memory access, raise
+            // no fault for any address (an unmapped one is dropped), and
+            // write no register, stack or flag, as the options declare.
             unsafe {
-                core::arch::asm!(
-                    "prefetchw byte ptr [{p}]",
-                    p = in(reg) line,
-                    options(nostack, preserves_flags, readonly)
-                );
+                if WRITE {
+                    core::arch::asm!(
+                        "prefetchw byte ptr [{p}]",
+                        p = in(reg) line,
+                        options(nostack, preserves_flags, readonly)
+                    );
+                } else {
+                    core::arch::asm!(
+                        "prefetcht0 byte ptr [{p}]",
+                        p = in(reg) line,
+                        options(nostack, preserves_flags, readonly)
+                    );
+                }
             }
-            line += 64;
+            // The last line of the address space ends the loop.
+            let Some(next) = line.checked_add(64) else {
+                break;
+            };
+            line = next;
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
