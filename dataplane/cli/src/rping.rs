@@ -716,28 +716,53 @@ pub fn server_with(
     out: &mut dyn Write,
     accepted: &mut dyn FnMut(SocketAddrV4),
 ) -> Result<RpingSummary, ToolError> {
-    let mut next = None;
-    let result = server_next(dp, opts, out, accepted, &mut next);
     // This server ends with its client: one that came as it left is
-    // refused, not left waiting.
-    if let Some(req) = next {
-        let _ = dp.reject(&req, &[]);
+    // refused when `NextClient` drops.
+    server_next(dp, opts, out, accepted, &mut NextClient::new(dp))
+}
+
+/// A client that asked to connect as the previous one left, held for the
+/// next [`server_next`] of a server that goes on serving (the previous
+/// client's close may end before the server's, so its successor's request
+/// can come while the server still closes). Dropped with a client still
+/// held, it refuses that client rather than leave it waiting.
+pub struct NextClient<'a> {
+    dp: &'a Dataplane,
+    req: Option<ConnectRequest>,
+}
+
+impl<'a> NextClient<'a> {
+    /// None held yet, for a server on `dp`.
+    pub fn new(dp: &'a Dataplane) -> NextClient<'a> {
+        NextClient { dp, req: None }
     }
-    result
+}
+
+impl std::fmt::Debug for NextClient<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NextClient")
+            .field("req", &self.req)
+            .finish()
+    }
+}
+
+impl Drop for NextClient<'_> {
+    fn drop(&mut self) {
+        if let Some(req) = self.req.take() {
+            let _ = self.dp.reject(&req, &[]);
+        }
+    }
 }
 
 /// [`server_with`] for a server that goes on serving, one client after
-/// another: `next` holds a client that asked to connect as the previous
-/// one left (the previous client's close may end before the server's, so
-/// its successor's request can come while the server still closes). This
-/// call serves that client, if any, else waits for one, and leaves in
-/// `next` a client that came as this one left.
+/// another: serves the client `next` holds, if any, else waits for one,
+/// and leaves in `next` a client that came as this one left.
 pub fn server_next(
     dp: &Dataplane,
     opts: &RpingOptions,
     out: &mut dyn Write,
     accepted: &mut dyn FnMut(SocketAddrV4),
-    next: &mut Option<ConnectRequest>,
+    next: &mut NextClient<'_>,
 ) -> Result<RpingSummary, ToolError> {
     opts.check()?;
     let me = SocketAddrV4::new(dp.ip(), opts.port);
@@ -747,7 +772,7 @@ pub fn server_next(
         eprintln!("rping: listening on {me}");
     }
     let start = Instant::now();
-    let req = match next.take() {
+    let req = match next.req.take() {
         Some(req) => req,
         None => wait_client(dp, opts, me, start)?,
     };
@@ -770,7 +795,7 @@ pub fn server_next(
     });
     let result = serve(&mut c, &req, opts, out, accepted);
     c.close();
-    *next = c.next.take();
+    next.req = c.next.take();
     result
 }
 
@@ -984,8 +1009,10 @@ pub fn persistent_server(
     // so each serve below finds it in place).
     dp.listen(opts.port, 3)
         .map_err(|e| ToolError::Peer(format!("cannot listen on {me}: {e}")))?;
-    let mut next = None;
-    let end = loop {
+    // A client that came as the last one left is refused when this
+    // drops, not left waiting.
+    let mut next = NextClient::new(dp);
+    loop {
         let started = Instant::now();
         let mut connected = false;
         let r = server_next(dp, opts, out, &mut |_| connected = true, &mut next);
@@ -993,25 +1020,20 @@ pub fn persistent_server(
             Ok(s) => {
                 each(Ok(&s));
                 if s.interrupted {
-                    break PersistentEnd::Interrupted;
+                    return Ok(PersistentEnd::Interrupted);
                 }
             }
             // Before a client was connected, the wait itself ended.
-            Err(_) if !connected && interrupted() => break PersistentEnd::Interrupted,
+            Err(_) if !connected && interrupted() => return Ok(PersistentEnd::Interrupted),
             Err(_) if !connected && opts.accept_timeout.is_some_and(|t| started.elapsed() >= t) => {
-                break PersistentEnd::Idle
+                return Ok(PersistentEnd::Idle)
             }
             Err(e) => each(Err(&e)),
         }
         if interrupted() {
-            break PersistentEnd::Interrupted;
+            return Ok(PersistentEnd::Interrupted);
         }
-    };
-    // A client that came as the last one left is not left waiting.
-    if let Some(req) = next {
-        let _ = dp.reject(&req, &[]);
     }
-    Ok(end)
 }
 
 // ---------------------------------------------------------------------

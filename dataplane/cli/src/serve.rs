@@ -930,8 +930,9 @@ fn rping_responder(svc: &Service, state: &ResponderState, opts: &RpingOptions) {
             ("size", opts.size.to_string()),
         ],
     );
-    // A client that came as the previous one left, served next.
-    let mut next = None;
+    // A client that came as the previous one left, served next (or
+    // refused when the responder stops).
+    let mut next = rping::NextClient::new(&svc.dp);
     while !svc.stop.load(Ordering::Acquire) && !interrupted() {
         let mut sink = std::io::sink();
         let mut accepted = |peer: std::net::SocketAddrV4| {
@@ -979,9 +980,6 @@ fn rping_responder(svc: &Service, state: &ResponderState, opts: &RpingOptions) {
                 }
             }
         }
-    }
-    if let Some(req) = next {
-        let _ = svc.dp.reject(&req, &[]);
     }
 }
 
