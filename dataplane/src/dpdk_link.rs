@@ -990,7 +990,7 @@ impl LinkQueue for DpdkQueue {
         let head = self.tx_cache.pop().or_else(|| self.pool.alloc())?;
         // The next frame's buffer, last used by the core that received
         // it, is claimed for writing while this one is filled.
-        if let Some(next) = self.tx_cache.get(self.tx_cache.len().wrapping_sub(1)) {
+        if let Some(next) = self.tx_cache.last() {
             crate::memory::prefetch_write(next.data_ptr(), TX_PREFETCH);
         }
         // A new one only while more frames are out than ever before

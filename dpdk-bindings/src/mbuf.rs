@@ -583,6 +583,12 @@ impl MbufBurst {
         self.slots[self.len].take()
     }
 
+    /// The last mbuf, the one [`MbufBurst::pop`] takes next.
+    #[inline]
+    pub fn last(&self) -> Option<&Mbuf> {
+        self.slots[..self.len].last()?.as_ref()
+    }
+
     /// The `i`th mbuf.
     #[inline]
     pub fn get(&self, i: usize) -> Option<&Mbuf> {

@@ -129,7 +129,9 @@ fn pools_and_mbufs(eal: &Eal) {
         .push(extra)
         .expect_err("a full burst gives the mbuf back");
     drop(extra);
+    let next = burst.last().map(Mbuf::as_ptr);
     let last = burst.pop().unwrap();
+    assert_eq!(next, Some(last.as_ptr()), "last() is what pop() takes");
     assert_eq!(burst.len(), BURST - 1);
     drop(last);
     // A drain stopped early frees the rest.
