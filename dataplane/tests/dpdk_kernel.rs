@@ -106,10 +106,11 @@ fn assert_complete(out: &Outcome) {
         "our connection ended in {}",
         out.final_state.name()
     );
+    // The kernel's counters (resets, checksum errors, and RSTs, which
+    // with loss injected may answer a late duplicate after its close) are
+    // checked by `drive`, one rule for every kernel test.
     let c = &out.kernel_counters;
     assert_eq!(counter(c, "TcpEstabResets"), 0, "the kernel saw a reset");
-    assert_eq!(counter(c, "TcpOutRsts"), 0, "the kernel sent a RST");
-    assert_eq!(counter(c, "TcpInCsumErrors"), 0, "our checksums");
 }
 
 /// The dataplane's TCP as client of a kernel TCP server.
