@@ -81,6 +81,9 @@ pub struct FpduRecord {
 /// Records up to this long are sent by [`Sendable::emit_small`].
 const SMALL_RECORD: usize = 256;
 
+/// Bytes of the next record's source hinted while a record is copied.
+const NEXT_RECORD_PREFETCH: usize = 2048;
+
 /// What [`Sendable::emit_fused`] found in its pass over the record.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct FusedSum {
@@ -394,8 +397,10 @@ impl<'a> Sendable<'a> {
                     let (offset, len) = (r.offset() as usize, r.len() as usize);
                     let region = region.ok_or(FrameFull)?;
                     // The next record of a message is most often the bytes
-                    // that follow: under way while these are copied.
-                    region.prefetch(offset + len, len);
+                    // that follow: under way while these are copied. Their
+                    // start only: the CPU's own prefetcher follows the
+                    // stream from there.
+                    region.prefetch(offset + len, len.min(NEXT_RECORD_PREFETCH));
                     let (c, s) = frame.append_copy_pass(region, offset, len, crc)?;
                     crc = c;
                     if want_sum {
