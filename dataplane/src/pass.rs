@@ -235,6 +235,7 @@ mod vector {
     /// Whether the CPU has what the kernels are compiled for.
     pub(super) fn available() -> bool {
         std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512vnni")
             && std::arch::is_x86_feature_detected!("vpclmulqdq")
             && std::arch::is_x86_feature_detected!("sse4.2")
@@ -295,20 +296,25 @@ mod vector {
         #[inline]
         #[target_feature(enable = "avx512f,avx512vnni,vpclmulqdq")]
         unsafe fn start(crc: u32, p: *const u8) -> State {
+            // SAFETY: four vectors inside the 256 bytes vouched for.
+            let v = unsafe { [0, 1, 2, 3].map(|i| load(p.add(i * 64))) };
+            State::with(crc, v)
+        }
+
+        /// The state after the first 256 bytes, already loaded.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512vnni,vpclmulqdq")]
+        fn with(crc: u32, v: [__m512i; 4]) -> State {
             let (we, wo) = weights();
             let zero = _mm512_setzero_si512();
             let mut s = State {
-                a: [zero; 4],
+                a: v,
                 even: zero,
                 odd: zero,
             };
-            for (i, a) in s.a.iter_mut().enumerate() {
-                // SAFETY: `i * 64 + 64 <= 256`, inside what the caller
-                // vouches for.
-                let v = unsafe { load(p.add(i * 64)) };
+            for v in v {
                 s.even = _mm512_dpbusd_epi32(s.even, v, we);
                 s.odd = _mm512_dpbusd_epi32(s.odd, v, wo);
-                *a = v;
             }
             let init = _mm512_castsi128_si512(_mm_cvtsi32_si128(!crc as i32));
             s.a[0] = _mm512_xor_si512(s.a[0], init);
@@ -336,29 +342,29 @@ mod vector {
             }
         }
 
-        /// Ends the pass over the `len` bytes after the blocks, at `p`
-        /// (under 256): the CRC (as `crc32c_append` returns it) and the
+        /// Ends the pass over the bytes after the blocks: `vectors` whole
+        /// vectors at `p` (at most three), then `rest` (under 64 bytes).
+        /// Returns the CRC (as `crc32c_append` returns it) and the
         /// checksum partial sum of everything taken.
         ///
         /// # Safety
-        /// `p` is valid for reads of `len` bytes that nobody writes
-        /// meanwhile.
+        /// `p` is valid for reads of `vectors * 64` bytes that nobody
+        /// writes meanwhile.
         #[inline]
         #[target_feature(enable = "avx512f,avx512vnni,vpclmulqdq,sse4.2")]
-        unsafe fn finish(self, p: *const u8, len: usize) -> (u32, u32) {
+        unsafe fn finish(self, p: *const u8, vectors: usize, rest: &[u8]) -> (u32, u32) {
+            debug_assert!(vectors <= 3 && rest.len() < 64);
             let k = constants(FOLD_64);
             let (we, wo) = weights();
             let [a0, a1, a2, a3] = self.a;
             let (mut even, mut odd) = (self.even, self.odd);
             let mut acc = fold(fold(fold(a0, k, a1), k, a2), k, a3);
-            let mut at = 0;
-            while at + 64 <= len {
-                // SAFETY: inside the `len` bytes vouched for.
-                let v = unsafe { load(p.add(at)) };
+            for j in 0..vectors {
+                // SAFETY: inside the `vectors * 64` bytes vouched for.
+                let v = unsafe { load(p.add(j * 64)) };
                 even = _mm512_dpbusd_epi32(even, v, we);
                 odd = _mm512_dpbusd_epi32(odd, v, wo);
                 acc = fold(acc, k, v);
-                at += 64;
             }
             // The accumulator stands for all the bytes so far: its CRC
             // from a zero register is theirs.
@@ -366,10 +372,8 @@ mod vector {
             // SAFETY: `words` is 64 writable bytes (unaligned store).
             unsafe { _mm512_storeu_si512(words.as_mut_ptr().cast(), acc) };
             let reg = words.iter().fold(0u64, |r, &w| _mm_crc32_u64(r, w));
-            // SAFETY: the last `len - at` of the bytes vouched for.
-            let tail = unsafe { core::slice::from_raw_parts(p.add(at), len - at) };
             // SAFETY: this function's features include SSE4.2.
-            let (crc, tail_sum) = unsafe { super::words::crc_sum(!(reg as u32), tail) };
+            let (crc, tail_sum) = unsafe { super::words::crc_sum(!(reg as u32), rest) };
             // Even bytes are the high octets of the 16-bit words (network
             // order), odd ones the low; the lanes hold under 2^31 each.
             let high = u64::from(_mm512_reduce_add_epi32(even) as u32);
@@ -391,12 +395,14 @@ mod vector {
         debug_assert!(len >= super::VECTOR_MIN);
         let p = bytes.as_ptr();
         let blocks = len / 256 - 1;
+        let done = 256 * (blocks + 1);
+        let vectors = (len - done) / 64;
         // SAFETY: every read lies inside `bytes`, which the borrow keeps
         // unchanged.
         unsafe {
             let mut s = State::start(crc, p);
             s.blocks(p.add(256), blocks);
-            s.finish(p.add(256 * (blocks + 1)), len % 256)
+            s.finish(p.add(done), vectors, &bytes[done + vectors * 64..])
         }
     }
 
@@ -405,7 +411,7 @@ mod vector {
     /// # Safety
     /// The CPU has AVX-512F, AVX-512 VNNI, VPCLMULQDQ and SSE4.2;
     /// `len >= 256`; the pointers are as [`super::copy_crc_sum`] requires.
-    #[target_feature(enable = "avx512f,avx512vnni,vpclmulqdq,sse4.2")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,vpclmulqdq,sse4.2")]
     pub(super) unsafe fn copy_crc_sum(
         dst: *mut u8,
         src: *const u8,
@@ -415,16 +421,110 @@ mod vector {
         debug_assert!(len >= super::VECTOR_MIN);
         let blocks = len / 256 - 1;
         let done = 256 * (blocks + 1);
-        // SAFETY: the first 256 bytes and the last `len - done` are
-        // copied into `dst` (the source read as `copy` reads it) and then
-        // read back from `dst`, which is the caller's own; the blocks in
-        // between are read from the source by `copy_blocks` only.
+        let vectors = (len - done) / 64;
+        let rest = len - done - vectors * 64;
+        let mut last = [0u8; 64];
+        // SAFETY: the head, the blocks and the tail are read from the
+        // source once each, by the assembly of `copy_head`, `copy_blocks`
+        // and `copy_tail`, inside the `len` bytes vouched for, and stored
+        // to `dst`; `finish` reads back only the tail's whole vectors
+        // from `dst`, the caller's own, and the rest from `last`.
         unsafe {
-            crate::memory::copy_raw(dst, src, 256);
-            let mut s = State::start(crc, dst);
+            let mut s = State::with(crc, copy_head(dst, src));
             copy_blocks(&mut s, dst.add(256), src.add(256), blocks);
-            crate::memory::copy_raw(dst.add(done), src.add(done), len - done);
-            s.finish(dst.add(done), len - done)
+            copy_tail(dst.add(done), src.add(done), vectors, rest, &mut last);
+            s.finish(dst.add(done), vectors, &last[..rest])
+        }
+    }
+
+    /// Copies the first 256 bytes from `src` to `dst` and returns them
+    /// as four vectors, so that the pass need not read them back (a load
+    /// right after a `rep movsb` to the same place waits for its stores
+    /// to reach the cache). Inline assembly, for the reason given at
+    /// [`copy_blocks`].
+    ///
+    /// # Safety
+    /// As for [`copy_blocks`], over 256 bytes.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn copy_head(dst: *mut u8, src: *const u8) -> [__m512i; 4] {
+        let (v0, v1, v2, v3);
+        // SAFETY: reads 256 bytes at `src` and writes 256 at `dst`, both
+        // vouched for by the caller, and touches nothing else.
+        unsafe {
+            core::arch::asm!(
+                "vmovdqu64 {v0}, zmmword ptr [{src}]",
+                "vmovdqu64 {v1}, zmmword ptr [{src} + 64]",
+                "vmovdqu64 {v2}, zmmword ptr [{src} + 128]",
+                "vmovdqu64 {v3}, zmmword ptr [{src} + 192]",
+                "vmovdqu64 zmmword ptr [{dst}], {v0}",
+                "vmovdqu64 zmmword ptr [{dst} + 64], {v1}",
+                "vmovdqu64 zmmword ptr [{dst} + 128], {v2}",
+                "vmovdqu64 zmmword ptr [{dst} + 192], {v3}",
+                src = in(reg) src,
+                dst = in(reg) dst,
+                v0 = out(zmm_reg) v0,
+                v1 = out(zmm_reg) v1,
+                v2 = out(zmm_reg) v2,
+                v3 = out(zmm_reg) v3,
+                options(nostack, preserves_flags),
+            );
+        }
+        [v0, v1, v2, v3]
+    }
+
+    /// Copies the tail after the blocks from `src` to `dst`: `vectors`
+    /// whole vectors, then `rest` bytes (under 64) with a masked load and
+    /// store, which touch no byte past the end (a masked-out byte is
+    /// neither read nor faulted on). The rest is also written whole, its
+    /// unused bytes zero, to `last`, for the pass to read from there
+    /// rather than from just-stored `dst`. Inline assembly, for the
+    /// reason given at [`copy_blocks`].
+    ///
+    /// # Safety
+    /// The CPU has AVX-512BW; `src` is valid for reads and `dst` for
+    /// writes of `vectors * 64 + rest` bytes as [`copy_blocks`] requires;
+    /// `vectors <= 3`, `rest < 64`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn copy_tail(
+        dst: *mut u8,
+        src: *const u8,
+        vectors: usize,
+        rest: usize,
+        last: &mut [u8; 64],
+    ) {
+        debug_assert!(vectors <= 3 && rest < 64);
+        let mask: u64 = (1u64 << rest) - 1;
+        // SAFETY: reads `vectors * 64 + rest` bytes at `src` and writes
+        // as many at `dst` (the masked accesses touch only the `rest`
+        // bytes), both vouched for by the caller, and 64 bytes at `last`,
+        // a borrowed array; nothing else.
+        unsafe {
+            core::arch::asm!(
+                "test {n}, {n}",
+                "jz 3f",
+                "2:",
+                "vmovdqu64 {v}, zmmword ptr [{src}]",
+                "vmovdqu64 zmmword ptr [{dst}], {v}",
+                "add {src}, 64",
+                "add {dst}, 64",
+                "dec {n}",
+                "jnz 2b",
+                "3:",
+                "kmovq {k}, {m}",
+                "vmovdqu8 {v} {{{k}}} {{z}}, zmmword ptr [{src}]",
+                "vmovdqu8 zmmword ptr [{dst}] {{{k}}}, {v}",
+                "vmovdqu64 zmmword ptr [{last}], {v}",
+                src = inout(reg) src => _,
+                dst = inout(reg) dst => _,
+                n = inout(reg) vectors => _,
+                m = in(reg) mask,
+                last = in(reg) last.as_mut_ptr(),
+                k = out(kreg) _,
+                v = out(zmm_reg) _,
+                options(nostack),
+            );
         }
     }
 
@@ -563,6 +663,43 @@ mod tests {
                 assert_eq!(&dst[1..=len], src, "len {len}");
                 assert_eq!((dst[0], dst[len + 1]), (0xee, 0xee));
             }
+        }
+    }
+
+    #[test]
+    fn the_copy_reads_nothing_past_the_source_end() {
+        // The source's last byte is the last of a page whose successor
+        // is inaccessible: a read past it (the tail's masked load taking
+        // a byte it should not) would fault.
+        // SAFETY: plain anonymous mappings, unmapped at the end; the
+        // pointers used lie inside the first page.
+        unsafe {
+            let page = 4096;
+            let map = libc::mmap(
+                core::ptr::null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(map, libc::MAP_FAILED);
+            let base = map.cast::<u8>();
+            assert_eq!(
+                libc::mprotect(base.add(page).cast(), page, libc::PROT_NONE),
+                0
+            );
+            let data = bytes(page, 11);
+            core::ptr::copy_nonoverlapping(data.as_ptr(), base, page);
+            for len in (256..=600).chain([1460, 4096]) {
+                let src = base.add(page - len);
+                let mut dst = vec![0u8; len];
+                let got = copy_crc_sum(dst.as_mut_ptr(), src, len, 0);
+                let want = &data[page - len..];
+                assert_eq!(got, reference(0, want), "len {len}");
+                assert_eq!(dst, want, "len {len}");
+            }
+            libc::munmap(map, 2 * page);
         }
     }
 
