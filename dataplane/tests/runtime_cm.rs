@@ -219,3 +219,49 @@ fn a_reset_with_data_in_flight_leaves_nothing_pinned() {
         (region.handles() == 1).then_some(())
     });
 }
+
+/// With several connections on the worker, disconnecting one ends that
+/// one only (the worker finds it by the slot it was bound to): its peer
+/// sees the close, and the others still carry data both ways after.
+#[test]
+fn disconnecting_one_of_several_ends_only_that_one() {
+    let p = Pair::new(&PairOptions::default());
+    p.b.listen(PORT, 16).unwrap();
+    let mut ends: Vec<(End, End)> = (0..4).map(|_| open_conn(&p, true)).collect();
+    let (gone_a, gone_b) = (ends[2].0.qp.num(), ends[2].1.qp.num());
+    p.a.disconnect(&ends[2].0.qp, false).unwrap();
+    let mut seen = (None, None);
+    p.until("the one connection closed on both sides", |p| {
+        while let Some(e) = p.a.poll_event() {
+            match e {
+                CmEvent::Disconnected { qp, reason } => {
+                    assert_eq!(qp, gone_a, "a: {reason}");
+                    seen.0 = Some(reason);
+                }
+                CmEvent::MrDeregistered(_) => {}
+                other => panic!("a: unexpected {other:?}"),
+            }
+        }
+        while let Some(e) = p.b.poll_event() {
+            match e {
+                CmEvent::Disconnected { qp, reason } => {
+                    assert_eq!(qp, gone_b, "b: {reason}");
+                    seen.1 = Some(reason);
+                }
+                CmEvent::MrDeregistered(_) => {}
+                other => panic!("b: unexpected {other:?}"),
+            }
+        }
+        (seen.0.is_some() && seen.1.is_some()).then_some(())
+    });
+    assert_eq!(seen.0, Some(DisconnectReason::Closed));
+    assert_eq!(seen.1, Some(DisconnectReason::Closed));
+    for (i, (a, b)) in ends.iter_mut().enumerate() {
+        if i == 2 {
+            continue;
+        }
+        assert_eq!(exchange(&p, a, b, Op::Write, 3000, 10 + i as u64), 3000);
+        assert_eq!(exchange(&p, a, b, Op::Read, 3000, 20 + i as u64), 3000);
+    }
+    assert!(p.a.poll_event().is_none() && p.b.poll_event().is_none());
+}

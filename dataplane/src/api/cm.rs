@@ -148,6 +148,7 @@ impl Dataplane {
         h.ctl
             .send(Ctl::Disconnect {
                 qpn: qp.num(),
+                slot: qp.inner.slot(),
                 abort,
             })
             .map_err(|_| Error::WorkerGone)

@@ -127,6 +127,9 @@ pub(crate) enum Ctl {
     },
     Disconnect {
         qpn: QpNum,
+        /// The queue pair's connection slot on the worker, as bound
+        /// ([`QpShared::slot`]).
+        slot: u32,
         abort: bool,
     },
     Shutdown,

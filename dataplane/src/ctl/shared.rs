@@ -198,4 +198,10 @@ impl QpShared {
     pub(crate) fn set_slot(&self, slot: u32) {
         self.slot.store(slot, Ordering::Relaxed);
     }
+
+    /// The owning worker's connection slot, for a caller that has seen
+    /// the binding ([`QpShared::worker`] loaded with Acquire).
+    pub(crate) fn slot(&self) -> u32 {
+        self.slot.load(Ordering::Relaxed)
+    }
 }

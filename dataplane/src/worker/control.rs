@@ -13,7 +13,7 @@ use tcp_offload::Instant;
 use crate::ctl::{Ctl, CtlReply, DisconnectReason, Error, WorkerMsg};
 use crate::link::LinkQueue;
 
-use super::conn::env;
+use super::conn::{env, Conn};
 use super::{Worker, CTL_PER_POLL};
 
 impl<Q: LinkQueue> Worker<Q> {
@@ -155,13 +155,22 @@ impl<Q: LinkQueue> Worker<Q> {
                 };
                 let _ = reply.send(r);
             }
-            Ctl::Disconnect { qpn, abort } => {
-                let Some(c) = self
-                    .conns
-                    .iter_mut()
-                    .flatten()
-                    .find(|c| c.shared.as_ref().is_some_and(|s| s.qpn == qpn))
-                else {
+            Ctl::Disconnect { qpn, slot, abort } => {
+                // The slot the queue pair was bound to, checked: a scan
+                // of every connection per disconnect made ending N
+                // connections take time in N².
+                let is_qp = |c: &Conn| c.shared.as_ref().is_some_and(|s| s.qpn == qpn);
+                let at = usize::try_from(slot).ok().filter(|&i| {
+                    self.conns
+                        .get(i)
+                        .and_then(Option::as_ref)
+                        .is_some_and(is_qp)
+                });
+                let c = match at {
+                    Some(i) => self.conns.get_mut(i).and_then(Option::as_mut),
+                    None => self.conns.iter_mut().flatten().find(|c| is_qp(c)),
+                };
+                let Some(c) = c else {
                     return;
                 };
                 // An orderly close goes through the engine (queued work
