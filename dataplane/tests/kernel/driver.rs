@@ -78,6 +78,12 @@ pub struct DriverStats {
     pub tx_frames: u64,
     /// Received TCP frames held back by injected reordering.
     pub rx_reordered: u64,
+    /// Of those, the ones whose timestamp was two ticks or more behind
+    /// the newest passed on before them when they were passed on: the
+    /// only ones a PAWS check with Linux's one-tick window may drop (how
+    /// many there are depends on how long this thread was kept from
+    /// reading, i.e. on the machine's load).
+    pub rx_held_stale: u64,
     /// Sent TCP frames held back by injected reordering.
     pub tx_reordered: u64,
     /// Received TCP frames dropped by injected loss.
@@ -101,6 +107,9 @@ pub struct Driver {
     /// Frames held back by reordering, with when they go on, in order.
     rx_held: VecDeque<(Instant, Vec<u8>)>,
     tx_held: VecDeque<(Instant, Vec<u8>)>,
+    /// The newest timestamp value among the received TCP frames passed
+    /// on so far.
+    rx_newest_ts: Option<u32>,
     tx_buf: Vec<u8>,
     pub stats: DriverStats,
 }
@@ -113,6 +122,35 @@ fn is_tcp(frame: &[u8]) -> bool {
         return false;
     }
     Ipv4Packet::new_checked(eth.payload()).is_ok_and(|ip| ip.next_header() == IpProtocol::Tcp)
+}
+
+/// The timestamp value (RFC 7323) of a TCP frame that carries one.
+fn tsval(frame: &[u8]) -> Option<u32> {
+    if !is_tcp(frame) {
+        return None;
+    }
+    let ihl = usize::from(frame.get(14)? & 0x0f) * 4;
+    let tcp = frame.get(14 + ihl..)?;
+    let header = usize::from(tcp.get(12)? >> 4) * 4;
+    let mut opts = tcp.get(20..header)?;
+    while let [kind, rest @ ..] = opts {
+        match kind {
+            0 => return None,
+            1 => opts = rest,
+            _ => {
+                let len = usize::from(*rest.first()?);
+                if len < 2 {
+                    return None;
+                }
+                if *kind == 8 && len == 10 {
+                    let v = opts.get(2..6)?;
+                    return Some(u32::from_be_bytes([v[0], v[1], v[2], v[3]]));
+                }
+                opts = opts.get(len..)?;
+            }
+        }
+    }
+    None
 }
 
 impl Driver {
@@ -140,6 +178,7 @@ impl Driver {
             }),
             rx_held: VecDeque::new(),
             tx_held: VecDeque::new(),
+            rx_newest_ts: None,
             tx_buf: vec![0u8; FRAME_BUF],
             stats: DriverStats::default(),
         })
@@ -157,7 +196,12 @@ impl Driver {
         let now = self.now();
         while self.rx_held.front().is_some_and(|(due, _)| *due <= now) {
             let (_, frame) = self.rx_held.pop_front().expect("checked");
-            self.iface.handle_frame(now, frame);
+            if let (Some(ts), Some(newest)) = (tsval(&frame), self.rx_newest_ts) {
+                if newest.wrapping_sub(ts) as i32 >= 2 {
+                    self.stats.rx_held_stale += 1;
+                }
+            }
+            self.pass_on(now, frame);
             n += 1;
         }
         while n < RX_BURST {
@@ -180,9 +224,22 @@ impl Driver {
                     continue;
                 }
             }
-            self.iface.handle_frame(now, frame);
+            self.pass_on(now, frame);
         }
         Ok(n)
+    }
+
+    /// Hands a received frame to the interface, noting its timestamp.
+    fn pass_on(&mut self, now: Instant, frame: Vec<u8>) {
+        if let Some(ts) = tsval(&frame) {
+            let newer = self
+                .rx_newest_ts
+                .is_none_or(|n| ts.wrapping_sub(n) as i32 > 0);
+            if newer {
+                self.rx_newest_ts = Some(ts);
+            }
+        }
+        self.iface.handle_frame(now, frame);
     }
 
     /// Runs the interface's timers if one is due.
