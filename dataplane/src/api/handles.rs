@@ -17,7 +17,7 @@ use rdmap::verbs::{
 
 use crate::memory::Region;
 
-use crate::ctl::{CqShared, QpShared, SrqShared, UNBOUND};
+use crate::ctl::{CqShared, PollPop, QpShared, SrqShared, UNBOUND};
 use crate::ctl::{Error, QpStatus};
 use crate::memory::MemoryError;
 
@@ -35,7 +35,7 @@ impl Cq {
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
         while n < out.len() {
-            match self.inner.ring.pop() {
+            match self.inner.ring.poll_pop() {
                 Some(wc) => {
                     out[n] = wc;
                     n += 1;
@@ -48,7 +48,7 @@ impl Cq {
 
     /// The oldest completion, if any.
     pub fn poll_one(&self) -> Option<WorkCompletion> {
-        self.inner.ring.pop()
+        self.inner.ring.poll_pop()
     }
 
     /// Entries it holds at most.

@@ -21,6 +21,7 @@ use crate::memory::Region;
 
 pub(crate) mod cm;
 pub(crate) mod error;
+pub(crate) mod poll;
 pub(crate) mod shared;
 pub(crate) mod wake;
 pub(crate) mod wr_ring;
@@ -30,6 +31,7 @@ pub use cm::{
     RefusedRequest,
 };
 pub use error::Error;
+pub(crate) use poll::PollPop;
 pub use shared::QpStatus;
 pub(crate) use shared::{CqShared, QpCounters, QpShared, SrqShared, SrqSupply, UNBOUND};
 pub(crate) use wake::IdleWake;

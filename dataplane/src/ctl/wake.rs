@@ -8,6 +8,8 @@ use std::sync::{Arc, OnceLock};
 
 use crossbeam_queue::ArrayQueue;
 
+use super::PollPop;
+
 /// Whether a worker sleeps, as the threads that hand it work see it: they
 /// call [`IdleWake::wake`] after each post, which costs a load while the
 /// worker is awake and unparks it while it sleeps, so that a request
@@ -55,7 +57,7 @@ impl IdleWake {
 
     /// The worker's side: the next slot with new posted work.
     pub(crate) fn take_posted(&self) -> Option<u32> {
-        self.posted.pop()
+        self.posted.poll_pop()
     }
 
     /// The worker's side: whether a post overflowed [`IdleWake::posted`]

@@ -27,6 +27,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use crossbeam_queue::ArrayQueue;
+
+use super::PollPop;
 use rdmap::placement::{MemSpan, RegionHandle};
 use rdmap::verbs::{
     Access, FastReg, RecvWr, SendFlags, SendOp, SendWr, Sge, SgeList, Stag, MAX_SGE,
@@ -116,7 +118,7 @@ impl<W: Packable> WrRing<W> {
 
     /// The oldest request.
     pub(crate) fn pop(&self) -> Option<W> {
-        let p = self.ring.pop()?;
+        let p = self.ring.poll_pop()?;
         match W::unpack(p) {
             Ok(wr) => Some(wr),
             Err(i) => {

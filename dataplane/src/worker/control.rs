@@ -10,7 +10,7 @@ use rdmap::verbs::VerbsError;
 use rdmap::verbs::{DeregStatus, MrEvent};
 use tcp_offload::Instant;
 
-use crate::ctl::{Ctl, CtlReply, DisconnectReason, Error, WorkerMsg};
+use crate::ctl::{Ctl, CtlReply, DisconnectReason, Error, PollPop, WorkerMsg};
 use crate::link::LinkQueue;
 
 use super::conn::{env, Conn};
@@ -22,7 +22,7 @@ impl<Q: LinkQueue> Worker<Q> {
         self.mr_sync.flush();
         let mut n = usize::from(synced);
         while n < CTL_PER_POLL + usize::from(synced) {
-            let Ok(msg) = self.ctl.try_recv() else {
+            let Some(msg) = self.ctl.poll_pop() else {
                 break;
             };
             n += 1;

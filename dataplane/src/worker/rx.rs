@@ -6,7 +6,7 @@
 
 use tcp_offload::Instant;
 
-use crate::ctl::SmallFrame;
+use crate::ctl::{PollPop, SmallFrame};
 use crate::link::LinkQueue;
 use crate::steer::RxSummary;
 
@@ -112,7 +112,7 @@ impl<Q: LinkQueue> Worker<Q> {
             self.iface.handle_frame_with(now, RxFrame::Nic(buf), cksum);
         }
         let mut fwd = 0;
-        while let Some(sf) = self.forward_in.pop() {
+        while let Some(sf) = self.forward_in.poll_pop() {
             fwd += 1;
             self.iface
                 .handle_frame(now, RxFrame::Forwarded(Box::new(sf)));
@@ -121,7 +121,7 @@ impl<Q: LinkQueue> Worker<Q> {
         if self.dispatch_rss.is_some() {
             if let Some(ring) = self.dispatch.rings.get(self.index) {
                 while handed < DISPATCH_PER_POLL {
-                    let Some((buf, cksum)) = ring.pop() else {
+                    let Some((buf, cksum)) = ring.poll_pop() else {
                         break;
                     };
                     handed += 1;

@@ -12,7 +12,7 @@ use crossbeam_queue::ArrayQueue;
 use rdmap::verbs::{AccessError, MrTable, SendFlags, SendOp};
 use rdmap::verbs::{QpInitAttr, SendWr, WorkCompletion};
 
-use crate::ctl::{MrOp, MrSync, MR_SYNC_RING};
+use crate::ctl::{MrOp, MrSync, PollPop, MR_SYNC_RING};
 use crate::memory::MemoryTable;
 
 use super::MR_SYNC_PER_POLL;
@@ -116,7 +116,7 @@ impl MrSyncLinks {
     pub(super) fn apply_incoming(&mut self, mrs: &mut MrTable) -> bool {
         let mut n = 0;
         while n < MR_SYNC_PER_POLL {
-            let Some(m) = self.inbox.pop() else {
+            let Some(m) = self.inbox.poll_pop() else {
                 break;
             };
             n += 1;
