@@ -437,6 +437,24 @@ mod vector {
         }
     }
 
+    /// The assembly that moves 256 bytes from `{src}` to `{dst}` through
+    /// `{v0}` to `{v3}`, which keep them: the head's copy and each step
+    /// of the block loop.
+    macro_rules! move_256 {
+        () => {
+            concat!(
+                "vmovdqu64 {v0}, zmmword ptr [{src}]\n",
+                "vmovdqu64 {v1}, zmmword ptr [{src} + 64]\n",
+                "vmovdqu64 {v2}, zmmword ptr [{src} + 128]\n",
+                "vmovdqu64 {v3}, zmmword ptr [{src} + 192]\n",
+                "vmovdqu64 zmmword ptr [{dst}], {v0}\n",
+                "vmovdqu64 zmmword ptr [{dst} + 64], {v1}\n",
+                "vmovdqu64 zmmword ptr [{dst} + 128], {v2}\n",
+                "vmovdqu64 zmmword ptr [{dst} + 192], {v3}",
+            )
+        };
+    }
+
     /// Copies the first 256 bytes from `src` to `dst` and returns them
     /// as four vectors, so that the pass need not read them back (a load
     /// right after a `rep movsb` to the same place waits for its stores
@@ -453,14 +471,7 @@ mod vector {
         // vouched for by the caller, and touches nothing else.
         unsafe {
             core::arch::asm!(
-                "vmovdqu64 {v0}, zmmword ptr [{src}]",
-                "vmovdqu64 {v1}, zmmword ptr [{src} + 64]",
-                "vmovdqu64 {v2}, zmmword ptr [{src} + 128]",
-                "vmovdqu64 {v3}, zmmword ptr [{src} + 192]",
-                "vmovdqu64 zmmword ptr [{dst}], {v0}",
-                "vmovdqu64 zmmword ptr [{dst} + 64], {v1}",
-                "vmovdqu64 zmmword ptr [{dst} + 128], {v2}",
-                "vmovdqu64 zmmword ptr [{dst} + 192], {v3}",
+                move_256!(),
                 src = in(reg) src,
                 dst = in(reg) dst,
                 v0 = out(zmm_reg) v0,
@@ -561,14 +572,7 @@ mod vector {
         unsafe {
             core::arch::asm!(
                 "2:",
-                "vmovdqu64 {v0}, zmmword ptr [{src}]",
-                "vmovdqu64 {v1}, zmmword ptr [{src} + 64]",
-                "vmovdqu64 {v2}, zmmword ptr [{src} + 128]",
-                "vmovdqu64 {v3}, zmmword ptr [{src} + 192]",
-                "vmovdqu64 zmmword ptr [{dst}], {v0}",
-                "vmovdqu64 zmmword ptr [{dst} + 64], {v1}",
-                "vmovdqu64 zmmword ptr [{dst} + 128], {v2}",
-                "vmovdqu64 zmmword ptr [{dst} + 192], {v3}",
+                move_256!(),
                 "vpdpbusd {even}, {v0}, {we}",
                 "vpdpbusd {odd}, {v0}, {wo}",
                 "vpclmulqdq {t}, {a0}, {k}, 0x00",
