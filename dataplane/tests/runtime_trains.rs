@@ -6,8 +6,9 @@
 //! attached, over a clean link and one that loses frames each way: every
 //! byte arrives where it belongs, trains were cut, no segment ends inside
 //! an FPDU (hardware peers stay aligned), and on the clean link nothing
-//! is retransmitted (a wrong checksum would have the receiver drop the
-//! segment). With the switch off, no train is cut.
+//! is dropped and next to nothing retransmitted (a wrong checksum would
+//! have the receiver drop the segment). With the switch off, no train is
+//! cut.
 
 mod runtime_common;
 
@@ -67,7 +68,16 @@ fn trains_are_cut_into_whole_fpdus_with_and_without_loss() {
         if loss > 0.0 {
             assert!(retransmits > 0, "the link lost nothing?");
         } else {
-            assert_eq!(retransmits, 0, "a clean link needs no retransmission");
+            // A wrong checksum or sequence number in cut frames would have
+            // the receiver drop them, and most would be sent again. A
+            // probe or timeout fired while a thread waited for a core on
+            // a loaded machine resends one or two: allowed, rarely.
+            assert_eq!(sa.drops + sb.drops, 0, "a clean link drops nothing");
+            let frames = sa.tx_packets + sb.tx_packets;
+            assert!(
+                retransmits * 100 <= frames,
+                "{retransmits} retransmissions of {frames} frames on a clean link"
+            );
         }
     }
 }
