@@ -27,12 +27,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use crossbeam_queue::ArrayQueue;
-
-use super::PollPop;
 use rdmap::placement::{MemSpan, RegionHandle};
 use rdmap::verbs::{
     Access, FastReg, RecvWr, SendFlags, SendOp, SendWr, Sge, SgeList, Stag, MAX_SGE,
 };
+
+use super::PollPop;
 
 /// The ring (and, if any, the spill area) is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,7 +12,9 @@ use std::time::Duration;
 use tcp_offload::iface::{Interface, InterfaceConfig};
 use tcp_offload::tcp::Config;
 use tcp_offload::time::Instant;
-use tcp_offload::wire::{EtherType, EthernetAddress, EthernetFrame, IpProtocol, Ipv4Packet};
+use tcp_offload::wire::{
+    Checksum, EtherType, EthernetAddress, EthernetFrame, IpProtocol, Ipv4Packet, TcpPacket, TcpRepr,
+};
 
 use super::raw::RawSocket;
 use crate::netns_common::Netns;
@@ -126,31 +128,14 @@ fn is_tcp(frame: &[u8]) -> bool {
 
 /// The timestamp value (RFC 7323) of a TCP frame that carries one.
 fn tsval(frame: &[u8]) -> Option<u32> {
-    if !is_tcp(frame) {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+    if ip.next_header() != IpProtocol::Tcp {
         return None;
     }
-    let ihl = usize::from(frame.get(14)? & 0x0f) * 4;
-    let tcp = frame.get(14 + ihl..)?;
-    let header = usize::from(tcp.get(12)? >> 4) * 4;
-    let mut opts = tcp.get(20..header)?;
-    while let [kind, rest @ ..] = opts {
-        match kind {
-            0 => return None,
-            1 => opts = rest,
-            _ => {
-                let len = usize::from(*rest.first()?);
-                if len < 2 {
-                    return None;
-                }
-                if *kind == 8 && len == 10 {
-                    let v = opts.get(2..6)?;
-                    return Some(u32::from_be_bytes([v[0], v[1], v[2], v[3]]));
-                }
-                opts = opts.get(len..)?;
-            }
-        }
-    }
-    None
+    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+    let repr = TcpRepr::parse(&tcp, ip.src_addr(), ip.dst_addr(), Checksum::Trusted).ok()?;
+    repr.options.timestamp.map(|t| t.tsval)
 }
 
 impl Driver {
