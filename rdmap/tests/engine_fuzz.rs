@@ -14,7 +14,7 @@ use engine_common::{Rng, CANARY, GUARD};
 use proptest::prelude::*;
 use rdmap::engine::{Endpoint, EngineEvent, Env, RecordKind, TerminateOrigin};
 use rdmap::mpa::{Config, DeframeEvent, Deframer, Event, Framer, Negotiator, RtrSet};
-use rdmap::placement::VecMemory;
+use rdmap::placement::{Placement, VecMemory};
 use rdmap::verbs::{
     Access, CompletionQueue, Device, DeviceLimits, QpState, RecvWr, RegOptions, Sge, SgeList, Stag,
 };
@@ -134,6 +134,24 @@ impl World {
             };
             assert!(r.len() <= 1460);
             let bytes = r.to_vec(&self.mem);
+            // The parts a small-record sender copies agree with the walk.
+            match r.plain_parts() {
+                Some(p) => {
+                    let mut whole = p.head.to_vec();
+                    if let Some(range) = p.payload {
+                        let mut body = vec![0; range.len() as usize];
+                        self.mem.read(range, &mut body);
+                        whole.extend(body);
+                    }
+                    whole.extend(p.trailer);
+                    assert_eq!(whole, bytes, "plain parts of a {:?} record", r.kind());
+                }
+                None => assert!(
+                    r.kind() == RecordKind::MpaFrame
+                        || r.layout().is_some_and(|l| l.marker_count() > 0),
+                    "an FPDU without markers has plain parts"
+                ),
+            }
             if r.kind() == RecordKind::MpaFrame {
                 setup.extend(bytes);
             } else {

@@ -126,7 +126,7 @@ use std::collections::VecDeque;
 
 use core::time::Duration;
 
-pub use record::{OutRecord, Piece, Pieces, RangeError, RecordKind, MAX_HEAD_LEN};
+pub use record::{OutRecord, Piece, Pieces, PlainParts, RangeError, RecordKind, MAX_HEAD_LEN};
 
 use crate::error::TerminateCause;
 use crate::mpa::{

@@ -225,6 +225,22 @@ impl OutRecord {
         }
     }
 
+    /// An FPDU without markers, in its three parts, for a driver that
+    /// writes a small record into one buffer without walking
+    /// [`OutRecord::pieces`]; `None` for setup bytes and for an FPDU with
+    /// markers. The trailer holds the pad and the CRC field as the pieces
+    /// end (a zero CRC while [`OutRecord::crc_pending`]).
+    pub fn plain_parts(&self) -> Option<PlainParts<'_>> {
+        match &self.body {
+            Body::Fpdu(f) if f.layout.marker_count() == 0 => Some(PlainParts {
+                head: f.head.get(..usize::from(f.head_len))?,
+                payload: f.payload.as_ref().map(RegionRef::range),
+                trailer: f.trailer.as_bytes(),
+            }),
+            _ => None,
+        }
+    }
+
     /// The pieces in wire order, markers inserted.
     pub fn pieces(&self) -> Pieces<'_> {
         Pieces::new(self, false)
@@ -284,6 +300,18 @@ impl OutRecord {
             Body::Fpdu(f) => f.payload.take(),
         }
     }
+}
+
+/// The parts of an FPDU without markers ([`OutRecord::plain_parts`]), in
+/// wire order: what [`OutRecord::pieces`] yields for it, without the walk.
+#[derive(Debug, Clone, Copy)]
+pub struct PlainParts<'r> {
+    /// Length field, DDP header and any RDMAP header after it.
+    pub head: &'r [u8],
+    /// The payload in registered memory, if any.
+    pub payload: Option<CheckedRange<'r>>,
+    /// Pad and CRC field.
+    pub trailer: &'r [u8],
 }
 
 /// A range outside the record was asked for.
