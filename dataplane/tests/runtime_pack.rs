@@ -204,3 +204,61 @@ fn small_records_are_built_a_batch_at_a_time_as_they_are_sent() {
     assert_eq!(dst.bytes()[..n * LEN], data[..n * LEN]);
     b.drain();
 }
+
+/// A receiver sends the ACKs a burst of segments earns before it places
+/// the burst's payload: its iteration makes a TX pass for them right
+/// after the receive. The sender's completions wait on those ACKs, so
+/// for a run of small messages that pass is a placement sooner. A pure
+/// sender, which receives only ACKs, owes none and makes no such pass.
+#[test]
+fn a_receiver_acknowledges_a_burst_before_placing_it() {
+    let p = Pair::new(&PairOptions::default());
+    let (mut a, mut b) = connect(&p);
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let n = 200;
+    let src = buffer(&p.a, a.pd, n * LEN, rw);
+    let dst = buffer(&p.b, b.pd, n * LEN, rw);
+    let data = src.fill_pattern(0x7ac0);
+    for _ in 0..50 {
+        p.a.poll();
+        p.b.poll();
+    }
+    let passes = |p: &Pair| (p.a.stats()[0].tx_ack_passes, p.b.stats()[0].tx_ack_passes);
+    let (a0, b0) = passes(&p);
+    for k in 0..n {
+        let off = (k * LEN) as u64;
+        let wr = SendWr::write(
+            k as u64,
+            SgeList::single(src.mr.sge(off, LEN as u32)),
+            dst.mr.addr() + off,
+            dst.mr.rkey(),
+        );
+        a.qp.post_send(&wr).unwrap();
+    }
+    // Several packed segments out, then one iteration of the receiver.
+    for _ in 0..3 {
+        p.a.poll();
+    }
+    let sent = p.a.stats()[0].tx_packed_segments;
+    assert!(sent >= 2, "{sent} segments: not a burst");
+    let tx_before = p.b.stats()[0].tx_packets;
+    p.b.poll();
+    let (_, b1) = passes(&p);
+    assert_eq!(
+        b1,
+        b0 + 1,
+        "no TX pass for the burst's ACKs before its placement"
+    );
+    assert!(
+        p.b.stats()[0].tx_packets > tx_before,
+        "the receiver sent nothing for the burst"
+    );
+    for k in 0..n as u64 {
+        let w = wait_wc(&p, &mut a, k);
+        assert_eq!(w.status, WcStatus::Success);
+    }
+    assert_eq!(dst.bytes()[..n * LEN], data[..n * LEN]);
+    let (a2, _) = passes(&p);
+    assert_eq!(a2, a0, "the sender received only ACKs and owed none");
+    b.drain();
+}

@@ -227,6 +227,7 @@ fn worker_json(i: usize, s: &WorkerStats) -> Value {
         "tx_packed_fpdus": s.tx_packed_fpdus,
         "tx_cut_trains": s.tx_cut_trains,
         "tx_records": s.tx_records,
+        "tx_ack_passes": s.tx_ack_passes,
         "idle_wakeups": s.idle_wakeups,
         "dispatched_out": s.dispatched_out,
         "dispatched_in": s.dispatched_in,

@@ -187,7 +187,7 @@ type WorkerCounter = (&'static str, &'static str, fn(&WorkerStats) -> u64);
 /// can say; the service adds its responders).
 pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
     let stats = dp.stats();
-    let counters: [WorkerCounter; 25] = [
+    let counters: [WorkerCounter; 26] = [
         ("iwarp_rx_packets_total", "Frames received.", |s| {
             s.rx_packets
         }),
@@ -293,6 +293,11 @@ pub fn render_dataplane(dp: &Dataplane, out: &mut String) {
             "iwarp_tx_cut_trains_total",
             "Trains of FPDUs the worker cut into segments itself (no segmentation offload).",
             |s| s.tx_cut_trains,
+        ),
+        (
+            "iwarp_tx_ack_passes_total",
+            "TX passes for owed ACKs between a receive burst and its placement.",
+            |s| s.tx_ack_passes,
         ),
         ("iwarp_loops_total", "Poll-loop iterations.", |s| s.loops),
         (

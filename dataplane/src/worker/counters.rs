@@ -127,6 +127,10 @@ pub struct WorkerCounters {
     /// one queued ahead of its turn to send, and during its turn what it
     /// is about to send, never its whole window's worth.
     pub tx_records: AtomicU64,
+    /// TX passes made right after a receive burst for the ACKs TCP owed
+    /// for it, before the burst's payload was placed (see the worker's
+    /// loop, step 2): a peer sending data gets its ACKs that much sooner.
+    pub tx_ack_passes: AtomicU64,
     /// The EAL lcore id of the worker's thread plus one, recorded when the
     /// thread starts; 0 when it has none (see [`WorkerStats::lcore`]).
     lcore: AtomicU32,
@@ -208,6 +212,8 @@ pub struct WorkerStats {
     pub tx_cut_trains: u64,
     /// See [`WorkerCounters::tx_records`].
     pub tx_records: u64,
+    /// See [`WorkerCounters::tx_ack_passes`].
+    pub tx_ack_passes: u64,
     /// The EAL lcore id its thread runs as (`rte_lcore_id()`), recorded
     /// when a worker thread starts (`DriveMode::Threads`); `None` for a
     /// thread EAL does not know and for workers the application drives.
@@ -267,6 +273,7 @@ impl WorkerCounters {
             tx_packed_fpdus: g(&self.tx_packed_fpdus),
             tx_cut_trains: g(&self.tx_cut_trains),
             tx_records: g(&self.tx_records),
+            tx_ack_passes: g(&self.tx_ack_passes),
             arp_out: g(&self.arp_out),
             lcore: self.lcore.load(Ordering::Relaxed).checked_sub(1),
             thread_id: Some(self.thread_id.load(Ordering::Relaxed)).filter(|&t| t != 0),

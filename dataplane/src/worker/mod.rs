@@ -26,6 +26,10 @@
 //!    picks its local port with, so each connection stays on its opener,
 //!    and a passive one on the worker its SYN names (whose listener takes
 //!    it, and whose QP is bound there at accept).
+//!    Then, if TCP owes ACKs for the burst, a TX pass (step 6) sends
+//!    them before step 5 places the payload: a peer that completes its
+//!    requests on our ACKs gets them a placement sooner (64-byte WRITE
+//!    rate at perftest's depth of 128: +12 %).
 //! 3. TCP and ARP timers.
 //! 4. New passive connections ([`ACCEPT_PER_POLL`]): their MPA request is
 //!    gathered and reported to the application, which accepts or rejects.
@@ -524,7 +528,19 @@ impl<Q: LinkQueue> Worker<Q> {
         self.epoch += 1;
         bump(&self.counters.loops, 1);
         let mut work = self.control(now);
-        work |= self.receive(now);
+        if self.receive(now) {
+            work = true;
+            // The ACKs TCP owes for the burst (every second segment) go
+            // now, before the engine places the payload: the peer's
+            // sender completes its requests on our ACKs, and with a
+            // burst of small messages placement is most of this
+            // iteration. A pure sender (that received only ACKs) owes
+            // none and keeps one TX pass.
+            if self.iface.stack_mut().owes_acks() {
+                bump(&self.counters.tx_ack_passes, 1);
+                self.transmit(now);
+            }
+        }
         if now >= self.timers_at {
             let next = self.iface.poll_timeout();
             if next.is_some_and(|t| t <= now) {

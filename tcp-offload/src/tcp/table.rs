@@ -1081,6 +1081,14 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
         s.generation == g && s.queued == Some(t) && s.entry.is_some()
     }
 
+    /// Whether a connection owes an ACK now (for the segments handled
+    /// since the last transmit), so that a driver can send it before
+    /// other work of its loop.
+    pub fn owes_acks(&mut self) -> bool {
+        self.settle();
+        !self.acking.is_empty()
+    }
+
     /// The next segment to send: stateless RSTs and cookie SYN-ACKs first,
     /// then the connections' segments, round robin. The tuple says where
     /// it goes (`remote`) and from which address (`local`). Only
