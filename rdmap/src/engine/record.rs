@@ -344,19 +344,25 @@ pub struct Pieces<'r> {
     markers: Option<core::iter::Peekable<MarkerSlots>>,
     /// Setup records: already yielded.
     done: bool,
+    /// An FPDU without markers walked whole (not in CRC mode): its head,
+    /// payload and trailer in turn, by `stage`, without the offset
+    /// arithmetic markers need (the send path walks every record).
+    plain: bool,
+    stage: u8,
 }
 
 impl<'r> Pieces<'r> {
     pub(super) fn new(record: &'r OutRecord, crc_mode: bool) -> Pieces<'r> {
-        let (total, markers) = match &record.body {
-            Body::Setup(b) => (b.len() as u32, None),
+        let (total, markers, plain) = match &record.body {
+            Body::Setup(b) => (b.len() as u32, None, false),
             Body::Fpdu(f) => {
                 let total = if crc_mode {
                     f.layout.crc_offset()
                 } else {
                     f.layout.logical_len()
                 };
-                (total as u32, Some(f.layout.markers().peekable()))
+                let plain = !crc_mode && f.layout.marker_count() == 0;
+                (total as u32, Some(f.layout.markers().peekable()), plain)
             }
         };
         Pieces {
@@ -366,6 +372,8 @@ impl<'r> Pieces<'r> {
             crc_mode,
             markers,
             done: false,
+            plain,
+            stage: 0,
         }
     }
 }
@@ -384,6 +392,24 @@ impl<'r> Iterator for Pieces<'r> {
             }
             Body::Fpdu(f) => f,
         };
+        if self.plain {
+            loop {
+                self.stage += 1;
+                match self.stage {
+                    1 if f.head_len > 0 => {
+                        return f.head.get(..usize::from(f.head_len)).map(Piece::Bytes)
+                    }
+                    2 => {
+                        if let Some(p) = f.payload.as_ref().filter(|p| p.len() > 0) {
+                            return Some(Piece::Payload(p.range()));
+                        }
+                    }
+                    3 => return Some(Piece::Bytes(f.trailer.as_bytes())),
+                    1 => {}
+                    _ => return None,
+                }
+            }
+        }
         // A marker due before the next octet (or, in CRC mode, right
         // before the CRC field).
         let logical = self.logical;
