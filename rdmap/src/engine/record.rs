@@ -400,7 +400,7 @@ impl<'r> Iterator for Pieces<'r> {
                         return f.head.get(..usize::from(f.head_len)).map(Piece::Bytes)
                     }
                     2 => {
-                        if let Some(p) = f.payload.as_ref().filter(|p| p.len() > 0) {
+                        if let Some(p) = f.payload.as_ref().filter(|p| !p.is_empty()) {
                             return Some(Piece::Payload(p.range()));
                         }
                     }
