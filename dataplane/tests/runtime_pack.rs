@@ -81,6 +81,29 @@ fn burst(p: &Pair, a: &mut End, b: &mut End, base: u64) -> usize {
     2 * N * LEN
 }
 
+/// Polls both ends until no setup traffic is left.
+fn settle(p: &Pair) {
+    for _ in 0..50 {
+        p.a.poll();
+        p.b.poll();
+    }
+}
+
+/// Posts `n` WRITEs of `LEN` bytes from `src` to the same offsets of
+/// `dst`, work request ids `0..n`, without waiting.
+fn post_writes(a: &End, src: &Buf, dst: &Buf, n: usize) {
+    for k in 0..n {
+        let off = (k * LEN) as u64;
+        let wr = SendWr::write(
+            k as u64,
+            SgeList::single(src.mr.sge(off, LEN as u32)),
+            dst.mr.addr() + off,
+            dst.mr.rkey(),
+        );
+        a.qp.post_send(&wr).unwrap();
+    }
+}
+
 /// Posts `wr`, waiting for room in the send queue.
 fn post_when_room(p: &Pair, a: &mut End, wr: &SendWr) {
     p.until("room in the send queue", |_| {
@@ -157,20 +180,8 @@ fn small_records_are_built_a_batch_at_a_time_as_they_are_sent() {
     let dst = buffer(&p.b, b.pd, n * LEN, rw);
     let data = src.fill_pattern(0x51ee);
     // Everything settled: no setup traffic left in the iteration below.
-    for _ in 0..50 {
-        p.a.poll();
-        p.b.poll();
-    }
-    for k in 0..n {
-        let off = (k * LEN) as u64;
-        let wr = SendWr::write(
-            k as u64,
-            SgeList::single(src.mr.sge(off, LEN as u32)),
-            dst.mr.addr() + off,
-            dst.mr.rkey(),
-        );
-        a.qp.post_send(&wr).unwrap();
-    }
+    settle(&p);
+    post_writes(&a, &src, &dst, n);
     let fpdus = |p: &Pair| p.a.stats()[0].tx_packed_fpdus;
     let before = fpdus(&p);
     // Only the sender runs: no acknowledgement opens its window, which
@@ -219,22 +230,10 @@ fn a_receiver_acknowledges_a_burst_before_placing_it() {
     let src = buffer(&p.a, a.pd, n * LEN, rw);
     let dst = buffer(&p.b, b.pd, n * LEN, rw);
     let data = src.fill_pattern(0x7ac0);
-    for _ in 0..50 {
-        p.a.poll();
-        p.b.poll();
-    }
+    settle(&p);
     let passes = |p: &Pair| (p.a.stats()[0].tx_ack_passes, p.b.stats()[0].tx_ack_passes);
     let (a0, b0) = passes(&p);
-    for k in 0..n {
-        let off = (k * LEN) as u64;
-        let wr = SendWr::write(
-            k as u64,
-            SgeList::single(src.mr.sge(off, LEN as u32)),
-            dst.mr.addr() + off,
-            dst.mr.rkey(),
-        );
-        a.qp.post_send(&wr).unwrap();
-    }
+    post_writes(&a, &src, &dst, n);
     // Several packed segments out, then one iteration of the receiver.
     for _ in 0..3 {
         p.a.poll();
