@@ -134,7 +134,8 @@ impl World {
             };
             assert!(r.len() <= 1460);
             let bytes = r.to_vec(&self.mem);
-            // The parts a small-record sender copies agree with the walk.
+            // An FPDU without markers is its three parts, as the walk
+            // yields them.
             match r.plain_parts() {
                 Some(p) => {
                     let mut whole = p.head.to_vec();

@@ -484,73 +484,30 @@ impl<'a> Sendable<'a> {
         want_sum: bool,
     ) -> Result<FusedSum, FrameFull> {
         let mut out = FusedSum::default();
-        if let Some(p) = rec.plain_parts() {
-            // The common case, without the walk: head, payload, trailer.
-            if buf.len() != self.len {
-                return Err(FrameFull);
-            }
-            let (head, rest) = buf.split_at_mut_checked(p.head.len()).ok_or(FrameFull)?;
-            head.copy_from_slice(p.head);
-            let plen = p.payload.map_or(0, |r| r.len() as usize);
-            let (body, trailer) = rest.split_at_mut_checked(plen).ok_or(FrameFull)?;
-            if let Some(r) = p.payload {
-                region
-                    .ok_or(FrameFull)?
-                    .read(r.offset() as usize, body)
-                    .map_err(|_| FrameFull)?;
-                if self.crc.get().is_some() {
-                    out.resummed += plen;
-                }
-            }
-            if trailer.len() != p.trailer.len() {
-                return Err(FrameFull);
-            }
-            trailer.copy_from_slice(p.trailer);
-            return self.seal_small(rec, buf, p.head.len() + plen, want_sum, out);
-        }
-        let mut at = 0usize;
-        let mut trailer_at = None;
-        for piece in rec.pieces() {
-            let len = piece.len();
-            let dst = buf.get_mut(at..at + len).ok_or(FrameFull)?;
-            match piece {
-                Piece::Payload(r) => {
-                    region
-                        .ok_or(FrameFull)?
-                        .read(r.offset() as usize, dst)
-                        .map_err(|_| FrameFull)?;
-                    if self.crc.get().is_some() {
-                        out.resummed += len;
-                    }
-                }
-                Piece::Bytes(b) => {
-                    if at + len == self.len {
-                        trailer_at = Some(at);
-                    }
-                    dst.copy_from_slice(b);
-                }
-                // Not fusable with markers.
-                Piece::Marker(_) => return Err(FrameFull),
-            }
-            at += len;
-        }
-        let (Some(t_at), true, true) = (trailer_at, at == self.len, buf.len() == self.len) else {
+        // A fusable record is an FPDU without markers (its CRC is ours to
+        // compute): head, payload, trailer, copied without a walk.
+        let p = rec.plain_parts().ok_or(FrameFull)?;
+        if buf.len() != self.len {
             return Err(FrameFull);
-        };
-        self.seal_small(rec, buf, t_at, want_sum, out)
-    }
-
-    /// The CRC and sum of a small record assembled in `buf` (exactly its
-    /// length, its trailer at `t_at` with a zero CRC), the trailer with
-    /// the CRC written in.
-    fn seal_small(
-        &self,
-        rec: &OutRecord,
-        buf: &mut [u8],
-        t_at: usize,
-        want_sum: bool,
-        mut out: FusedSum,
-    ) -> Result<FusedSum, FrameFull> {
+        }
+        let (head, rest) = buf.split_at_mut_checked(p.head.len()).ok_or(FrameFull)?;
+        head.copy_from_slice(p.head);
+        let plen = p.payload.map_or(0, |r| r.len() as usize);
+        let (body, trailer) = rest.split_at_mut_checked(plen).ok_or(FrameFull)?;
+        if let Some(r) = p.payload {
+            region
+                .ok_or(FrameFull)?
+                .read(r.offset() as usize, body)
+                .map_err(|_| FrameFull)?;
+            if self.crc.get().is_some() {
+                out.resummed += plen;
+            }
+        }
+        if trailer.len() != p.trailer.len() {
+            return Err(FrameFull);
+        }
+        trailer.copy_from_slice(p.trailer);
+        let t_at = p.head.len() + plen;
         // Everything up to the CRC field (the trailer's pad included), its
         // CRC and its sum in one pass.
         let crc_at = self.len.saturating_sub(CRC_LEN);

@@ -225,16 +225,20 @@ impl OutRecord {
         }
     }
 
-    /// An FPDU without markers, in its three parts, for a driver that
-    /// writes a small record into one buffer without walking
-    /// [`OutRecord::pieces`]; `None` for setup bytes and for an FPDU with
-    /// markers. The trailer holds the pad and the CRC field as the pieces
-    /// end (a zero CRC while [`OutRecord::crc_pending`]).
+    /// An FPDU without markers, in its three parts (what
+    /// [`OutRecord::pieces`] walks for it); `None` for setup bytes and for
+    /// an FPDU with markers. The payload is `None` when empty; the trailer
+    /// holds the pad and the CRC field as the pieces end (a zero CRC
+    /// while [`OutRecord::crc_pending`]).
     pub fn plain_parts(&self) -> Option<PlainParts<'_>> {
         match &self.body {
             Body::Fpdu(f) if f.layout.marker_count() == 0 => Some(PlainParts {
                 head: f.head.get(..usize::from(f.head_len))?,
-                payload: f.payload.as_ref().map(RegionRef::range),
+                payload: f
+                    .payload
+                    .as_ref()
+                    .filter(|p| !p.is_empty())
+                    .map(RegionRef::range),
                 trailer: f.trailer.as_bytes(),
             }),
             _ => None,
@@ -303,7 +307,7 @@ impl OutRecord {
 }
 
 /// The parts of an FPDU without markers ([`OutRecord::plain_parts`]), in
-/// wire order: what [`OutRecord::pieces`] yields for it, without the walk.
+/// wire order: what [`OutRecord::pieces`] yields for it.
 #[derive(Debug, Clone, Copy)]
 pub struct PlainParts<'r> {
     /// Length field, DDP header and any RDMAP header after it.
@@ -344,27 +348,27 @@ pub struct Pieces<'r> {
     markers: Option<core::iter::Peekable<MarkerSlots>>,
     /// Setup records: already yielded.
     done: bool,
-    /// An FPDU without markers walked whole (not in CRC mode): its head,
-    /// payload and trailer in turn, by `stage`, without the offset
-    /// arithmetic markers need (the send path walks every record).
-    plain: bool,
+    /// An FPDU without markers walked whole (not in CRC mode): its parts
+    /// in turn, by `stage`, without the offset arithmetic markers need
+    /// (the send path walks every record).
+    plain: Option<PlainParts<'r>>,
     stage: u8,
 }
 
 impl<'r> Pieces<'r> {
     pub(super) fn new(record: &'r OutRecord, crc_mode: bool) -> Pieces<'r> {
-        let (total, markers, plain) = match &record.body {
-            Body::Setup(b) => (b.len() as u32, None, false),
+        let (total, markers) = match &record.body {
+            Body::Setup(b) => (b.len() as u32, None),
             Body::Fpdu(f) => {
                 let total = if crc_mode {
                     f.layout.crc_offset()
                 } else {
                     f.layout.logical_len()
                 };
-                let plain = !crc_mode && f.layout.marker_count() == 0;
-                (total as u32, Some(f.layout.markers().peekable()), plain)
+                (total as u32, Some(f.layout.markers().peekable()))
             }
         };
+        let plain = if crc_mode { None } else { record.plain_parts() };
         Pieces {
             record,
             logical: 0,
@@ -392,19 +396,17 @@ impl<'r> Iterator for Pieces<'r> {
             }
             Body::Fpdu(f) => f,
         };
-        if self.plain {
+        if let Some(p) = self.plain {
             loop {
                 self.stage += 1;
                 match self.stage {
-                    1 if f.head_len > 0 => {
-                        return f.head.get(..usize::from(f.head_len)).map(Piece::Bytes)
-                    }
+                    1 if !p.head.is_empty() => return Some(Piece::Bytes(p.head)),
                     2 => {
-                        if let Some(p) = f.payload.as_ref().filter(|p| !p.is_empty()) {
-                            return Some(Piece::Payload(p.range()));
+                        if let Some(r) = p.payload {
+                            return Some(Piece::Payload(r));
                         }
                     }
-                    3 => return Some(Piece::Bytes(f.trailer.as_bytes())),
+                    3 => return Some(Piece::Bytes(p.trailer)),
                     1 => {}
                     _ => return None,
                 }
