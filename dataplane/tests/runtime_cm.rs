@@ -9,8 +9,8 @@ mod runtime_common;
 use std::net::SocketAddrV4;
 
 use dataplane::api::{
-    Access, CmEvent, ConnectFailure, ConnectParams, DeregStatus, DisconnectReason, PostError,
-    QpStatus, RecvWr, SendWr, SgeList, WcStatus,
+    Access, CmEvent, ConnectFailure, ConnectParams, Dataplane, DeregStatus, DisconnectReason,
+    PostError, QpStatus, RecvWr, SendWr, SgeList, WcStatus,
 };
 use runtime_common::*;
 
@@ -230,28 +230,23 @@ fn disconnecting_one_of_several_ends_only_that_one() {
     let mut ends: Vec<(End, End)> = (0..4).map(|_| open_conn(&p, true)).collect();
     let (gone_a, gone_b) = (ends[2].0.qp.num(), ends[2].1.qp.num());
     p.a.disconnect(&ends[2].0.qp, false).unwrap();
+    // The events one side reported so far: only `gone`'s disconnect.
+    let take = |dp: &Dataplane, gone, side: &str, seen: &mut Option<DisconnectReason>| {
+        while let Some(e) = dp.poll_event() {
+            match e {
+                CmEvent::Disconnected { qp, reason } => {
+                    assert_eq!(qp, gone, "{side}: {reason}");
+                    *seen = Some(reason);
+                }
+                CmEvent::MrDeregistered(_) => {}
+                other => panic!("{side}: unexpected {other:?}"),
+            }
+        }
+    };
     let mut seen = (None, None);
     p.until("the one connection closed on both sides", |p| {
-        while let Some(e) = p.a.poll_event() {
-            match e {
-                CmEvent::Disconnected { qp, reason } => {
-                    assert_eq!(qp, gone_a, "a: {reason}");
-                    seen.0 = Some(reason);
-                }
-                CmEvent::MrDeregistered(_) => {}
-                other => panic!("a: unexpected {other:?}"),
-            }
-        }
-        while let Some(e) = p.b.poll_event() {
-            match e {
-                CmEvent::Disconnected { qp, reason } => {
-                    assert_eq!(qp, gone_b, "b: {reason}");
-                    seen.1 = Some(reason);
-                }
-                CmEvent::MrDeregistered(_) => {}
-                other => panic!("b: unexpected {other:?}"),
-            }
-        }
+        take(&p.a, gone_a, "a", &mut seen.0);
+        take(&p.b, gone_b, "b", &mut seen.1);
         (seen.0.is_some() && seen.1.is_some()).then_some(())
     });
     assert_eq!(seen.0, Some(DisconnectReason::Closed));

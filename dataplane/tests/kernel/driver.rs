@@ -181,12 +181,13 @@ impl Driver {
         let now = self.now();
         while self.rx_held.front().is_some_and(|(due, _)| *due <= now) {
             let (_, frame) = self.rx_held.pop_front().expect("checked");
-            if let (Some(ts), Some(newest)) = (tsval(&frame), self.rx_newest_ts) {
+            let ts = tsval(&frame);
+            if let (Some(ts), Some(newest)) = (ts, self.rx_newest_ts) {
                 if newest.wrapping_sub(ts) as i32 >= 2 {
                     self.stats.rx_held_stale += 1;
                 }
             }
-            self.pass_on(now, frame);
+            self.pass_on(now, frame, ts);
             n += 1;
         }
         while n < RX_BURST {
@@ -209,14 +210,16 @@ impl Driver {
                     continue;
                 }
             }
-            self.pass_on(now, frame);
+            let ts = tsval(&frame);
+            self.pass_on(now, frame, ts);
         }
         Ok(n)
     }
 
-    /// Hands a received frame to the interface, noting its timestamp.
-    fn pass_on(&mut self, now: Instant, frame: Vec<u8>) {
-        if let Some(ts) = tsval(&frame) {
+    /// Hands a received frame to the interface, noting its timestamp
+    /// `ts` (its [`tsval`]).
+    fn pass_on(&mut self, now: Instant, frame: Vec<u8>, ts: Option<u32>) {
+        if let Some(ts) = ts {
             let newer = self
                 .rx_newest_ts
                 .is_none_or(|n| ts.wrapping_sub(n) as i32 > 0);
