@@ -414,7 +414,7 @@ impl Dataplane {
                 id,
                 pd: pd.id,
                 max_sge,
-                ring: WrRing::new(max_wr as usize),
+                ring: WrRing::shared(max_wr as usize),
                 limit: AtomicU32::new(0),
                 limit_reached: AtomicBool::new(false),
                 destroyed: AtomicBool::new(false),

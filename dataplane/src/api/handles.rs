@@ -216,30 +216,45 @@ impl Qp {
     /// stops and returns its index with the reason; the requests before it
     /// are posted.
     pub fn post_send_list(&self, wrs: &[SendWr]) -> Result<(), (usize, PostError)> {
-        self.post_list(wrs, Qp::push_send)
+        self.post_list(wrs, Qp::check_send, |wrs| self.inner.sq.push_list(wrs))
     }
 
-    /// Pushes `wrs` in order with `push` until one is refused, then rings
-    /// the doorbell once if any went in.
+    /// Checks `wrs` in order with `check` up to the first refused, pushes
+    /// those before it with `push_list` (one reservation of the ring for a
+    /// run of them), then rings the doorbell once if any went in.
     fn post_list<W>(
         &self,
         wrs: &[W],
-        push: impl Fn(&Qp, &W) -> Result<(), PostError>,
+        check: impl Fn(&Qp, &W) -> Result<(), PostError>,
+        push_list: impl FnOnce(&[W]) -> usize,
     ) -> Result<(), (usize, PostError)> {
         let mut r = Ok(());
+        let mut ok = wrs.len();
         for (i, wr) in wrs.iter().enumerate() {
-            if let Err(e) = push(self, wr) {
+            if let Err(e) = check(self, wr) {
                 r = Err((i, e));
+                ok = i;
                 break;
             }
         }
-        if !wrs.is_empty() && !matches!(r, Err((0, _))) {
+        let pushed = push_list(&wrs[..ok]);
+        if pushed < ok {
+            r = Err((pushed, PostError::QueueFull));
+        }
+        if pushed > 0 {
             self.inner.wake_worker();
         }
         r
     }
 
     fn push_send(&self, wr: &SendWr) -> Result<(), PostError> {
+        self.check_send(wr)?;
+        self.inner.sq.push(wr).map_err(|_| PostError::QueueFull)
+    }
+
+    /// Whether `wr` may be posted: the queue pair's state and limits, the
+    /// request's shape.
+    fn check_send(&self, wr: &SendWr) -> Result<(), PostError> {
         let a = &self.inner.attr;
         if self.status() == QpStatus::Disconnected {
             return Err(PostError::InvalidState);
@@ -259,7 +274,7 @@ impl Qp {
         if wr.sges.total_len().is_none() {
             return Err(PostError::InvalidWr);
         }
-        self.inner.sq.push(wr).map_err(|_| PostError::QueueFull)
+        Ok(())
     }
 
     /// Posts a receive (`ibv_post_recv`) for one incoming Send. A queue
@@ -275,10 +290,16 @@ impl Qp {
     /// (`ibv_post_recv` with a chain); like [`Qp::post_send_list`], the
     /// first refused stops the list and its index is returned.
     pub fn post_recv_list(&self, wrs: &[RecvWr]) -> Result<(), (usize, PostError)> {
-        self.post_list(wrs, Qp::push_recv)
+        self.post_list(wrs, Qp::check_recv, |wrs| self.inner.rq.push_list(wrs))
     }
 
     fn push_recv(&self, wr: &RecvWr) -> Result<(), PostError> {
+        self.check_recv(wr)?;
+        self.inner.rq.push(wr).map_err(|_| PostError::QueueFull)
+    }
+
+    /// Whether `wr` may be posted to the queue pair's own receive queue.
+    fn check_recv(&self, wr: &RecvWr) -> Result<(), PostError> {
         if self.inner.srq.is_some() {
             return Err(PostError::SrqAttached);
         }
@@ -291,7 +312,7 @@ impl Qp {
         if wr.sges.total_len().is_none() {
             return Err(PostError::InvalidWr);
         }
-        self.inner.rq.push(wr).map_err(|_| PostError::QueueFull)
+        Ok(())
     }
 }
 

@@ -23,6 +23,7 @@ pub(crate) mod cm;
 pub(crate) mod error;
 pub(crate) mod poll;
 pub(crate) mod shared;
+pub(crate) mod slots;
 pub(crate) mod wake;
 pub(crate) mod wr_ring;
 

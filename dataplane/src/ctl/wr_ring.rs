@@ -32,7 +32,7 @@ use rdmap::verbs::{
     Access, FastReg, RecvWr, SendFlags, SendOp, SendWr, Sge, SgeList, Stag, MAX_SGE,
 };
 
-use super::PollPop;
+use super::slots::{Consumers, Slots, Words};
 
 /// The ring (and, if any, the spill area) is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +43,12 @@ pub(crate) struct Full;
 pub(crate) trait Packable: Copy + Send {
     /// What a ring entry holds.
     type Packed: Copy + Send;
+    /// A ring entry's words.
+    type Atoms: Words;
+    /// The entry as words.
+    fn to_words(p: Self::Packed) -> <Self::Atoms as Words>::Plain;
+    /// [`Packable::to_words`] back.
+    fn from_words(w: <Self::Atoms as Words>::Plain) -> Self::Packed;
     /// The packed form, or `None` when the request must spill.
     fn pack(&self) -> Option<Self::Packed>;
     /// The entry naming spill block `index`.
@@ -57,9 +63,10 @@ pub(crate) trait Packable: Copy + Send {
     fn load(block: &[AtomicU64]) -> Self;
 }
 
-/// A bounded multi-producer, multi-consumer ring of work requests.
+/// A bounded ring of work requests, pushed by any thread (see
+/// [`super::slots`] for who takes them).
 pub(crate) struct WrRing<W: Packable> {
-    ring: ArrayQueue<W::Packed>,
+    ring: Slots<W::Atoms>,
     spill: OnceLock<Spill>,
     _wr: core::marker::PhantomData<fn(W) -> W>,
 }
@@ -80,10 +87,21 @@ impl Spill {
 }
 
 impl<W: Packable> WrRing<W> {
-    /// A ring of `cap` entries (at least one).
+    /// A ring of `cap` entries (at least one) that one worker at a time
+    /// takes from: a queue pair's.
     pub(crate) fn new(cap: usize) -> WrRing<W> {
+        WrRing::with(cap, Consumers::One)
+    }
+
+    /// A ring of `cap` entries that several workers take from at once: a
+    /// shared receive queue's.
+    pub(crate) fn shared(cap: usize) -> WrRing<W> {
+        WrRing::with(cap, Consumers::Many)
+    }
+
+    fn with(cap: usize, consumers: Consumers) -> WrRing<W> {
         WrRing {
-            ring: ArrayQueue::new(cap.max(1)),
+            ring: Slots::new(cap, consumers),
             spill: OnceLock::new(),
             _wr: core::marker::PhantomData,
         }
@@ -92,7 +110,7 @@ impl<W: Packable> WrRing<W> {
     /// Appends `wr`; a full ring refuses it.
     pub(crate) fn push(&self, wr: &W) -> Result<(), Full> {
         if let Some(p) = wr.pack() {
-            return self.ring.push(p).map_err(|_| Full);
+            return self.ring.push(W::to_words(p)).then_some(()).ok_or(Full);
         }
         let cap = self.ring.capacity();
         let spill = self.spill.get_or_init(|| Spill {
@@ -108,7 +126,7 @@ impl<W: Packable> WrRing<W> {
         let i = spill.free.pop().ok_or(Full)?;
         // The index is this thread's until the entry naming it is popped.
         wr.store(spill.block::<W>(i).ok_or(Full)?);
-        if self.ring.push(W::spilled(i)).is_err() {
+        if !self.ring.push(W::to_words(W::spilled(i))) {
             // Full meanwhile: the block was never published.
             let _ = spill.free.push(i);
             return Err(Full);
@@ -116,9 +134,45 @@ impl<W: Packable> WrRing<W> {
         Ok(())
     }
 
+    /// Appends `wrs` in order, as many as there is room for, and returns
+    /// how many. A run of requests that pack is reserved with one atomic
+    /// operation ([`Slots::reserve`]); a request that spills goes alone.
+    pub(crate) fn push_list(&self, wrs: &[W]) -> usize {
+        /// Requests packed on the stack before their run is reserved.
+        const RUN: usize = 16;
+        let mut done = 0;
+        while let Some(rest) = wrs.get(done..).filter(|r| !r.is_empty()) {
+            let mut run: [Option<<W::Atoms as Words>::Plain>; RUN] = [None; RUN];
+            let mut n = 0;
+            for (slot, wr) in run.iter_mut().zip(rest) {
+                match wr.pack() {
+                    Some(p) => *slot = Some(W::to_words(p)),
+                    None => break,
+                }
+                n += 1;
+            }
+            if n == 0 {
+                if self.push(&rest[0]).is_err() {
+                    break;
+                }
+                done += 1;
+                continue;
+            }
+            let got = self.ring.reserve(n);
+            for (k, v) in run[..got.count].iter().flatten().enumerate() {
+                self.ring.publish(got.first + k as u64, *v);
+            }
+            done += got.count;
+            if got.count < n {
+                break;
+            }
+        }
+        done
+    }
+
     /// The oldest request.
     pub(crate) fn pop(&self) -> Option<W> {
-        let p = self.ring.poll_pop()?;
+        let p = W::from_words(self.ring.pop()?);
         match W::unpack(p) {
             Ok(wr) => Some(wr),
             Err(i) => {
@@ -300,6 +354,34 @@ fn one_sge(sges: &SgeList) -> Option<(Sge, u8)> {
 
 impl Packable for SendWr {
     type Packed = PackedSend;
+    type Atoms = [AtomicU64; 5];
+
+    fn to_words(p: PackedSend) -> [u64; 5] {
+        [
+            p.wr_id,
+            p.remote_addr,
+            p.addr,
+            u64::from(p.length) | u64::from(p.lkey) << 32,
+            u64::from(p.key)
+                | u64::from(p.kind) << 32
+                | u64::from(p.flags) << 40
+                | u64::from(p.sges) << 48,
+        ]
+    }
+
+    fn from_words(w: [u64; 5]) -> PackedSend {
+        PackedSend {
+            wr_id: w[0],
+            remote_addr: w[1],
+            addr: w[2],
+            length: w[3] as u32,
+            lkey: (w[3] >> 32) as u32,
+            key: w[4] as u32,
+            kind: (w[4] >> 32) as u8,
+            flags: (w[4] >> 40) as u8,
+            sges: (w[4] >> 48) as u8,
+        }
+    }
 
     fn pack(&self) -> Option<PackedSend> {
         let (sge, sges) = one_sge(&self.sges)?;
@@ -434,6 +516,24 @@ const RECV_EMPTY: (u64, u32, u32) = (u64::MAX, u32::MAX, u32::MAX - 1);
 
 impl Packable for RecvWr {
     type Packed = PackedRecv;
+    type Atoms = [AtomicU64; 3];
+
+    fn to_words(p: PackedRecv) -> [u64; 3] {
+        [
+            p.wr_id,
+            p.addr,
+            u64::from(p.length) | u64::from(p.lkey) << 32,
+        ]
+    }
+
+    fn from_words(w: [u64; 3]) -> PackedRecv {
+        PackedRecv {
+            wr_id: w[0],
+            addr: w[1],
+            length: w[2] as u32,
+            lkey: (w[2] >> 32) as u32,
+        }
+    }
 
     fn pack(&self) -> Option<PackedRecv> {
         let (addr, length, lkey) = match self.sges.as_slice() {
