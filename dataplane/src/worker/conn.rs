@@ -15,7 +15,7 @@ use rdmap::mpa::RtrSet;
 use rdmap::verbs::{
     CompletionQueue, CqId, Device, QpNum, QueuePair, RecvWr, SendWr, WorkCompletion,
 };
-use rdmap::verbs::{SharedReceiveQueue, SrqInitAttr};
+use rdmap::verbs::{MrTable, QpInitAttr, SendOp, SharedReceiveQueue, SrqInitAttr};
 use tcp_offload::room::room_at_first_use;
 use tcp_offload::tcp::{self, ConnId, Event, Stack, StackError};
 use tcp_offload::Instant;
@@ -250,15 +250,6 @@ impl Conn {
             _ => None,
         };
         self.shared = Some(shared);
-    }
-
-    pub(super) fn qp_mut(&mut self) -> Option<&mut QueuePair> {
-        match (&mut self.ep, &mut self.life) {
-            (_, Life::Request | Life::Decision) => None,
-            (Some(ep), _) => Some(ep.qp_mut()),
-            (None, Life::TcpConnecting { qp, .. }) => Some(&mut **qp),
-            _ => None,
-        }
     }
 
     /// Whether the connection needs another service though nothing new
@@ -556,36 +547,44 @@ impl Conn {
     }
 
     /// Moves work requests from the submission rings into the QP.
+    ///
+    /// The connection's fields are borrowed apart rather than taken out
+    /// and put back: a send request is some 170 bytes, and moving the
+    /// stash (and each request through it) cost more than the post.
     pub(super) fn drain_posts<B: AsRef<[u8]>>(&mut self, cx: &mut Cx<'_, B>) -> bool {
-        let Some(shared) = &self.shared else {
+        let Conn {
+            shared,
+            stash_send,
+            stash_recv,
+            hold,
+            local_ops,
+            room,
+            kick,
+            ep,
+            life,
+            ..
+        } = self;
+        let Some(shared) = shared.as_deref() else {
             return false;
         };
         // Nothing posted and nothing held back: the common case of a
         // connection serviced for its traffic, checked before any of the
         // setup below (it runs twice per service, for every connection
         // with traffic).
-        if self.stash_recv.is_none()
-            && self.stash_send.is_none()
+        if stash_recv.is_none()
+            && stash_send.is_none()
             && shared.rq.is_empty()
             && shared.sq.is_empty()
         {
             return false;
         }
-        let shared = shared.clone();
-        let attr = shared.attr;
+        let attr = &shared.attr;
         let mrs = cx.device.mrs();
         let mem = &*cx.mem;
-        let mut stash_recv = self.stash_recv.take();
-        let mut stash_send = self.stash_send.take();
         // While a completion waits for the other workers' replicas, no
         // new send work starts (it bounds what completes behind it).
-        let held = self.hold.is_some();
-        let mut local_ops = core::mem::take(&mut self.local_ops);
-        let room = self.room.local_ops;
-        let Some(qp) = self.qp_mut() else {
-            self.stash_recv = stash_recv;
-            self.stash_send = stash_send;
-            self.local_ops = local_ops;
+        let held = hold.is_some();
+        let Some(qp) = qp_of(ep, life) else {
             return false;
         };
         let mut n = 0;
@@ -599,42 +598,37 @@ impl Conn {
             };
             n += 1;
             if qp.post_recv(&wr).is_err() {
-                stash_recv = Some(wr);
+                *stash_recv = Some(wr);
                 break;
             }
         }
         let mut sends = 0;
         while !held && sends < MAX_POSTS_PER_POLL && qp.sq_len() < attr.max_send_wr as usize {
-            let Some(wr) = stash_send.take().or_else(|| shared.sq.pop()) else {
-                break;
+            let posted = match stash_send {
+                Some(wr) => post_one(qp, wr, attr, mem, mrs, local_ops, room.local_ops),
+                None => match shared.sq.pop() {
+                    Some(wr) => post_one(qp, &wr, attr, mem, mrs, local_ops, room.local_ops),
+                    None => break,
+                },
             };
             n += 1;
             sends += 1;
-            let (changed, local) = prepare_local(&wr, &attr, mem);
-            match qp.post_send(changed.as_ref().unwrap_or(&wr), mrs) {
-                Ok(_) => {
-                    if local.is_some() {
-                        room_at_first_use(&mut local_ops, room);
+            match posted {
+                Posted::Taken => *stash_send = None,
+                Posted::Refused(wr) => {
+                    // The stash keeps its request, or takes this one.
+                    if let Some(wr) = wr {
+                        *stash_send = Some(wr);
                     }
-                    local_ops.extend(local);
-                }
-                Err(rdmap::verbs::PostError::InvalidState | rdmap::verbs::PostError::QueueFull) => {
-                    stash_send = Some(wr);
                     break;
                 }
-                // Checked when posted to the ring; cannot happen.
-                Err(_) => {}
             }
         }
         // Stopped at the batch limit with more posted: the rest is for
         // the next iteration, whether or not what was taken makes traffic
         // whose answer would bring the connection back (local operations
         // make none, and the doorbell rang once for the whole list).
-        let more = sends == MAX_POSTS_PER_POLL && !shared.sq.is_empty();
-        self.stash_recv = stash_recv;
-        self.stash_send = stash_send;
-        self.local_ops = local_ops;
-        self.kick |= more;
+        *kick |= sends == MAX_POSTS_PER_POLL && !shared.sq.is_empty();
         n > 0
     }
 
@@ -1012,5 +1006,56 @@ impl<Q: LinkQueue> Worker<Q> {
                 ready.mark_all(self.conns.len());
             }
         }
+    }
+}
+
+/// The queue pair of a connection with engine `ep` in `life`, if it has
+/// one yet.
+fn qp_of<'a>(ep: &'a mut Option<Endpoint>, life: &'a mut Life) -> Option<&'a mut QueuePair> {
+    match (ep, life) {
+        (_, Life::Request | Life::Decision) => None,
+        (Some(ep), _) => Some(ep.qp_mut()),
+        (None, Life::TcpConnecting { qp, .. }) => Some(&mut **qp),
+        _ => None,
+    }
+}
+
+/// What [`post_one`] did with a request.
+enum Posted {
+    /// In the queue pair.
+    Taken,
+    /// Not taken now (the queue pair's state or a full queue): the
+    /// request to stash, `None` when it came from the stash and stays.
+    Refused(Option<SendWr>),
+}
+
+/// Posts one send request to the queue pair, with the local memory
+/// operation it carries recorded in `local_ops`.
+fn post_one(
+    qp: &mut QueuePair,
+    wr: &SendWr,
+    attr: &QpInitAttr,
+    mem: &MemoryTable,
+    mrs: &MrTable,
+    local_ops: &mut VecDeque<LocalOp>,
+    room: usize,
+) -> Posted {
+    let (changed, local) = match wr.op {
+        SendOp::FastRegister(_) | SendOp::LocalInvalidate { .. } => prepare_local(wr, attr, mem),
+        _ => (None, None),
+    };
+    match qp.post_send(changed.as_ref().unwrap_or(wr), mrs) {
+        Ok(_) => {
+            if local.is_some() {
+                room_at_first_use(local_ops, room);
+            }
+            local_ops.extend(local);
+            Posted::Taken
+        }
+        Err(rdmap::verbs::PostError::InvalidState | rdmap::verbs::PostError::QueueFull) => {
+            Posted::Refused(Some(*wr))
+        }
+        // Checked when posted to the ring; cannot happen.
+        Err(_) => Posted::Taken,
     }
 }
