@@ -150,6 +150,11 @@ fn exchange_on(
             (WcStatus::Success, WcOpcode::Recv, n)
         );
     }
+    if op == Op::Write {
+        wait_placed(p, &format!("Write of {len} bytes"), &data, || {
+            dst.to_vec(GUARD, len).unwrap()
+        });
+    }
     assert!(
         dst.to_vec(GUARD, len).unwrap() == data,
         "{op:?} of {len} bytes: data differs"
@@ -337,6 +342,9 @@ fn write_and_check(
     let wc = wait_wc(p, a, id);
     assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, n), "{wc:?}");
     let want = src.region().to_vec(src.offset(), n as usize).unwrap();
+    wait_placed(p, &format!("Write {id}"), &want, || {
+        sink.region().to_vec(sink.offset(), n as usize).unwrap()
+    });
     let got = sink.region().to_vec(sink.offset(), n as usize).unwrap();
     assert!(got == want, "Write {id}: data differs");
     n as usize

@@ -81,6 +81,7 @@ fn work_handed_to_a_sleeping_worker_wakes_it() {
         (wc.status, wc.opcode, wc.byte_len),
         (WcStatus::Success, WcOpcode::RdmaWrite, len as u32)
     );
+    wait_placed(&p, "the Write", &data, || dst.bytes());
     assert_eq!(dst.bytes(), data, "the Write's destination");
     assert!(dst.guards_intact());
     let after_post = p.a.stats()[0].idle_wakeups;

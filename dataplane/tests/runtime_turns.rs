@@ -65,7 +65,9 @@ fn records_are_built_at_each_connections_turn() {
     );
     for (a, b, src, dst) in &mut ends {
         assert_eq!(wait_wc(&p, a, 9).status, WcStatus::Success);
-        assert!(dst.bytes() == src.bytes());
+        let want = src.bytes();
+        wait_placed(&p, "the Writes", &want, || dst.bytes());
+        assert!(dst.bytes() == want);
         b.drain();
     }
 }

@@ -40,6 +40,7 @@ fn window(p: &Pair, a: &mut End, b: &End, n: u64, len: usize, first_id: u64) -> 
             "write {id}: {wc:?}"
         );
     }
+    wait_placed(p, "the Writes", &data, || dst.bytes());
     assert_eq!(dst.bytes(), data, "destination after the window");
     assert!(dst.guards_intact());
     n

@@ -225,6 +225,11 @@ fn exchange_user(
             (WcStatus::Success, WcOpcode::Recv, len32)
         );
     }
+    if op == Op::Write {
+        wait_placed(p, &format!("Write of {len} bytes"), &data, || {
+            dst.to_vec(GUARD, len).unwrap()
+        });
+    }
     assert!(
         dst.to_vec(GUARD, len).unwrap() == data,
         "{op:?} {len}: placed"

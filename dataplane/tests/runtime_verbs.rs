@@ -381,6 +381,12 @@ fn fast_register_then_invalidate(mode: DriveMode, label: &str) {
     // a writes through connection 1: b's other worker.
     let data = src.fill_pattern(11);
     assert_eq!(write(&p, &a, 1, &src, &t, stag, 100), WcStatus::Success);
+    wait_placed(
+        &p,
+        "the Write through the fast-registered STag",
+        &data,
+        || t.region.to_vec(FR_OFF, FR_LEN).unwrap(),
+    );
     let placed = t.region.to_vec(FR_OFF, FR_LEN).unwrap();
     assert!(placed == data, "Write through the fast-registered STag");
     assert!(t.guards_intact());

@@ -337,6 +337,19 @@ impl Buf {
 }
 
 /// Waits for completion `id` on `end`; returns it.
+/// Waits until `read` gives `want`. A Write's completion at its initiator
+/// says that the peer's TCP has every byte (the source may be reused), not
+/// that the peer has placed them yet: as on any iWARP RNIC, the peer
+/// acknowledges a burst before it places it (RFC 5040 leaves placement
+/// visible to the peer's application only through a later Send or Read
+/// Response). A test that reads the target right after that completion
+/// waits here; bytes still wrong after the patience fail it.
+pub fn wait_placed(p: &Pair, what: &str, want: &[u8], mut read: impl FnMut() -> Vec<u8>) {
+    p.until(&format!("{what} placed"), |_| {
+        (read() == want).then_some(())
+    });
+}
+
 pub fn wait_wc(p: &Pair, end: &mut End, id: u64) -> WorkCompletion {
     p.until(&format!("completion {id}"), |_| {
         end.drain();
@@ -446,6 +459,9 @@ pub fn exchange(p: &Pair, a: &mut End, b: &mut End, op: Op, len: usize, id: u64)
             (rc.status, rc.opcode, rc.byte_len),
             (WcStatus::Success, WcOpcode::Recv, len32)
         );
+    }
+    if op == Op::Write {
+        wait_placed(p, &format!("Write of {len} bytes"), &data, || dst.bytes());
     }
     let got = dst.bytes();
     assert!(got == data, "{op:?} of {len} bytes: data differs");
