@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the project's tests: installs what is missing (as root, Debian 12),
 # then the whole workspace under cargo-nextest, which runs every test in a
-# process of its own (tests that start DPDK's EAL need that).
+# process of its own (tests that start DPDK's EAL need that). The tests
+# build in the `tests` profile: release optimisation without the release
+# profile's whole-program LTO (Cargo.toml), into target/tests.
 #
 # Tests that need root (network namespaces, veth pairs, raw sockets) create
 # what they use and remove it themselves. As root they run with
@@ -28,8 +30,8 @@ ROOT_TESTS='binary(kernel_tcp) | binary(dpdk_kernel) | binary(dpdk_afpacket) | b
 
 if [ "$(id -u)" -eq 0 ]; then
     export IWARP_REQUIRE_ROOT_TESTS=1
-    exec cargo nextest run --workspace --release --no-fail-fast "$@"
+    exec cargo nextest run --workspace --cargo-profile tests --no-fail-fast "$@"
 fi
 # Not root: nextest counts the root-only tests as skipped.
 echo "test.sh: not root: the tests that need root are skipped" >&2
-exec cargo nextest run --workspace --release --no-fail-fast -E "not ($ROOT_TESTS)" "$@"
+exec cargo nextest run --workspace --cargo-profile tests --no-fail-fast -E "not ($ROOT_TESTS)" "$@"
