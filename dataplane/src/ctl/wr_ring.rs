@@ -742,6 +742,26 @@ mod tests {
     }
 
     #[test]
+    fn a_list_goes_in_order_as_far_as_there_is_room() {
+        // Runs longer than the packing stack, a spilling request between
+        // two runs, and a ring too small for the whole list.
+        let mut list: Vec<SendWr> = (0..40).map(|i| SendWr::send(i, sges(1))).collect();
+        list[20] = SendWr::send(20, sges(3));
+        let ring = WrRing::<SendWr>::new(33);
+        assert_eq!(ring.push_list(&list), 33, "as many as fit");
+        assert_eq!(ring.push_list(&list[33..]), 0, "none once full");
+        for wr in &list[..33] {
+            assert_eq!(ring.pop().as_ref(), Some(wr));
+        }
+        assert_eq!(ring.push_list(&list[33..]), 7);
+        for wr in &list[33..] {
+            assert_eq!(ring.pop().as_ref(), Some(wr));
+        }
+        assert!(ring.pop().is_none());
+        assert_eq!(ring.push_list(&[]), 0);
+    }
+
+    #[test]
     fn the_spill_area_is_made_only_when_needed() {
         let ring = WrRing::<SendWr>::new(256);
         for i in 0..1000 {
