@@ -2,11 +2,11 @@
 //! ([`super::wr_ring`]): entries of a few words, pushed by any number of
 //! application threads, taken by the worker that owns the queue pair.
 //!
-//! Each slot carries a stamp (the sequence-numbered ring of
-//! D. Vyukov's bounded queue): a slot is free for position `p` when its
-//! stamp is `p`, holds position `p`'s entry when it is `p + 1`, and is
-//! free again for the next lap at `p + cap`. What that buys over a
-//! general queue:
+//! Each slot carries a stamp, as in the sequence-numbered bounded queue
+//! that crossbeam's `ArrayQueue` also is: a slot is free for position `p`
+//! when its stamp is `p`, holds position `p`'s entry when it is `p + 1`,
+//! and is free again for the next lap at `p + cap`. What this ring adds
+//! to such a queue:
 //! - a producer reserves a run of positions with one CAS on the tail and
 //!   then fills and publishes them one by one, so a list of requests
 //!   (`ibv_post_send` with a chain) costs one atomic read-modify-write,
