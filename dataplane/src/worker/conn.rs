@@ -604,25 +604,27 @@ impl Conn {
         }
         let mut sends = 0;
         while !held && sends < MAX_POSTS_PER_POLL && qp.sq_len() < attr.max_send_wr as usize {
-            let posted = match stash_send {
+            // A request the queue pair does not take now stays in the
+            // stash, or goes there.
+            let taken = match stash_send {
                 Some(wr) => post_one(qp, wr, attr, mem, mrs, local_ops, room.local_ops),
                 None => match shared.sq.pop() {
-                    Some(wr) => post_one(qp, &wr, attr, mem, mrs, local_ops, room.local_ops),
+                    Some(wr) => {
+                        let taken = post_one(qp, &wr, attr, mem, mrs, local_ops, room.local_ops);
+                        if !taken {
+                            *stash_send = Some(wr);
+                        }
+                        taken
+                    }
                     None => break,
                 },
             };
             n += 1;
             sends += 1;
-            match posted {
-                Posted::Taken => *stash_send = None,
-                Posted::Refused(wr) => {
-                    // The stash keeps its request, or takes this one.
-                    if let Some(wr) = wr {
-                        *stash_send = Some(wr);
-                    }
-                    break;
-                }
+            if !taken {
+                break;
             }
+            *stash_send = None;
         }
         // Stopped at the batch limit with more posted: the rest is for
         // the next iteration, whether or not what was taken makes traffic
@@ -1020,17 +1022,9 @@ fn qp_of<'a>(ep: &'a mut Option<Endpoint>, life: &'a mut Life) -> Option<&'a mut
     }
 }
 
-/// What [`post_one`] did with a request.
-enum Posted {
-    /// In the queue pair.
-    Taken,
-    /// Not taken now (the queue pair's state or a full queue): the
-    /// request to stash, `None` when it came from the stash and stays.
-    Refused(Option<SendWr>),
-}
-
 /// Posts one send request to the queue pair, with the local memory
-/// operation it carries recorded in `local_ops`.
+/// operation it carries recorded in `local_ops`: whether the queue pair
+/// took it (not now, in its state or with its queue full).
 fn post_one(
     qp: &mut QueuePair,
     wr: &SendWr,
@@ -1039,7 +1033,7 @@ fn post_one(
     mrs: &MrTable,
     local_ops: &mut VecDeque<LocalOp>,
     room: usize,
-) -> Posted {
+) -> bool {
     let (changed, local) = match wr.op {
         SendOp::FastRegister(_) | SendOp::LocalInvalidate { .. } => prepare_local(wr, attr, mem),
         _ => (None, None),
@@ -1050,12 +1044,10 @@ fn post_one(
                 room_at_first_use(local_ops, room);
             }
             local_ops.extend(local);
-            Posted::Taken
+            true
         }
-        Err(rdmap::verbs::PostError::InvalidState | rdmap::verbs::PostError::QueueFull) => {
-            Posted::Refused(Some(*wr))
-        }
+        Err(rdmap::verbs::PostError::InvalidState | rdmap::verbs::PostError::QueueFull) => false,
         // Checked when posted to the ring; cannot happen.
-        Err(_) => Posted::Taken,
+        Err(_) => true,
     }
 }
