@@ -104,6 +104,55 @@ fn post_writes(a: &End, src: &Buf, dst: &Buf, n: usize) {
     }
 }
 
+/// A connected pair with `n` WRITEs of `LEN` bytes ready to post from a's
+/// `src` (filled with pattern `seed`) to b's `dst`, setup traffic settled.
+struct Writes {
+    p: Pair,
+    a: End,
+    b: End,
+    src: Buf,
+    dst: Buf,
+    data: Vec<u8>,
+    n: usize,
+}
+
+impl Writes {
+    fn new(n: usize, seed: u64) -> Writes {
+        let p = Pair::new(&PairOptions::default());
+        let (a, b) = connect(&p);
+        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let src = buffer(&p.a, a.pd, n * LEN, rw);
+        let dst = buffer(&p.b, b.pd, n * LEN, rw);
+        let data = src.fill_pattern(seed);
+        settle(&p);
+        Writes {
+            p,
+            a,
+            b,
+            src,
+            dst,
+            data,
+            n,
+        }
+    }
+
+    /// Posts the WRITEs ([`post_writes`]).
+    fn post(&self) {
+        post_writes(&self.a, &self.src, &self.dst, self.n);
+    }
+
+    /// Waits for every WRITE's completion and checks every byte.
+    fn finish(&mut self) {
+        for k in 0..self.n as u64 {
+            let w = wait_wc(&self.p, &mut self.a, k);
+            assert_eq!(w.status, WcStatus::Success);
+        }
+        let len = self.n * LEN;
+        assert_eq!(self.dst.bytes()[..len], self.data[..len]);
+        self.b.drain();
+    }
+}
+
 /// Posts `wr`, waiting for room in the send queue.
 fn post_when_room(p: &Pair, a: &mut End, wr: &SendWr) {
     p.until("room in the send queue", |_| {
@@ -172,24 +221,19 @@ fn small_fpdus_are_packed_whole_with_and_without_loss() {
 /// connections' turns are `runtime_turns`.
 #[test]
 fn small_records_are_built_a_batch_at_a_time_as_they_are_sent() {
-    let p = Pair::new(&PairOptions::default());
-    let (mut a, mut b) = connect(&p);
-    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let n = 400;
-    let src = buffer(&p.a, a.pd, n * LEN, rw);
-    let dst = buffer(&p.b, b.pd, n * LEN, rw);
-    let data = src.fill_pattern(0x51ee);
     // Everything settled: no setup traffic left in the iteration below.
-    settle(&p);
-    post_writes(&a, &src, &dst, n);
+    let mut w = Writes::new(n, 0x51ee);
+    let p = &w.p;
+    w.post();
     let fpdus = |p: &Pair| p.a.stats()[0].tx_packed_fpdus;
-    let before = fpdus(&p);
+    let before = fpdus(p);
     // Only the sender runs: no acknowledgement opens its window, which
     // its first iterations fill.
     for _ in 0..10 {
         p.a.poll();
     }
-    let sent = fpdus(&p) - before;
+    let sent = fpdus(p) - before;
     let built = p.a.stats()[0].tx_records;
     println!("{sent} small FPDUs sent in ten iterations, {built} records in flight");
     let cap = dataplane::worker::MAX_SMALL_FPDUS_PER_POLL as u64;
@@ -208,12 +252,7 @@ fn small_records_are_built_a_batch_at_a_time_as_they_are_sent() {
         "{built} records built after {sent} were sent: built ahead of sending, \
          not {cap} at a time"
     );
-    for k in 0..n as u64 {
-        let w = wait_wc(&p, &mut a, k);
-        assert_eq!(w.status, WcStatus::Success);
-    }
-    assert_eq!(dst.bytes()[..n * LEN], data[..n * LEN]);
-    b.drain();
+    w.finish();
 }
 
 /// A receiver sends the ACKs a burst of segments earns before it places
@@ -223,17 +262,11 @@ fn small_records_are_built_a_batch_at_a_time_as_they_are_sent() {
 /// sender, which receives only ACKs, owes none and makes no such pass.
 #[test]
 fn a_receiver_acknowledges_a_burst_before_placing_it() {
-    let p = Pair::new(&PairOptions::default());
-    let (mut a, mut b) = connect(&p);
-    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-    let n = 200;
-    let src = buffer(&p.a, a.pd, n * LEN, rw);
-    let dst = buffer(&p.b, b.pd, n * LEN, rw);
-    let data = src.fill_pattern(0x7ac0);
-    settle(&p);
+    let mut w = Writes::new(200, 0x7ac0);
+    let p = &w.p;
     let passes = |p: &Pair| (p.a.stats()[0].tx_ack_passes, p.b.stats()[0].tx_ack_passes);
-    let (a0, b0) = passes(&p);
-    post_writes(&a, &src, &dst, n);
+    let (a0, b0) = passes(p);
+    w.post();
     // Several packed segments out, then one iteration of the receiver.
     for _ in 0..3 {
         p.a.poll();
@@ -242,7 +275,7 @@ fn a_receiver_acknowledges_a_burst_before_placing_it() {
     assert!(sent >= 2, "{sent} segments: not a burst");
     let tx_before = p.b.stats()[0].tx_packets;
     p.b.poll();
-    let (_, b1) = passes(&p);
+    let (_, b1) = passes(p);
     assert_eq!(
         b1,
         b0 + 1,
@@ -252,12 +285,7 @@ fn a_receiver_acknowledges_a_burst_before_placing_it() {
         p.b.stats()[0].tx_packets > tx_before,
         "the receiver sent nothing for the burst"
     );
-    for k in 0..n as u64 {
-        let w = wait_wc(&p, &mut a, k);
-        assert_eq!(w.status, WcStatus::Success);
-    }
-    assert_eq!(dst.bytes()[..n * LEN], data[..n * LEN]);
-    let (a2, _) = passes(&p);
+    w.finish();
+    let (a2, _) = passes(&w.p);
     assert_eq!(a2, a0, "the sender received only ACKs and owed none");
-    b.drain();
 }
