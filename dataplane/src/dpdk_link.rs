@@ -109,7 +109,9 @@ const HEADROOM: u16 = 128;
 const MIN_DATA_ROOM: usize = 2048;
 
 /// How much of the next transmit buffer is claimed for writing while a
-/// frame is filled: a standard frame whole; of a jumbo one the start.
+/// frame is filled: a standard frame whole (no more than the largest
+/// frame: lines past it would be claimed for nothing); of a jumbo one the
+/// start.
 const TX_PREFETCH: usize = 2048;
 
 /// Segments of one transmitted chain at most.
@@ -991,7 +993,7 @@ impl LinkQueue for DpdkQueue {
         // The next frame's buffer, last used by the core that received
         // it, is claimed for writing while this one is filled.
         if let Some(next) = self.tx_cache.last() {
-            crate::memory::prefetch_write(next.data_ptr(), TX_PREFETCH);
+            crate::memory::prefetch_write(next.data_ptr(), TX_PREFETCH.min(self.frame_cap));
         }
         // A new one only while more frames are out than ever before
         // (start-up).
