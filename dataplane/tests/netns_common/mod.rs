@@ -198,6 +198,41 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     parts.next().is_none().then_some(mac)
 }
 
+/// Creates the veth pair `host_if`/`peer_if` with `host_if`'s interface
+/// index a multiple of 2^16 (the first one free of a run that starts at
+/// a place of `pid`'s).
+///
+/// DPDK's `net_af_packet` joins each socket to a `PACKET_FANOUT` group
+/// numbered `(pid ^ ifindex) & 0xffff`, and a socket on another
+/// interface that asks for a group of that number already held in the
+/// same network namespace is refused (`EINVAL`, and the port does not
+/// come up). Test processes that open the port in the root namespace run
+/// side by side with close pids and close interface indices, whose XORs
+/// meet far more often than one in 65,536: a `dpdk_kernel` test failed
+/// that way. With the index's low 16 bits zero the group number is the
+/// pid's low 16 bits, which processes running together do not share.
+fn add_veth_with_index(host_if: &str, peer_if: &str, pid: u32) -> Result<(), String> {
+    const TRIES: u32 = 64;
+    // Indices are positive 32-bit numbers: 1 to 32,767 times 2^16.
+    let start = pid.wrapping_mul(37) % 32_000;
+    let mut last = String::new();
+    for k in 0..TRIES {
+        let index = ((start + k) % 32_767 + 1) << 16;
+        let index = index.to_string();
+        match sh(&[
+            "ip", "link", "add", host_if, "index", &index, "type", "veth", "peer", "name", peer_if,
+        ]) {
+            Ok(_) => return Ok(()),
+            // Another process holds that index: the next one.
+            Err(e) if e.contains("exists") => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(format!(
+        "no free interface index after {TRIES} tries: {last}"
+    ))
+}
+
 /// One namespace joined to the root namespace by a veth pair: the
 /// kernel's end (`peer_if`) lives in the namespace with an address; our
 /// end (`host_if`) stays in the root namespace with no address, so the
@@ -241,17 +276,7 @@ impl Netns {
         };
         // From here on, `me` is dropped (and everything removed) on error.
         sh(&["ip", "netns", "add", &me.ns])?;
-        sh(&[
-            "ip",
-            "link",
-            "add",
-            &me.host_if,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &me.peer_if,
-        ])?;
+        add_veth_with_index(&me.host_if, &me.peer_if, pid)?;
         sh(&["ip", "link", "set", &me.peer_if, "netns", &me.ns])?;
         ipv6_off(Some(&me.ns), &me.peer_if);
         ipv6_off(None, &me.host_if);
