@@ -1572,18 +1572,29 @@ impl<'a> Runner<'a> {
                 }
             }
             TestKind::ReadBw => {
-                for (i, &sent) in scnt.iter().enumerate() {
-                    for k in 0..nslots.min(sent) {
-                        self.compare(
-                            "RDMA Read sink",
-                            res.send_off(i) + k as usize * st,
-                            seed(spec.test, i, k),
-                            None,
-                        )?;
-                    }
-                }
+                self.compare_slots("RDMA Read sink", scnt, nslots, |i| res.send_off(i), st)?;
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// Compares the slots that received something with their patterns:
+    /// for each QP `i`, the first `nslots.min(counts[i])` slots, at
+    /// `base(i) + k * step`, against pattern `k`.
+    fn compare_slots(
+        &mut self,
+        what: &str,
+        counts: &[u64],
+        nslots: u64,
+        base: impl Fn(usize) -> usize,
+        step: usize,
+    ) -> Result<(), ToolError> {
+        let test = self.spec.test;
+        for (i, &n) in counts.iter().enumerate() {
+            for k in 0..nslots.min(n) {
+                self.compare(what, base(i) + k as usize * step, seed(test, i, k), None)?;
+            }
         }
         Ok(())
     }
@@ -1776,16 +1787,13 @@ impl<'a> Runner<'a> {
         let elapsed = self.start.elapsed();
         samples.push((elapsed, done));
         if spec.verify && after {
-            for (i, &got) in rcnt.iter().enumerate() {
-                for k in 0..recv_slots.min(got) {
-                    self.compare(
-                        "received Send",
-                        res.recv_off(i) + k as usize * rlen,
-                        seed(spec.test, i, k),
-                        None,
-                    )?;
-                }
-            }
+            self.compare_slots(
+                "received Send",
+                &rcnt,
+                recv_slots,
+                |i| res.recv_off(i),
+                rlen,
+            )?;
         }
         for (i, s) in st.iter_mut().enumerate() {
             res.top_up(i, s, rx)?;
