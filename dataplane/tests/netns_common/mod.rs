@@ -214,10 +214,10 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
 fn add_veth_with_index(host_if: &str, peer_if: &str, pid: u32) -> Result<(), String> {
     const TRIES: u32 = 64;
     // Indices are positive 32-bit numbers: 1 to 32,767 times 2^16.
-    let start = pid.wrapping_mul(37) % 32_000;
+    let start = pid.wrapping_mul(37);
     let mut last = String::new();
     for k in 0..TRIES {
-        let index = ((start + k) % 32_767 + 1) << 16;
+        let index = (start.wrapping_add(k) % 32_767 + 1) << 16;
         let index = index.to_string();
         match sh(&[
             "ip", "link", "add", host_if, "index", &index, "type", "veth", "peer", "name", peer_if,
