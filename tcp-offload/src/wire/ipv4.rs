@@ -316,6 +316,9 @@ impl Ipv4Repr {
     /// `checksum` is [`Checksum::Trusted`] ([`WireError::BadChecksum`]),
     /// then fragments ([`WireError::Fragmented`] for MF set or a non-zero
     /// offset).
+    ///
+    /// Always inlined: see [`TcpRepr::parse_with`](super::TcpRepr::parse_with).
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(packet: &Ipv4Packet<T>, checksum: Checksum) -> Result<Ipv4Repr> {
         packet.check_len()?;
         if checksum == Checksum::Verify && !packet.verify_checksum() {
