@@ -190,6 +190,29 @@ impl Endpoint {
     fn rx_bytes<M: Placement + ?Sized>(&mut self, mut piece: &[u8], env: &mut Env<'_, M>) {
         while !piece.is_empty() {
             let seg = &mut self.rx.seg;
+            if seg.ctl_len == 0 && seg.kind == SegKind::Unknown {
+                // The whole DDP header at hand (an FPDU that starts in
+                // the segment): parsed from the input. Read back from
+                // `ctl`, each of its words waited for the copy's stores
+                // to reach the cache. `ctl` still gets the header, for a
+                // Terminate that quotes it.
+                let ctrl = piece[0];
+                let hl = header_len_for_ctrl(ctrl);
+                if ctrl & crate::wire::ddp::ddp_ctrl::VERSION == DDP_VERSION
+                    && hl <= usize::from(seg.len)
+                    && hl <= piece.len()
+                {
+                    let (hdr, rest) = piece.split_at(hl);
+                    seg.ctl[..hl].copy_from_slice(hdr);
+                    seg.ctl_len = hl;
+                    seg.ctl_need = hl;
+                    seg.hdr_len = hl;
+                    seg.at += hl;
+                    piece = rest;
+                    self.rx_header(Some(hdr), env);
+                    continue;
+                }
+            }
             if seg.ctl_len < seg.ctl_need {
                 let n = (seg.ctl_need - seg.ctl_len).min(piece.len());
                 seg.ctl[seg.ctl_len..seg.ctl_len + n].copy_from_slice(&piece[..n]);
@@ -234,12 +257,13 @@ impl Endpoint {
             // Shorter than its own header: reported at the end.
             return;
         }
-        self.rx_header(env);
+        self.rx_header(None, env);
     }
 
-    fn rx_header<M: Placement + ?Sized>(&mut self, env: &mut Env<'_, M>) {
+    /// The header is in `ctl` (and in `hdr`, if given: read from there).
+    fn rx_header<M: Placement + ?Sized>(&mut self, hdr: Option<&[u8]>, env: &mut Env<'_, M>) {
         let seg = &mut self.rx.seg;
-        let repr = match DdpRepr::parse_ulpdu(&seg.ctl[..seg.hdr_len]) {
+        let repr = match DdpRepr::parse_ulpdu(hdr.unwrap_or(&seg.ctl[..seg.hdr_len])) {
             Ok((repr, _)) => repr,
             Err(e) => {
                 let cause = e

@@ -135,6 +135,18 @@ pub struct Deframer {
     error: Option<DeframeError>,
 }
 
+/// The `N` octets of a field taken whole from `input` (`n == N`: an FPDU
+/// that lies in one segment), read from there. Read back from the
+/// buffer they are also copied into (for a field split across
+/// segments), they waited for the copy's byte stores to reach the cache.
+fn whole_field<const N: usize>(input: &[u8], n: usize) -> Option<[u8; N]> {
+    if n == N {
+        input.get(..N)?.try_into().ok()
+    } else {
+        None
+    }
+}
+
 impl Deframer {
     /// A deframer for the first octet after the MPA frames. `max_ulpdu`
     /// bounds the length field (65535 for no limit).
@@ -270,11 +282,12 @@ impl Deframer {
                     }
                     let n = (LENGTH_LEN - usize::from(self.len_have)).min(avail);
                     let have = usize::from(self.len_have);
+                    let whole = whole_field::<LENGTH_LEN>(input, n);
                     self.len_buf[have..have + n].copy_from_slice(&input[..n]);
                     self.len_have += n as u8;
                     self.consume(input, n, true);
                     if usize::from(self.len_have) == LENGTH_LEN {
-                        let len = u16::from_be_bytes(self.len_buf);
+                        let len = u16::from_be_bytes(whole.unwrap_or(self.len_buf));
                         if len > self.max_ulpdu {
                             return Err(self.fail(DeframeError::UlpduTooLong {
                                 len,
@@ -309,12 +322,13 @@ impl Deframer {
                 State::Crc => {
                     let have = usize::from(self.crc_have);
                     let n = (CRC_LEN - have).min(avail);
+                    let whole = whole_field::<CRC_LEN>(input, n);
                     self.crc_buf[have..have + n].copy_from_slice(&input[..n]);
                     self.crc_have += n as u8;
                     self.consume(input, n, false);
                     if usize::from(self.crc_have) == CRC_LEN {
-                        let crc_ok =
-                            !self.crc_enabled || u32::from_le_bytes(self.crc_buf) == self.crc;
+                        let wire = whole.unwrap_or(self.crc_buf);
+                        let crc_ok = !self.crc_enabled || u32::from_le_bytes(wire) == self.crc;
                         self.crc_given = false;
                         self.state = State::Length;
                         self.fpdu_open = false;
