@@ -16,6 +16,8 @@
 //! that again against its own state and ignores the CRC where it does
 //! not apply (setup frames, markers, a stream not at an FPDU boundary).
 
+use core::cell::Cell;
+
 use rdmap::mpa::fpdu::{is_one_fpdu, CRC_LEN};
 use tcp_offload::iface::{DeviceCksum, RxChecksum};
 use tcp_offload::wire::{checksum, EtherType, EthernetFrame, IpProtocol, Ipv4Packet, TcpPacket};
@@ -35,6 +37,11 @@ const PASS_MIN: usize = crate::pass::VECTOR_MIN;
 pub(super) struct RxCrcs {
     entries: [(usize, usize, u32); RX_BURST],
     len: usize,
+    /// Where [`RxCrcs::of`] starts looking: after the entry it found
+    /// last. Connections take their payloads in the order the pass
+    /// noted them, so the next one asked for is most often there,
+    /// where a search from the start took half a burst's comparisons.
+    cursor: Cell<usize>,
 }
 
 impl RxCrcs {
@@ -42,11 +49,13 @@ impl RxCrcs {
         RxCrcs {
             entries: [(0, 0, 0); RX_BURST],
             len: 0,
+            cursor: Cell::new(0),
         }
     }
 
     pub(super) fn clear(&mut self) {
         self.len = 0;
+        self.cursor.set(0);
     }
 
     fn note(&mut self, payload: &[u8], crc: u32) {
@@ -61,10 +70,14 @@ impl RxCrcs {
     /// same length), which the frame holding it keeps alive.
     pub(super) fn of(&self, chunk: &[u8]) -> Option<u32> {
         let key = (chunk.as_ptr() as usize, chunk.len());
-        self.entries[..self.len]
-            .iter()
-            .find(|e| (e.0, e.1) == key)
-            .map(|e| e.2)
+        let live = &self.entries[..self.len];
+        let start = self.cursor.get().min(live.len());
+        let (i, e) = (start..live.len())
+            .chain(0..start)
+            .map(|i| (i, &live[i]))
+            .find(|(_, e)| (e.0, e.1) == key)?;
+        self.cursor.set(i + 1);
+        Some(e.2)
     }
 }
 
@@ -288,5 +301,29 @@ mod tests {
             RxChecksum::VERIFY
         );
         assert_eq!(crcs.len, 0);
+    }
+
+    /// Payloads are found whatever order they are asked for in, each
+    /// time; one the pass never noted (or noted in an earlier burst) is
+    /// not.
+    #[test]
+    fn crcs_are_found_in_any_order() {
+        let bufs: Vec<Vec<u8>> = (0..5u8).map(|k| vec![k; 100 + usize::from(k)]).collect();
+        let mut crcs = RxCrcs::new();
+        for (k, b) in bufs.iter().enumerate() {
+            crcs.note(b, k as u32);
+        }
+        for order in [[0, 1, 2, 3, 4], [4, 3, 2, 1, 0], [2, 0, 4, 4, 1]] {
+            for k in order {
+                assert_eq!(crcs.of(&bufs[k]), Some(k as u32), "{order:?}");
+            }
+        }
+        // The same address with another length is another payload.
+        assert_eq!(crcs.of(&bufs[1][..50]), None);
+        crcs.clear();
+        assert_eq!(crcs.of(&bufs[0]), None);
+        crcs.note(&bufs[3], 33);
+        assert_eq!(crcs.of(&bufs[3]), Some(33));
+        assert_eq!(crcs.of(&bufs[4]), None);
     }
 }
