@@ -353,15 +353,31 @@ mod vector {
         #[inline]
         #[target_feature(enable = "avx512f,avx512vnni,vpclmulqdq,sse4.2")]
         unsafe fn finish(self, p: *const u8, vectors: usize, rest: &[u8]) -> (u32, u32) {
-            debug_assert!(vectors <= 3 && rest.len() < 64);
+            debug_assert!(vectors <= 3);
+            let mut v = [_mm512_setzero_si512(); 3];
+            for (j, v) in v.iter_mut().enumerate().take(vectors) {
+                // SAFETY: inside the `vectors * 64` bytes vouched for.
+                *v = unsafe { load(p.add(j * 64)) };
+            }
+            // SAFETY: this function's features are `finish_with`'s.
+            unsafe { self.finish_with(&v[..vectors], rest) }
+        }
+
+        /// [`State::finish`] with the whole vectors after the blocks
+        /// already loaded (`vectors`, at most three).
+        ///
+        /// # Safety
+        /// The CPU has the features enabled here.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512vnni,vpclmulqdq,sse4.2")]
+        unsafe fn finish_with(self, vectors: &[__m512i], rest: &[u8]) -> (u32, u32) {
+            debug_assert!(vectors.len() <= 3 && rest.len() < 64);
             let k = constants(FOLD_64);
             let (we, wo) = weights();
             let [a0, a1, a2, a3] = self.a;
             let (mut even, mut odd) = (self.even, self.odd);
             let mut acc = fold(fold(fold(a0, k, a1), k, a2), k, a3);
-            for j in 0..vectors {
-                // SAFETY: inside the `vectors * 64` bytes vouched for.
-                let v = unsafe { load(p.add(j * 64)) };
+            for &v in vectors {
                 even = _mm512_dpbusd_epi32(even, v, we);
                 odd = _mm512_dpbusd_epi32(odd, v, wo);
                 acc = fold(acc, k, v);
@@ -427,13 +443,12 @@ mod vector {
         // SAFETY: the head, the blocks and the tail are read from the
         // source once each, by the assembly of `copy_head`, `copy_blocks`
         // and `copy_tail`, inside the `len` bytes vouched for, and stored
-        // to `dst`; `finish` reads back only the tail's whole vectors
-        // from `dst`, the caller's own, and the rest from `last`.
+        // to `dst`; the pass takes them as read, never back from `dst`.
         unsafe {
             let mut s = State::with(crc, copy_head(dst, src));
             copy_blocks(&mut s, dst.add(256), src.add(256), blocks);
-            copy_tail(dst.add(done), src.add(done), vectors, rest, &mut last);
-            s.finish(dst.add(done), vectors, &last[..rest])
+            let tail = copy_tail(dst.add(done), src.add(done), vectors, rest, &mut last);
+            s.finish_with(&tail[..vectors], &last[..rest])
         }
     }
 
@@ -485,12 +500,16 @@ mod vector {
     }
 
     /// Copies the tail after the blocks from `src` to `dst`: `vectors`
-    /// whole vectors, then `rest` bytes (under 64) with a masked load and
-    /// store, which touch no byte past the end (a masked-out byte is
-    /// neither read nor faulted on). The rest is also written whole, its
-    /// unused bytes zero, to `last`, for the pass to read from there
-    /// rather than from just-stored `dst`. Inline assembly, for the
-    /// reason given at [`copy_blocks`].
+    /// whole vectors, returned as they were read (those past `vectors`
+    /// zero), then `rest` bytes (under 64) with a masked load and store,
+    /// which touch no byte past the end (a masked-out byte is neither
+    /// read nor faulted on), also written whole, its unused bytes zero,
+    /// to `last`. The pass takes them from there, not from `dst`: a
+    /// load of bytes just stored waits for the stores to reach the
+    /// cache, and a transmit frame's lines are most often still the
+    /// other core's (the receiver freed the buffer), so that wait was a
+    /// cross-core round trip per frame. Inline assembly, for the reason
+    /// given at [`copy_blocks`].
     ///
     /// # Safety
     /// The CPU has AVX-512BW; `src` is valid for reads and `dst` for
@@ -504,39 +523,52 @@ mod vector {
         vectors: usize,
         rest: usize,
         last: &mut [u8; 64],
-    ) {
+    ) -> [__m512i; 3] {
         debug_assert!(vectors <= 3 && rest < 64);
         let mask: u64 = (1u64 << rest) - 1;
+        let (v0, v1, v2);
         // SAFETY: reads `vectors * 64 + rest` bytes at `src` and writes
         // as many at `dst` (the masked accesses touch only the `rest`
         // bytes), both vouched for by the caller, and 64 bytes at `last`,
         // a borrowed array; nothing else.
         unsafe {
             core::arch::asm!(
+                "vpxorq {v0}, {v0}, {v0}",
+                "vpxorq {v1}, {v1}, {v1}",
+                "vpxorq {v2}, {v2}, {v2}",
                 "test {n}, {n}",
                 "jz 3f",
-                "2:",
-                "vmovdqu64 {v}, zmmword ptr [{src}]",
-                "vmovdqu64 zmmword ptr [{dst}], {v}",
-                "add {src}, 64",
-                "add {dst}, 64",
-                "dec {n}",
-                "jnz 2b",
+                "vmovdqu64 {v0}, zmmword ptr [{src}]",
+                "vmovdqu64 zmmword ptr [{dst}], {v0}",
+                "cmp {n}, 1",
+                "je 3f",
+                "vmovdqu64 {v1}, zmmword ptr [{src} + 64]",
+                "vmovdqu64 zmmword ptr [{dst} + 64], {v1}",
+                "cmp {n}, 2",
+                "je 3f",
+                "vmovdqu64 {v2}, zmmword ptr [{src} + 128]",
+                "vmovdqu64 zmmword ptr [{dst} + 128], {v2}",
                 "3:",
                 "kmovq {k}, {m}",
-                "vmovdqu8 {v} {{{k}}} {{z}}, zmmword ptr [{src}]",
-                "vmovdqu8 zmmword ptr [{dst}] {{{k}}}, {v}",
+                "vmovdqu8 {v} {{{k}}} {{z}}, zmmword ptr [{rsrc}]",
+                "vmovdqu8 zmmword ptr [{rdst}] {{{k}}}, {v}",
                 "vmovdqu64 zmmword ptr [{last}], {v}",
-                src = inout(reg) src => _,
-                dst = inout(reg) dst => _,
-                n = inout(reg) vectors => _,
+                src = in(reg) src,
+                dst = in(reg) dst,
+                rsrc = in(reg) src.wrapping_add(vectors * 64),
+                rdst = in(reg) dst.wrapping_add(vectors * 64),
+                n = in(reg) vectors,
                 m = in(reg) mask,
                 last = in(reg) last.as_mut_ptr(),
                 k = out(kreg) _,
                 v = out(zmm_reg) _,
+                v0 = out(zmm_reg) v0,
+                v1 = out(zmm_reg) v1,
+                v2 = out(zmm_reg) v2,
                 options(nostack),
             );
         }
+        [v0, v1, v2]
     }
 
     /// [`State::blocks`] over `blocks` 256-byte blocks read from `src`,
