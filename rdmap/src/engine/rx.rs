@@ -196,11 +196,8 @@ impl Endpoint {
                 // `ctl`, each of its words waited for the copy's stores
                 // to reach the cache. `ctl` still gets the header, for a
                 // Terminate that quotes it.
-                let ctrl = piece[0];
-                let hl = header_len_for_ctrl(ctrl);
-                if ctrl & crate::wire::ddp::ddp_ctrl::VERSION == DDP_VERSION
-                    && hl <= usize::from(seg.len)
-                    && hl <= piece.len()
+                if let Some(hl) = header_len_of(piece[0])
+                    .filter(|&hl| hl <= usize::from(seg.len) && hl <= piece.len())
                 {
                     let (hdr, rest) = piece.split_at(hl);
                     seg.ctl[..hl].copy_from_slice(hdr);
@@ -243,14 +240,13 @@ impl Endpoint {
             return;
         }
         if seg.hdr_len == 0 {
-            let ctrl = seg.ctl[0];
-            if ctrl & crate::wire::ddp::ddp_ctrl::VERSION != DDP_VERSION {
+            let Some(hl) = header_len_of(seg.ctl[0]) else {
                 // The rest of the header has no known layout.
                 let cause = header_cause(&seg.ctl[..1]);
                 seg.refuse(cause);
                 return;
-            }
-            seg.hdr_len = header_len_for_ctrl(ctrl);
+            };
+            seg.hdr_len = hl;
             seg.ctl_need = seg.hdr_len.min(usize::from(seg.len));
         }
         if seg.ctl_len < seg.hdr_len {
@@ -723,6 +719,12 @@ impl Endpoint {
 /// The cause for a ULPDU whose DDP header could not be read: what the
 /// header parser says (invalid DDP version first), or a catastrophic
 /// stream error for a header cut short.
+/// The length of the DDP header that starts with control octet `ctrl`,
+/// if its DDP version is ours (else the rest has no known layout).
+fn header_len_of(ctrl: u8) -> Option<usize> {
+    (ctrl & crate::wire::ddp::ddp_ctrl::VERSION == DDP_VERSION).then(|| header_len_for_ctrl(ctrl))
+}
+
 fn header_cause(bytes: &[u8]) -> TerminateCause {
     DdpRepr::parse_ulpdu(bytes)
         .err()
