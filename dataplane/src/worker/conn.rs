@@ -152,8 +152,10 @@ pub(super) struct Conn {
     pub(super) unexamined: VecDeque<(WorkCompletion, bool)>,
     /// Service again next iteration (an abort this one).
     pub(super) kick: bool,
-    /// In the worker's list of connections with a setup timer.
-    pub(super) timed: bool,
+    /// The deadline of this connection's current entry in the worker's
+    /// setup deadlines (`deadlines.rs`; a lower bound of
+    /// [`Conn::next_due`]), if it has one.
+    pub(super) timed: Option<Instant>,
     /// The engine may have records beyond the one queued ahead of the
     /// connection's turn ([`Fill`]): the turn tops the queue up.
     pub(super) more: bool,
@@ -204,7 +206,7 @@ impl Conn {
             hold: None,
             unexamined: VecDeque::new(),
             kick: false,
-            timed: false,
+            timed: None,
             more: false,
             small_built: (0, 0),
             room: Room::default(),
@@ -937,9 +939,8 @@ impl<Q: LinkQueue> Worker<Q> {
                 if did || conn.wants_service() {
                     self.ready.mark(i);
                 }
-                if !conn.timed && conn.next_due().is_some() {
-                    conn.timed = true;
-                    self.timed.push(i);
+                if let Some(due) = conn.next_due() {
+                    self.timed.arm(i, due, &mut conn.timed);
                 }
             } else {
                 let mut conn = slot.take().expect("checked above");
@@ -976,27 +977,32 @@ impl<Q: LinkQueue> Worker<Q> {
     /// Marks the connections that received something or whose TCP timers
     /// ran (the stack's touched slots), those with newly posted work (the
     /// worker's posted ring; all of them if it overflowed), and those
-    /// whose setup timer is due (the list of connections with one, which
-    /// an established connection leaves).
+    /// whose setup deadline has come (`deadlines.rs`: only those are
+    /// looked at).
     fn collect_ready(&mut self, now: Instant) {
         let ready = &mut self.ready;
-        let mut k = 0;
-        while k < self.timed.len() {
-            let i = self.timed[k];
-            let conn = self.conns.get_mut(i as usize).and_then(Option::as_mut);
-            match conn.as_ref().and_then(|c| c.next_due()) {
-                Some(t) => {
-                    if t <= now {
-                        ready.mark(i);
-                    }
-                    k += 1;
-                }
-                None => {
-                    if let Some(c) = conn {
-                        c.timed = false;
-                    }
-                    self.timed.swap_remove(k);
-                }
+        let conns = &mut self.conns;
+        self.timed.make_room(|t, i| {
+            conns
+                .get(i as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|c| c.timed == Some(t))
+        });
+        while let Some((t, i)) = self.timed.pop_due(now) {
+            let Some(c) = conns.get_mut(i as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            if c.timed != Some(t) {
+                continue;
+            }
+            c.timed = None;
+            // The entry's time is a lower bound: the deadline may have
+            // moved later, or gone. A due one is run by the service, after
+            // which the connection is armed again if it still has one.
+            match c.next_due() {
+                Some(due) if due <= now => ready.mark(i),
+                Some(due) => self.timed.arm(i, due, &mut c.timed),
+                None => {}
             }
         }
         self.iface.stack_mut().take_touched(|i| ready.mark(i));

@@ -151,6 +151,7 @@ mod completion;
 mod conn;
 mod control;
 mod counters;
+mod deadlines;
 mod idle;
 mod ready;
 mod records;
@@ -322,8 +323,8 @@ pub struct Worker<Q: LinkQueue> {
     conns: Vec<Option<Conn>>,
     /// The connections to service next (see [`ready`]).
     ready: ready::ReadyList,
-    /// Slots of connections with a setup timer (see [`Conn::next_due`]).
-    timed: Vec<u32>,
+    /// The connections' setup deadlines (see [`Conn::next_due`]).
+    timed: deadlines::Deadlines,
     /// Connections serviced in this iteration, for
     /// [`WorkerCounters::conn_visits`].
     visits: u64,
@@ -458,7 +459,7 @@ impl<Q: LinkQueue> Worker<Q> {
                 r
             },
             ready: ready::ReadyList::new(s.config.tcp.max_connections),
-            timed: Vec::with_capacity(s.config.tcp.max_connections),
+            timed: deadlines::Deadlines::new(s.config.tcp.max_connections),
             visits: 0,
             listening: Vec::new(),
             ctl: s.ctl,
