@@ -67,6 +67,15 @@ fn criterion_dir(target_tmpdir: &Path) -> PathBuf {
         .join("criterion")
 }
 
+/// This thread's CPU time so far, where the kernel reports it
+/// (`/proc/thread-self/schedstat`): a figure other processes on a shared
+/// machine do not inflate, as they do the wall clock.
+pub fn thread_cpu() -> Option<std::time::Duration> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
+    Some(std::time::Duration::from_nanos(ns))
+}
+
 /// The median of `v` (sorted in place); NaN when empty.
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
