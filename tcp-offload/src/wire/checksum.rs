@@ -22,6 +22,13 @@ use core::net::Ipv4Addr;
 /// swaps. Eight independent accumulators let the compiler vectorise the
 /// loop on any x86-64 baseline.
 pub fn sum(data: &[u8]) -> u32 {
+    // An IPv4 header without options, summed twice a frame (sent and
+    // received): five loads and adds, none of the loop's tests.
+    if let Ok(h) = <&[u8; 20]>::try_from(data) {
+        let w = |i: usize| u64::from(u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
+        let total = w(0) + w(4) + w(8) + w(12) + w(16);
+        return u32::from(fold64(total).swap_bytes());
+    }
     let mut acc = [0u64; 8];
     let mut chunks = data.chunks_exact(32);
     for c in &mut chunks {
@@ -204,6 +211,15 @@ mod tests {
         assert_eq!(finish(sum(&zeroed)), 0xb861);
         zeroed[0] ^= 1;
         assert!(!verifies(sum(&zeroed)));
+    }
+
+    #[test]
+    fn every_short_length_matches_the_naive_sum() {
+        let data: Vec<u8> = (0..64u32).map(|i| (i * 151 + 89) as u8).collect();
+        for len in 0..=data.len() {
+            assert_eq!(fold(sum(&data[..len])), naive(&data[..len]), "length {len}");
+        }
+        assert_eq!(fold(sum(&[0xff; 20])), naive(&[0xff; 20]));
     }
 
     #[test]
