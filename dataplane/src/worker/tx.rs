@@ -385,130 +385,72 @@ impl<'a> Sendable<'a> {
         if self.len <= SMALL_RECORD {
             return self.emit_small(rec, region, frame, header_len, want_sum);
         }
-        // An FPDU without markers where the frame holds the headers and
-        // the record in one piece of its buffer: room taken once, each
-        // part written there (one call into the port, not four).
-        if let Some(parts) = rec.plain_parts() {
-            if let Some(buf) = frame.append_in_place(header_len + self.len) {
-                // The headers' room holds zeros until they are written, as
-                // `append_zeros` leaves it.
-                let (headers, buf) = buf.split_at_mut_checked(header_len).ok_or(FrameFull)?;
-                headers.fill(0);
-                return self.fill_fused(rec, &parts, region, buf, want_sum);
-            }
+        // An FPDU without markers (one with them is not fusable): its
+        // head, payload and trailer in turn.
+        let parts = rec.plain_parts().ok_or(FrameFull)?;
+        // Where the frame holds the headers and the whole record in one
+        // piece of its buffer, room taken once and each part written
+        // there (one call into the port, not four); else appended part
+        // by part.
+        if let Some(buf) = frame.append_in_place(header_len + self.len) {
+            // The headers' room holds zeros until they are written, as
+            // `append_zeros` leaves it.
+            let (headers, buf) = buf.split_at_mut_checked(header_len).ok_or(FrameFull)?;
+            headers.fill(0);
+            let mut room = InPlace(buf);
+            let out = self.fuse_parts(rec, &parts, region, &mut room, want_sum)?;
+            // The room was the record's length: all of it written.
+            return if room.0.is_empty() {
+                Ok(out)
+            } else {
+                Err(FrameFull)
+            };
         }
         frame.append_zeros(header_len)?;
-        let mut crc = 0u32;
-        let mut sum = 0u32;
-        let mut at = 0usize;
-        let mut out = FusedSum::default();
-        let mut trailer_at = None;
-        for piece in rec.pieces() {
-            match piece {
-                Piece::Payload(r) => {
-                    let (offset, len) = (r.offset() as usize, r.len() as usize);
-                    let region = region.ok_or(FrameFull)?;
-                    // The next record of a message is most often the bytes
-                    // that follow: under way while these are copied. Their
-                    // start only: the CPU's own prefetcher follows the
-                    // stream from there.
-                    region.prefetch(offset + len, len.min(NEXT_RECORD_PREFETCH));
-                    let (c, s) = frame.append_copy_pass(region, offset, len, crc)?;
-                    crc = c;
-                    if want_sum {
-                        sum = checksum::combine_at(sum, s, at);
-                    }
-                    at += len;
-                    if self.crc.get().is_some() {
-                        out.resummed += len;
-                    }
-                }
-                Piece::Bytes(b) if at + b.len() == self.len => {
-                    // The trailer: the pad is covered, the CRC field is
-                    // written below.
-                    crc = crate::pass::crc_sum(crc, &b[..b.len().saturating_sub(CRC_LEN)]).0;
-                    trailer_at = Some(at);
-                    at += b.len();
-                }
-                Piece::Bytes(b) => {
-                    frame.append(b)?;
-                    // The DDP header: its CRC and sum in one short pass.
-                    let (c, s) = crate::pass::crc_sum(crc, b);
-                    crc = c;
-                    if want_sum {
-                        sum = checksum::combine_at(sum, s, at);
-                    }
-                    at += b.len();
-                }
-                // Not fusable with markers.
-                Piece::Marker(_) => return Err(FrameFull),
-            }
-        }
-        let crc = self.first_crc(crc, &mut out.changed);
-        let (Some(t), Some(t_at)) = (rec.trailer_with(crc), trailer_at) else {
-            return Err(FrameFull);
-        };
-        frame.append(t.as_bytes())?;
-        if want_sum {
-            sum = checksum::combine_at(sum, crate::checksum::sum(t.as_bytes()), t_at);
-        }
-        out.sum = sum;
-        Ok(out)
+        self.fuse_parts(rec, &parts, region, &mut Appending(frame), want_sum)
     }
 
-    /// [`Sendable::emit_fused`] into `buf`, room for the whole record
-    /// the frame gave in one piece: the length field and the DDP header,
-    /// the payload copied from the region in the pass that takes its CRC
-    /// and sum, the pad and the CRC field.
-    fn fill_fused(
+    /// The parts of an FPDU without markers into `dst`: the length
+    /// field and the DDP header, the payload copied from the region in
+    /// the pass that takes its CRC and sum, the pad and the CRC field;
+    /// the CRC and sum taken from the record's bytes, never read back
+    /// from the frame.
+    fn fuse_parts(
         &self,
         rec: &OutRecord,
         parts: &PlainParts<'_>,
         region: Option<&Region>,
-        buf: &mut [u8],
+        dst: &mut impl FusedDst,
         want_sum: bool,
     ) -> Result<FusedSum, FrameFull> {
         let mut out = FusedSum::default();
-        let (head, rest) = buf
-            .split_at_mut_checked(parts.head.len())
-            .ok_or(FrameFull)?;
-        head.copy_from_slice(parts.head);
-        // From the record's bytes, not the frame's just written.
+        dst.bytes(parts.head)?;
         let (mut crc, s) = crate::pass::crc_sum(0, parts.head);
         let mut sum = checksum::combine_at(0, s, 0);
         let mut at = parts.head.len();
-        let rest = match parts.payload {
-            Some(r) => {
-                let (offset, len) = (r.offset() as usize, r.len() as usize);
-                let region = region.ok_or(FrameFull)?;
-                let (dst, rest) = rest.split_at_mut_checked(len).ok_or(FrameFull)?;
-                // The next record of a message is most often the bytes
-                // that follow: under way while these are copied (their
-                // start; the CPU's prefetcher follows the stream).
-                region.prefetch(offset + len, len.min(NEXT_RECORD_PREFETCH));
-                let (c, s) = region.read_pass(offset, dst, crc).map_err(|_| FrameFull)?;
-                crc = c;
-                sum = checksum::combine_at(sum, s, at);
-                at += len;
-                if self.crc.get().is_some() {
-                    out.resummed += len;
-                }
-                rest
+        if let Some(r) = parts.payload {
+            let (offset, len) = (r.offset() as usize, r.len() as usize);
+            let region = region.ok_or(FrameFull)?;
+            // The next record of a message is most often the bytes that
+            // follow: under way while these are copied. Their start only:
+            // the CPU's own prefetcher follows the stream from there.
+            region.prefetch(offset + len, len.min(NEXT_RECORD_PREFETCH));
+            let (c, s) = dst.payload(region, offset, len, crc)?;
+            crc = c;
+            sum = checksum::combine_at(sum, s, at);
+            at += len;
+            if self.crc.get().is_some() {
+                out.resummed += len;
             }
-            None => rest,
-        };
+        }
         // The pad is covered; the CRC field follows.
         let pad = parts.trailer.len().checked_sub(CRC_LEN).ok_or(FrameFull)?;
         crc = crate::pass::crc_sum(crc, &parts.trailer[..pad]).0;
         let crc = self.first_crc(crc, &mut out.changed);
         let t = rec.trailer_with(crc).ok_or(FrameFull)?;
-        let t = t.as_bytes();
-        if rest.len() != t.len() {
-            return Err(FrameFull);
-        }
-        rest.copy_from_slice(t);
+        dst.bytes(t.as_bytes())?;
         if want_sum {
-            out.sum = checksum::combine_at(sum, crate::checksum::sum(t), at);
+            out.sum = checksum::combine_at(sum, crate::checksum::sum(t.as_bytes()), at);
         }
         Ok(out)
     }
@@ -737,6 +679,72 @@ impl Drop for FpduRecord {
         if self.rec.is_some() {
             LEAKED.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// Where [`Sendable::fuse_parts`] puts a record's parts.
+trait FusedDst {
+    /// Appends `b`.
+    fn bytes(&mut self, b: &[u8]) -> Result<(), FrameFull>;
+    /// Appends `len` bytes of `region` from `offset`, copied in the pass
+    /// that returns their CRC (extended from `crc`) and sum.
+    fn payload(
+        &mut self,
+        region: &Region,
+        offset: usize,
+        len: usize,
+        crc: u32,
+    ) -> Result<(u32, u32), FrameFull>;
+}
+
+/// The room a frame gave in one piece, filled from its start.
+struct InPlace<'b>(&'b mut [u8]);
+
+impl InPlace<'_> {
+    /// The next `n` bytes of the room, taken.
+    fn take(&mut self, n: usize) -> Result<&mut [u8], FrameFull> {
+        let room = core::mem::take(&mut self.0);
+        let (dst, rest) = room.split_at_mut_checked(n).ok_or(FrameFull)?;
+        self.0 = rest;
+        Ok(dst)
+    }
+}
+
+impl FusedDst for InPlace<'_> {
+    fn bytes(&mut self, b: &[u8]) -> Result<(), FrameFull> {
+        self.take(b.len())?.copy_from_slice(b);
+        Ok(())
+    }
+
+    fn payload(
+        &mut self,
+        region: &Region,
+        offset: usize,
+        len: usize,
+        crc: u32,
+    ) -> Result<(u32, u32), FrameFull> {
+        region
+            .read_pass(offset, self.take(len)?, crc)
+            .map_err(|_| FrameFull)
+    }
+}
+
+/// A frame appended to part by part.
+struct Appending<'f, F>(&'f mut F);
+
+impl<F: TxFrame> FusedDst for Appending<'_, F> {
+    fn bytes(&mut self, b: &[u8]) -> Result<(), FrameFull> {
+        self.0.append(b)
+    }
+
+    fn payload(
+        &mut self,
+        region: &Region,
+        offset: usize,
+        len: usize,
+        crc: u32,
+    ) -> Result<(u32, u32), FrameFull> {
+        self.0.append_copy_pass(region, offset, len, crc)
     }
 }
 
