@@ -8,9 +8,9 @@
 //! sender, parsing, verifying checksums and reassembling on the receiver,
 //! ACK processing, and the simulator's own event queue. Received bytes are
 //! counted, not compared, while timed; one untimed run first checks every
-//! byte. Time is the benchmark thread's CPU time (from
-//! `/proc/thread-self/schedstat`, falling back to the wall clock), so that
-//! other processes on a shared machine do not inflate it. After
+//! byte. Time is the benchmark thread's CPU time
+//! ([`benches::thread_cpu`]), so that other processes on a shared machine
+//! do not inflate it. After
 //! criterion's own output the ratios to the memcpy baseline are printed.
 
 use std::cell::Cell;
@@ -24,35 +24,6 @@ use tcp_sim::bulk::{Transfer, TransferSpec};
 use tcp_sim::LinkConfig;
 
 const BYTES: u64 = 16 << 20;
-
-/// This thread's CPU time, if the kernel reports it.
-fn thread_cpu() -> Option<Duration> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(ns))
-}
-
-/// A clock for `iter_custom`: CPU time where available.
-struct Clock {
-    cpu: bool,
-    wall: std::time::Instant,
-}
-
-impl Clock {
-    fn new() -> Clock {
-        Clock {
-            cpu: thread_cpu().is_some(),
-            wall: std::time::Instant::now(),
-        }
-    }
-    fn now(&self) -> Duration {
-        if self.cpu {
-            thread_cpu().unwrap_or_default()
-        } else {
-            self.wall.elapsed()
-        }
-    }
-}
 
 fn spec(tcp: Config, verify: bool) -> TransferSpec {
     TransferSpec {
@@ -89,7 +60,6 @@ impl Tally {
 }
 
 fn main() {
-    let clock = Clock::new();
     for tcp in [Config::default(), Config::iwarp_hardware()] {
         assert_eq!(transfer(&spec(tcp, true)), BYTES, "verified run");
     }
@@ -108,12 +78,12 @@ fn main() {
     g.throughput(Throughput::Bytes(BYTES));
     g.bench_function("memcpy_16MiB", |b| {
         b.iter_custom(|iters| {
-            let t0 = clock.now();
+            let t0 = benches::thread_cpu();
             for _ in 0..iters {
                 dst.copy_from_slice(black_box(&src));
                 black_box(&mut dst);
             }
-            let d = clock.now() - t0;
+            let d = benches::thread_cpu() - t0;
             memcpy.add(d, iters);
             d
         })
@@ -133,11 +103,11 @@ fn main() {
         let spec = spec(tcp, false);
         g.bench_function(name, |b| {
             b.iter_custom(|iters| {
-                let t0 = clock.now();
+                let t0 = benches::thread_cpu();
                 for _ in 0..iters {
                     black_box(transfer(black_box(&spec)));
                 }
-                let d = clock.now() - t0;
+                let d = benches::thread_cpu() - t0;
                 tally.add(d, iters);
                 d
             })
@@ -149,14 +119,9 @@ fn main() {
     let Some(base) = memcpy.per_iter() else {
         return;
     };
-    let clock_name = if clock.cpu {
-        "thread CPU time"
-    } else {
-        "wall-clock time"
-    };
     let rate = |d: Duration| BYTES as f64 / d.as_secs_f64() / 1e9;
     println!(
-        "\nbulk transfer of {} MiB, per second of {clock_name} (means over every iteration run):",
+        "\nbulk transfer of {} MiB, per second of thread CPU time (means over every iteration run):",
         BYTES >> 20
     );
     println!("  {:<34} {:>8.2} GB/s", "memcpy (baseline)", rate(base));

@@ -21,7 +21,6 @@
 //! baseline. After criterion's own output the ratios are printed.
 
 use std::hint::black_box;
-use std::time::Duration;
 
 use benches::Estimates;
 use criterion::{Bencher, Criterion, Throughput};
@@ -33,27 +32,14 @@ const SIZES: [usize; 4] = [4 << 10, 16 << 10, 32 << 10, 64 << 10];
 /// 14-octet tagged header at an arbitrary application address may be.
 const OFFSET: usize = 3;
 
-/// This thread's CPU time.
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a live, writable timespec for the call's duration,
-    // and the clock is one every Linux kernel provides.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 /// Times `f` in thread CPU time.
 fn cpu_iter<O>(b: &mut Bencher<'_>, mut f: impl FnMut() -> O) {
     b.iter_custom(|iters| {
-        let t0 = thread_cpu();
+        let t0 = benches::thread_cpu();
         for _ in 0..iters {
             black_box(f());
         }
-        thread_cpu() - t0
+        benches::thread_cpu() - t0
     })
 }
 

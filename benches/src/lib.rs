@@ -67,13 +67,19 @@ fn criterion_dir(target_tmpdir: &Path) -> PathBuf {
         .join("criterion")
 }
 
-/// This thread's CPU time so far, where the kernel reports it
-/// (`/proc/thread-self/schedstat`): a figure other processes on a shared
-/// machine do not inflate, as they do the wall clock.
-pub fn thread_cpu() -> Option<std::time::Duration> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
-    Some(std::time::Duration::from_nanos(ns))
+/// This thread's CPU time so far (`CLOCK_THREAD_CPUTIME_ID`, to the
+/// nanosecond): a figure other processes on a shared machine do not
+/// inflate, as they do the wall clock.
+pub fn thread_cpu() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a live, writable timespec for the call's duration,
+    // and the clock is one every Linux kernel provides.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// The median of `v` (sorted in place); NaN when empty.
