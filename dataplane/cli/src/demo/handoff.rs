@@ -20,7 +20,7 @@ use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::MB;
+use super::{PageBuf, MB};
 
 /// Buffers in flight between the two threads, each of the message size:
 /// at most 64 MiB in all, but never fewer than two.
@@ -67,34 +67,6 @@ fn spawn_pinned<T: Send + 'static>(
         .ok()
 }
 
-/// A buffer that starts on a page boundary: every copy of the handoff
-/// is then between two such starts. Buffers left to the allocator could
-/// start 1 to 31 bytes after the source modulo 4096, where `rep movsb`
-/// (the C library's memcpy at these sizes) runs some fifteen times
-/// slower on AMD Zen 3 (see `super::copy_crc_rate`).
-struct PageBuf {
-    vec: Vec<u8>,
-    at: usize,
-    len: usize,
-}
-
-impl PageBuf {
-    fn new(len: usize) -> PageBuf {
-        const PAGE: usize = 4096;
-        let vec = vec![0u8; len + PAGE];
-        let at = vec.as_ptr().align_offset(PAGE);
-        PageBuf { vec, at, len }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        &self.vec[self.at..self.at + self.len]
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.vec[self.at..self.at + self.len]
-    }
-}
-
 fn handoff(size: usize, limit: Duration) -> Option<f64> {
     let cores = two_cores();
     let (writer, reader) = (cores.map(|c| c.0), cores.map(|c| c.1));
@@ -118,10 +90,7 @@ fn handoff_on(
         empty_tx.send(PageBuf::new(size)).ok()?;
     }
     let writer = spawn_pinned("demo-handoff", writer_core, move || {
-        let mut src = PageBuf::new(size);
-        for (i, b) in src.bytes_mut().iter_mut().enumerate() {
-            *b = (i * 131 + 7) as u8;
-        }
+        let src = PageBuf::patterned(size);
         while let Ok(mut buf) = empty_rx.recv() {
             buf.bytes_mut().copy_from_slice(src.bytes());
             if full_tx.send(buf).is_err() {

@@ -1011,7 +1011,7 @@ fn round(
 /// from one buffer into another, then CRC32c it. Returns MiB/s and the
 /// time taken.
 ///
-/// Both buffers start on a page boundary of one allocation. Left to the
+/// Both buffers start on a page boundary ([`PageBuf`]). Left to the
 /// allocator, the destination sometimes lay 1 to 31 bytes past the
 /// source modulo 4096, where `rep movsb` (which the C library's memcpy
 /// uses for a 64 KiB copy) runs some fifteen times slower on AMD Zen 3:
@@ -1019,12 +1019,8 @@ fn round(
 /// and the ratio against it read ~1.
 pub fn copy_crc_rate(size: usize, total: u64) -> (f64, Duration) {
     let size = size.max(1);
-    let mut buf = Vec::new();
-    let (src, dst) = page_pair(&mut buf, size);
-    for (i, b) in src.iter_mut().enumerate() {
-        *b = (i * 131 + 7) as u8;
-    }
-    let src = &*src;
+    let (src, mut dst) = (PageBuf::patterned(size), PageBuf::new(size));
+    let (src, dst) = (src.bytes(), dst.bytes_mut());
     let chunks = (total / size as u64).max(1);
     let start = Instant::now();
     let mut crc = 0u32;
@@ -1038,16 +1034,39 @@ pub fn copy_crc_rate(size: usize, total: u64) -> (f64, Duration) {
     (mbps, t)
 }
 
-/// Two buffers of `size` bytes in `buf` (resized for them), each
-/// starting on a page boundary ([`copy_crc_rate`] says why).
-fn page_pair(buf: &mut Vec<u8>, size: usize) -> (&mut [u8], &mut [u8]) {
-    const PAGE: usize = 4096;
-    let span = size.div_ceil(PAGE) * PAGE;
-    buf.clear();
-    buf.resize(2 * span + PAGE, 0);
-    let at = buf.as_ptr().align_offset(PAGE);
-    let (src, dst) = buf[at..].split_at_mut(span);
-    (&mut src[..size], &mut dst[..size])
+/// A buffer that starts on a page boundary, so that a copy between two
+/// of them is between two such starts ([`copy_crc_rate`] says why; the
+/// hand-off baseline copies between them too).
+struct PageBuf {
+    vec: Vec<u8>,
+    at: usize,
+    len: usize,
+}
+
+impl PageBuf {
+    fn new(len: usize) -> PageBuf {
+        const PAGE: usize = 4096;
+        let vec = vec![0u8; len + PAGE];
+        let at = vec.as_ptr().align_offset(PAGE);
+        PageBuf { vec, at, len }
+    }
+
+    /// [`PageBuf::new`] holding the baselines' byte pattern.
+    fn patterned(len: usize) -> PageBuf {
+        let mut b = PageBuf::new(len);
+        for (i, x) in b.bytes_mut().iter_mut().enumerate() {
+            *x = (i * 131 + 7) as u8;
+        }
+        b
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.vec[self.at..self.at + self.len]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.vec[self.at..self.at + self.len]
+    }
 }
 
 /// The summary table.
@@ -1270,9 +1289,9 @@ mod tests {
 
     #[test]
     fn the_baseline_buffers_start_on_pages() {
-        let mut buf = Vec::new();
         for size in [1, 64, 4095, 4096, 65_536, 100_000] {
-            let (src, dst) = page_pair(&mut buf, size);
+            let (src, dst) = (PageBuf::new(size), PageBuf::new(size));
+            let (src, dst) = (src.bytes(), dst.bytes());
             assert_eq!((src.len(), dst.len()), (size, size));
             assert_eq!(src.as_ptr() as usize % 4096, 0, "size {size}");
             assert_eq!(dst.as_ptr() as usize % 4096, 0, "size {size}");
