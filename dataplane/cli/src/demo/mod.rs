@@ -1011,7 +1011,7 @@ fn round(
 /// from one buffer into another, then CRC32c it. Returns MiB/s and the
 /// time taken.
 ///
-/// Both buffers start on a page boundary ([`PageBuf`]). Left to the
+/// Both buffers start on a page boundary (`PageBuf`). Left to the
 /// allocator, the destination sometimes lay 1 to 31 bytes past the
 /// source modulo 4096, where `rep movsb` (which the C library's memcpy
 /// uses for a 64 KiB copy) runs some fifteen times slower on AMD Zen 3:
