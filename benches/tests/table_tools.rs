@@ -65,3 +65,39 @@ fn the_demo_table_tells_each_run_where_its_cores_were() {
     assert_eq!(text.matches("60 / 330 (moved)").count(), 3, "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn the_scale_table_gives_both_ratios_to_one_qp() {
+    let dir = std::env::temp_dir().join(format!("table-tools-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    // One QP: 1000 over the round, 1100 in its middle half; 10,000 QPs:
+    // 600 over the round (a slow start), 990 in the middle.
+    let files: Vec<String> = [(1, 1000.0, 1100.0), (10_000, 600.0, 990.0)]
+        .iter()
+        .map(|&(qps, avg, steady)| {
+            let f = dir.join(format!("run-{qps}.json"));
+            let doc = serde_json::json!({
+                "bandwidth": [{
+                    "test": "write-bw", "qps": qps, "bw_avg_mbps": avg,
+                    "bw_steady_mbps": steady, "setup_seconds": 0.5,
+                    "connects_per_second": 20000.0
+                }],
+            });
+            std::fs::write(&f, doc.to_string()).expect("write a document");
+            f.display().to_string()
+        })
+        .collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_scale-table"))
+        .args(&files)
+        .output()
+        .expect("run scale-table");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("write-bw") && l.contains(" 10000 "))
+        .unwrap_or_else(|| panic!("no 10,000-QP row: {text}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols[3..7], ["600.0", "0.600", "990.0", "0.900"], "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -2,7 +2,10 @@
 //! --qps N` documents, per queue-pair count and bandwidth test, as one
 //! table: the aggregate bandwidth, its ratio to the same test's median
 //! with one queue pair (from the same documents, so the same sitting),
-//! the time the QPs took to connect and connections per second.
+//! the same two over the round's middle half (`bw_steady_mbps`, the
+//! window perftest reports with `-D`: without the start, where thousands
+//! of connections take their first buffers), the time the QPs took to
+//! connect and connections per second.
 //! `benches/scale.sh` runs the demos and calls it.
 
 use std::collections::BTreeMap;
@@ -11,10 +14,12 @@ use std::process::ExitCode;
 use benches::{median, outln, read_json, write_out};
 use serde_json::Value;
 
-/// Bandwidth, setup seconds and connections per second of each run.
+/// Bandwidth (whole round and middle half), setup seconds and
+/// connections per second of each run.
 #[derive(Default)]
 struct Runs {
     bw: Vec<f64>,
+    steady: Vec<f64>,
     setup: Vec<f64>,
     rate: Vec<f64>,
 }
@@ -43,6 +48,7 @@ fn main() -> ExitCode {
             let r = rows.entry((test.to_string(), qps)).or_default();
             let num = |k: &str| row[k].as_f64().unwrap_or(f64::NAN);
             r.bw.push(num("bw_avg_mbps"));
+            r.steady.push(num("bw_steady_mbps"));
             r.setup.push(num("setup_seconds"));
             r.rate.push(num("connects_per_second"));
         }
@@ -51,42 +57,51 @@ fn main() -> ExitCode {
         eprintln!("scale-table: no bandwidth rows in the documents");
         return ExitCode::FAILURE;
     }
-    let mut one: BTreeMap<String, f64> = BTreeMap::new();
+    // test -> (whole round, middle half) with one QP.
+    let mut one: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     for ((test, qps), r) in &mut rows {
         if *qps == 1 {
-            one.insert(test.clone(), median(&mut r.bw));
+            one.insert(test.clone(), (median(&mut r.bw), median(&mut r.steady)));
         }
     }
     let mut out = String::new();
     outln!(
         out,
-        "{:<10} {:>6} {:>5} {:>10} {:>9} {:>10} {:>12}",
+        "{:<10} {:>6} {:>5} {:>10} {:>9} {:>10} {:>9} {:>10} {:>12}",
         "test",
         "QPs",
         "runs",
         "BW MB/s",
+        "x 1 QP",
+        "steady",
         "x 1 QP",
         "setup s",
         "connects/s"
     );
     for ((test, qps), r) in &mut rows {
         let bw = median(&mut r.bw);
-        let ratio = one.get(test).map_or(f64::NAN, |b| bw / b);
+        let steady = median(&mut r.steady);
+        let (ratio, steady_ratio) = one
+            .get(test)
+            .map_or((f64::NAN, f64::NAN), |b| (bw / b.0, steady / b.1));
         outln!(
             out,
-            "{:<10} {:>6} {:>5} {:>10.1} {:>9.3} {:>10.3} {:>12.0}",
+            "{:<10} {:>6} {:>5} {:>10.1} {:>9.3} {:>10.1} {:>9.3} {:>10.3} {:>12.0}",
             test,
             qps,
             r.bw.len(),
             bw,
             ratio,
+            steady,
+            steady_ratio,
             median(&mut r.setup),
             median(&mut r.rate)
         );
     }
     outln!(
         out,
-        "(medians; x 1 QP = the median with N QPs / the median with one, same runs)"
+        "(medians; x 1 QP = the median with N QPs / the median with one, same runs;\n \
+         steady = the round's middle half, perftest's -D window)"
     );
     write_out("scale-table", &out)
 }

@@ -244,6 +244,7 @@ mod tests {
             elapsed: Duration::from_millis(250),
             bw_peak_mbps: 1300.5,
             bw_avg_mbps: 1250.0,
+            bw_steady_mbps: None,
             msg_rate_mpps: 0.02,
             latency: None,
             verified_bytes: 65536,
@@ -318,6 +319,7 @@ mod tests {
             iterations: 200,
             bw_peak_mbps: 4.37,
             bw_avg_mbps: 4.35,
+            bw_steady_mbps: None,
             msg_rate_mpps: 0.000070,
             ..bw()
         };
@@ -335,6 +337,7 @@ mod tests {
         let slow = RunResult {
             bw_peak_mbps: 5.0,
             bw_avg_mbps: 4.0,
+            bw_steady_mbps: None,
             ..r
         };
         assert_eq!(

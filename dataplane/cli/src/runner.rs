@@ -1020,6 +1020,14 @@ pub struct RunResult {
     pub bw_peak_mbps: f64,
     /// Average bandwidth, MB/s.
     pub bw_avg_mbps: f64,
+    /// In duration mode, the bandwidth between the margins, MB/s: from a
+    /// quarter of the duration in to a quarter before its end, the window
+    /// perftest reports with `-D` (its default `--margin`). A run whose
+    /// connections start cold (thousands of QPs take their first buffers
+    /// as their first messages go) reaches its steady rate inside the
+    /// first margin; [`RunResult::bw_avg_mbps`] counts that start too.
+    /// `None` in iteration mode and for latency tests.
+    pub bw_steady_mbps: Option<f64>,
     /// Message rate, millions per second.
     pub msg_rate_mpps: f64,
     /// Latency test figures.
@@ -1037,6 +1045,7 @@ impl RunResult {
             elapsed: Duration::ZERO,
             bw_peak_mbps: 0.0,
             bw_avg_mbps: 0.0,
+            bw_steady_mbps: None,
             msg_rate_mpps: 0.0,
             latency: None,
             verified_bytes: 0,
@@ -1527,7 +1536,14 @@ impl<'a> Runner<'a> {
         if spec.verify {
             self.bw_verify(&scnt)?;
         }
-        Ok(bw_result(size, done, elapsed, &samples, self.verified))
+        Ok(bw_result(
+            size,
+            done,
+            elapsed,
+            &samples,
+            spec.duration,
+            self.verified,
+        ))
     }
 
     /// After a `write-bw` or `read-bw` run: the destination slots hold the
@@ -1798,7 +1814,14 @@ impl<'a> Runner<'a> {
         for (i, s) in st.iter_mut().enumerate() {
             res.top_up(i, s, rx)?;
         }
-        Ok(bw_result(size, done, elapsed, &samples, self.verified))
+        Ok(bw_result(
+            size,
+            done,
+            elapsed,
+            &samples,
+            spec.duration,
+            self.verified,
+        ))
     }
 
     // -----------------------------------------------------------------
@@ -2154,6 +2177,7 @@ fn bw_result(
     done: u64,
     elapsed: Duration,
     samples: &[(Duration, u64)],
+    duration: Option<Duration>,
     verified: u64,
 ) -> RunResult {
     let secs = elapsed.as_secs_f64().max(1e-9);
@@ -2182,10 +2206,45 @@ fn bw_result(
         elapsed,
         bw_peak_mbps: peak,
         bw_avg_mbps: avg,
+        bw_steady_mbps: duration.and_then(|d| steady_rate(samples, d, size)),
         msg_rate_mpps: done as f64 / secs / 1e6,
         latency: None,
         verified_bytes: verified,
     }
+}
+
+/// perftest's default margin in duration mode: this fraction of the
+/// duration at each end stays out of the figure it reports.
+const MARGIN_DIVISOR: u32 = 4;
+
+/// The bandwidth, MB/s, between the margins of a run of `duration` (see
+/// [`RunResult::bw_steady_mbps`]), from the run's `(time, messages done)`
+/// samples; `None` when the samples do not reach past the window's end.
+fn steady_rate(samples: &[(Duration, u64)], duration: Duration, size: usize) -> Option<f64> {
+    let margin = duration / MARGIN_DIVISOR;
+    let (from, to) = (margin, duration.checked_sub(margin)?);
+    if to <= from {
+        return None;
+    }
+    let done = done_at(samples, to)? - done_at(samples, from)?;
+    Some(done * size as f64 / (to - from).as_secs_f64() / MB)
+}
+
+/// Messages done `at` into a run, interpolated between the samples on
+/// either side; `None` past the last sample.
+fn done_at(samples: &[(Duration, u64)], at: Duration) -> Option<f64> {
+    let j = samples.partition_point(|s| s.0 < at);
+    let &(t1, n1) = samples.get(j)?;
+    let Some(&(t0, n0)) = j.checked_sub(1).and_then(|i| samples.get(i)) else {
+        return Some(n1 as f64);
+    };
+    let span = (t1 - t0).as_secs_f64();
+    let part = if span > 0.0 {
+        (at - t0).as_secs_f64() / span
+    } else {
+        1.0
+    };
+    Some(n0 as f64 + (n1 - n0) as f64 * part)
 }
 
 /// Latency figures from the times messages were posted: one sample per
@@ -2211,6 +2270,7 @@ fn lat_result(
         elapsed,
         bw_peak_mbps: 0.0,
         bw_avg_mbps: bytes as f64 / secs / MB,
+        bw_steady_mbps: None,
         msg_rate_mpps: iterations as f64 / secs / 1e6,
         latency: LatencySummary::from_nanos(&samples),
         verified_bytes: verified,
@@ -2501,6 +2561,43 @@ mod tests {
     }
 
     #[test]
+    fn the_steady_figure_leaves_out_a_quarter_at_each_end() {
+        // 4 s of 1 MB messages: 100 in the first second (a cold start),
+        // then 1000 a second; a sample every 100 ms.
+        let samples: Vec<(Duration, u64)> = (0..=40u64)
+            .map(|i| {
+                let n = if i <= 10 {
+                    10 * i
+                } else {
+                    100 + 100 * (i - 10)
+                };
+                (Duration::from_millis(100 * i), n)
+            })
+            .collect();
+        let size = 1 << 20;
+        let four = Duration::from_secs(4);
+        let r = bw_result(size, 3100, four, &samples, Some(four), 0);
+        // From 1 s to 3 s: 2000 messages in 2 s.
+        let steady = r.bw_steady_mbps.expect("a duration run");
+        assert!((steady - 1000.0).abs() < 1e-6, "{r:?}");
+        assert!((r.bw_avg_mbps - 775.0).abs() < 1e-6, "{r:?}");
+        // Between samples, interpolated: a window of 0.25 s to 0.75 s in a
+        // 1 s run (the first second's 100 a second).
+        let one = Duration::from_secs(1);
+        let r = bw_result(size, 100, one, &samples[..=10], Some(one), 0);
+        assert!((r.bw_steady_mbps.unwrap() - 100.0).abs() < 1e-6, "{r:?}");
+        // No samples past the window's end, or iteration mode: none.
+        assert_eq!(
+            bw_result(size, 10, four, &samples[..=1], Some(four), 0).bw_steady_mbps,
+            None
+        );
+        assert_eq!(
+            bw_result(size, 3100, four, &samples, None, 0).bw_steady_mbps,
+            None
+        );
+    }
+
+    #[test]
     fn write_bw_verified_over_memory_links() {
         let (c, s) = round(TestKind::WriteBw, 1000, 300, 2, 5001);
         assert_eq!(c.iterations, 600);
@@ -2603,6 +2700,9 @@ mod tests {
             );
         }
         assert!(c.elapsed >= Duration::from_millis(300));
+        // A duration run has its middle-half figure, and the iteration
+        // runs above have none.
+        assert!(c.bw_steady_mbps.is_some_and(|b| b > 0.0), "{c:?}");
         assert!(
             // One 4 KiB receive slot a QP, its final contents compared.
             s.iterations > 0 && s.verified_bytes == 2 * 4096,

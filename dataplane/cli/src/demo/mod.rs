@@ -215,6 +215,11 @@ pub struct BwRow {
     pub bw_avg_mbps: f64,
     /// Peak bandwidth, MiB/s.
     pub bw_peak_mbps: f64,
+    /// Bandwidth between the round's margins, MiB/s: its middle half, the
+    /// window perftest reports with `-D` (see
+    /// [`RunResult::bw_steady_mbps`](crate::runner::RunResult::bw_steady_mbps));
+    /// `None` for a round of `--iterations`.
+    pub bw_steady_mbps: Option<f64>,
     /// Messages per second, millions.
     pub msg_rate_mpps: f64,
     /// One core copying and CRC32c-summing the same bytes, MiB/s.
@@ -495,6 +500,7 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
             seconds,
             bw_avg_mbps: c.bw_avg_mbps,
             bw_peak_mbps: c.bw_peak_mbps,
+            bw_steady_mbps: c.bw_steady_mbps,
             msg_rate_mpps: c.msg_rate_mpps,
             copy_crc_mbps: copy_crc,
             ratio: ratio(c.bw_avg_mbps, copy_crc),
@@ -1320,6 +1326,7 @@ mod tests {
                 seconds: 0.1,
                 bw_avg_mbps: 6.25,
                 bw_peak_mbps: 7.0,
+                bw_steady_mbps: None,
                 msg_rate_mpps: 0.0001,
                 copy_crc_mbps: 100.0,
                 ratio: 0.0625,
