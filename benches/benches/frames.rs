@@ -17,7 +17,11 @@
 //! by stage, both sides in one profile. Arguments: the MTUs to run
 //! (default 1500 and 9000); `FRAMES_MIB` sets the measured volume (MiB,
 //! default 512), `FRAMES_RUNS` the repetitions (default 5, medians
-//! printed). Needs no NIC and no hugepages.
+//! printed). `FRAMES_QPS` spreads the messages over that many queue
+//! pairs, each its own connection with two messages in flight and its own
+//! 128 KiB of each region, posted in turn (the demo's `--qps`): the cost
+//! per frame of many connections, without the second core. Needs no NIC
+//! and no hugepages.
 
 use core::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -34,12 +38,17 @@ use tcp_offload::wire::EthernetAddress;
 
 /// Message size.
 const MSG: usize = 64 << 10;
-/// Messages posted and not yet completed.
+/// Messages posted and not yet completed, with one queue pair.
 const DEPTH: usize = 8;
+/// Messages in flight per queue pair when there are several (the demo's
+/// share of its depth with many QPs).
+const DEPTH_MANY: usize = 2;
 /// Bytes moved before the measured ones (connection warm, queues grown).
 const WARMUP: u64 = 32 << 20;
 /// Longest a connection setup or a transfer may take.
 const PATIENCE: Duration = Duration::from_secs(120);
+/// Connections asked for before their answers are awaited.
+const CONNECT_BATCH: usize = 256;
 const IP: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 98, 0, 1), Ipv4Addr::new(10, 98, 0, 2)];
 const MAC: [EthernetAddress; 2] = [
     EthernetAddress([2, 0, 0, 0x98, 0, 1]),
@@ -47,37 +56,59 @@ const MAC: [EthernetAddress; 2] = [
 ];
 const PORT: u16 = 7471;
 
-/// One side's verbs objects.
+/// One side's verbs objects: its queue pairs, their one CQ and one
+/// region holding each QP's messages in turn.
 struct Side {
-    qp: Qp,
+    qps: Vec<Qp>,
     cq: Cq,
     mr: MemoryRegistration,
     _region: Region,
 }
 
-fn side(dp: &Dataplane) -> Result<Side, String> {
-    let len = MSG * DEPTH;
+/// Messages in flight per queue pair with `qps` of them.
+fn depth(qps: usize) -> usize {
+    if qps == 1 {
+        DEPTH
+    } else {
+        DEPTH_MANY
+    }
+}
+
+fn side(dp: &Dataplane, qps: usize) -> Result<Side, String> {
+    let len = MSG * depth(qps) * qps;
     let region = Region::new(len).map_err(|e| format!("region: {e}"))?;
     let pd = dp.alloc_pd().map_err(|e| format!("alloc_pd: {e}"))?;
     let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let mr = dp
         .reg_mr(pd, &region, 0, len, access)
         .map_err(|e| format!("reg_mr: {e}"))?;
-    let cq = dp.create_cq(256).map_err(|e| format!("create_cq: {e}"))?;
-    let qp = dp
-        .create_qp(pd, &cq, &cq, QpOptions::default())
+    let cqe = u32::try_from(qps * depth(qps) + 256).map_err(|_| "too many QPs")?;
+    let cq = dp.create_cq(cqe).map_err(|e| format!("create_cq: {e}"))?;
+    let opts = QpOptions {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        ..QpOptions::default()
+    };
+    let qps = (0..qps)
+        .map(|_| dp.create_qp(pd, &cq, &cq, opts))
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("create_qp: {e}"))?;
     Ok(Side {
-        qp,
+        qps,
         cq,
         mr,
         _region: region,
     })
 }
 
-/// Two dataplanes at `mtu` over a fresh `net_ring` pair, their QPs
-/// connected (by their worker threads, which busy polling then stops).
-fn pair(eal: &Arc<dpdk_bindings::Eal>, mtu: usize) -> Result<([Dataplane; 2], [Side; 2]), String> {
+/// Two dataplanes at `mtu` over a fresh `net_ring` pair, `qps` QPs of
+/// theirs connected (by their worker threads, which busy polling then
+/// stops).
+fn pair(
+    eal: &Arc<dpdk_bindings::Eal>,
+    mtu: usize,
+    qps: usize,
+) -> Result<([Dataplane; 2], [Side; 2]), String> {
     let opts = DpdkLinkOptions {
         queues: 1,
         mtu,
@@ -93,74 +124,111 @@ fn pair(eal: &Arc<dpdk_bindings::Eal>, mtu: usize) -> Result<([Dataplane; 2], [S
         let mut c = Config::single("net_ring_frames", IP[i], MAC[i]);
         c.workers.count = 1;
         c.ports[0].mtu = mtu;
+        let q = u32::try_from(qps).unwrap_or(u32::MAX);
+        c.limits.max_qp = c.limits.max_qp.max(q.saturating_add(16));
+        c.limits.max_cqe = c.limits.max_cqe.max(q.saturating_mul(16)).min(1 << 22);
+        c.tcp.max_connections = c.tcp.max_connections.max(qps + 64);
         c
     };
     let a = Dataplane::open_with_link(&config(0), la, DriveMode::Threads)
         .map_err(|e| format!("side A: {e}"))?;
     let b = Dataplane::open_with_link(&config(1), lb, DriveMode::Threads)
         .map_err(|e| format!("side B: {e}"))?;
-    let sides = [side(&a)?, side(&b)?];
-    b.listen(PORT, 16).map_err(|e| format!("listen: {e}"))?;
-    a.connect(
-        &sides[0].qp,
-        SocketAddrV4::new(IP[1], PORT),
-        &ConnectParams::default(),
-    )
-    .map_err(|e| format!("connect: {e}"))?;
+    let sides = [side(&a, qps)?, side(&b, qps)?];
+    b.listen(PORT, CONNECT_BATCH)
+        .map_err(|e| format!("listen: {e}"))?;
     let t0 = Instant::now();
-    let mut up = [false, false];
-    while !(up[0] && up[1]) {
-        if t0.elapsed() > PATIENCE {
-            return Err("no connection".into());
+    let mut accepted = 0;
+    for batch in sides[0].qps.chunks(CONNECT_BATCH) {
+        for qp in batch {
+            a.connect(
+                qp,
+                SocketAddrV4::new(IP[1], PORT),
+                &ConnectParams::default(),
+            )
+            .map_err(|e| format!("connect: {e}"))?;
         }
-        while let Some(e) = b.poll_event() {
-            match e {
-                CmEvent::ConnectRequest(req) => b
-                    .accept(&req, &sides[1].qp, &ConnectParams::default())
-                    .map_err(|e| format!("accept: {e}"))?,
-                CmEvent::Established { .. } => up[1] = true,
-                _ => {}
+        let mut up = [0, 0];
+        while up[0] < batch.len() || up[1] < batch.len() {
+            if t0.elapsed() > PATIENCE {
+                return Err(format!("{accepted} of {qps} connections up"));
             }
-        }
-        while let Some(e) = a.poll_event() {
-            if let CmEvent::Established { .. } = e {
-                up[0] = true;
+            while let Some(e) = b.poll_event() {
+                match e {
+                    CmEvent::ConnectRequest(req) => {
+                        let qp = sides[1].qps.get(accepted).ok_or("a request too many")?;
+                        b.accept(&req, qp, &ConnectParams::default())
+                            .map_err(|e| format!("accept: {e}"))?;
+                        accepted += 1;
+                    }
+                    CmEvent::Established { .. } => up[1] += 1,
+                    _ => {}
+                }
             }
+            while let Some(e) = a.poll_event() {
+                if let CmEvent::Established { .. } = e {
+                    up[0] += 1;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
-        std::thread::sleep(Duration::from_millis(1));
     }
     Ok(([a, b], sides))
 }
 
-/// WRITEs `bytes` (whole messages) from A to B, `DEPTH` in flight, both
-/// dataplanes driven by this thread.
+/// WRITEs `bytes` (whole messages) from A to B, each QP's messages to
+/// the same place in B's region as from A's, the QPs in turn with at
+/// most `depth` in flight each, both dataplanes driven by this thread.
 fn transfer(dps: &[Dataplane; 2], s: &[Side; 2], bytes: u64) -> Result<(), String> {
     let busy = |i: usize| dps[i].busy_poll().map_err(|e| format!("busy_poll: {e}"));
     let (mut pa, mut pb) = (busy(0)?, busy(1)?);
     let total = bytes.div_ceil(MSG as u64);
-    let (mut posted, mut done) = (0u64, 0u64);
     let (src, dst) = (&s[0], &s[1]);
+    let n = src.qps.len();
+    let d = depth(n);
+    // Per QP: messages posted, and completed.
+    let mut posted = vec![0u64; n];
+    let mut completed = vec![0u64; n];
+    let (mut sent, mut done) = (0u64, 0u64);
+    // QPs with room to post, in turn.
+    let mut ready: std::collections::VecDeque<usize> = (0..n).collect();
     let t0 = Instant::now();
     while done < total {
-        while posted < total && posted - done < DEPTH as u64 {
-            let slot = (posted % DEPTH as u64) * MSG as u64;
+        while sent < total {
+            let Some(i) = ready.pop_front() else {
+                break;
+            };
+            let slot = ((i * d) as u64 + posted[i] % d as u64) * MSG as u64;
             let wr = SendWr::write(
-                posted,
+                i as u64,
                 SgeList::single(src.mr.sge(slot, MSG as u32)),
                 dst.mr.addr() + slot,
                 dst.mr.rkey(),
             );
-            src.qp
+            src.qps[i]
                 .post_send(&wr)
                 .map_err(|e| format!("post_send: {e:?}"))?;
-            posted += 1;
+            posted[i] += 1;
+            sent += 1;
+            if posted[i] - completed[i] < d as u64 {
+                ready.push_back(i);
+            }
         }
         pa.poll();
-        pb.poll();
+        // Side B takes all that came before A sends more, as a receiver
+        // on a core of its own keeps up: otherwise frames queue in the
+        // ring by the thousand with many QPs, and each is out of cache by
+        // the time B reads it, which the demo does not see.
+        while pb.poll() {}
         while let Some(wc) = src.cq.poll_one() {
             if wc.status != WcStatus::Success {
                 return Err(format!("completion: {wc:?}"));
             }
+            let i = wc.wr_id as usize;
+            if posted[i] - completed[i] == d as u64 {
+                ready.push_back(i);
+            }
+            completed[i] += 1;
             done += 1;
         }
         if t0.elapsed() > PATIENCE {
@@ -170,27 +238,42 @@ fn transfer(dps: &[Dataplane; 2], s: &[Side; 2], bytes: u64) -> Result<(), Strin
     Ok(())
 }
 
-/// Data frames side A has sent and bytes side B has received so far.
-fn counts(dps: &[Dataplane; 2]) -> (u64, u64) {
+/// Data frames side A has sent, bytes side B has received and frames
+/// (ACKs) side B has sent so far.
+fn counts(dps: &[Dataplane; 2]) -> (u64, u64, u64) {
     let tx = dps[0].stats().iter().map(|s| s.tx_packets).sum();
     let rx = dps[1].stats().iter().map(|s| s.rx_bytes).sum();
-    (tx, rx)
+    let acks = dps[1].stats().iter().map(|s| s.tx_packets).sum();
+    (tx, rx, acks)
 }
 
-/// One measured transfer on a warm pair: nanoseconds of this thread's
-/// CPU per frame, and bytes moved per second of it.
-fn run(dps: &[Dataplane; 2], s: &[Side; 2], bytes: u64) -> Result<(f64, f64), String> {
-    let (f0, b0) = counts(dps);
+/// What one measured transfer cost.
+struct Measured {
+    /// Nanoseconds of this thread's CPU per data frame.
+    ns_per_frame: f64,
+    /// Bytes moved per second of that CPU.
+    rate: f64,
+    /// Data frames per frame side B sent back (its ACKs).
+    frames_per_ack: f64,
+}
+
+/// One measured transfer on a warm pair.
+fn run(dps: &[Dataplane; 2], s: &[Side; 2], bytes: u64) -> Result<Measured, String> {
+    let (f0, b0, a0) = counts(dps);
     let t0 = benches::thread_cpu();
     transfer(dps, s, bytes)?;
     let t1 = benches::thread_cpu();
-    let (f1, b1) = counts(dps);
+    let (f1, b1, a1) = counts(dps);
     let cpu = (t1 - t0).as_secs_f64();
     let frames = (f1 - f0).max(1) as f64;
     if b1 - b0 < bytes {
         return Err(format!("side B received {} of {bytes} bytes", b1 - b0));
     }
-    Ok((cpu * 1e9 / frames, bytes as f64 / cpu))
+    Ok(Measured {
+        ns_per_frame: cpu * 1e9 / frames,
+        rate: bytes as f64 / cpu,
+        frames_per_ack: frames / (a1 - a0).max(1) as f64,
+    })
 }
 
 fn main() {
@@ -225,34 +308,43 @@ fn bench(eal: &Arc<dpdk_bindings::Eal>, mtus: &[usize]) -> Result<(), String> {
     };
     let bytes = env("FRAMES_MIB", 512) << 20;
     let runs = env("FRAMES_RUNS", 5).max(1);
+    let qps = usize::try_from(env("FRAMES_QPS", 1).clamp(1, 16_384)).unwrap_or(1);
     println!(
-        "frames: WRITE {} KiB x {DEPTH} in flight, {} MiB a run, {runs} runs, one thread",
+        "frames: WRITE {} KiB, {qps} QP(s) x {} in flight, {} MiB a run, {runs} runs, one thread",
         MSG >> 10,
+        depth(qps),
         bytes >> 20
     );
     println!(
-        "{:>6} {:>12} {:>12} {:>14} {:>10}",
-        "MTU", "ns/frame", "MiB/s of CPU", "copy+CRC MiB/s", "x copy+CRC"
+        "{:>6} {:>12} {:>12} {:>14} {:>10} {:>12}",
+        "MTU", "ns/frame", "MiB/s of CPU", "copy+CRC MiB/s", "x copy+CRC", "frames/ACK"
     );
     for &mtu in mtus {
-        let (mut ns, mut rate, mut base) = (Vec::new(), Vec::new(), Vec::new());
-        let (dps, s) = pair(eal, mtu).map_err(|e| format!("MTU {mtu}: {e}"))?;
-        transfer(&dps, &s, WARMUP).map_err(|e| format!("MTU {mtu}: warm-up: {e}"))?;
+        let (mut ns, mut rate, mut base, mut per_ack) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (dps, s) = pair(eal, mtu, qps).map_err(|e| format!("MTU {mtu}: {e}"))?;
+        // Every QP's buffers and queues in use once before the measure.
+        let warmup = WARMUP.max((qps * depth(qps) * MSG) as u64);
+        transfer(&dps, &s, warmup).map_err(|e| format!("MTU {mtu}: warm-up: {e}"))?;
         for _ in 0..runs {
-            let (n, r) = run(&dps, &s, bytes).map_err(|e| format!("MTU {mtu}: {e}"))?;
-            ns.push(n);
-            rate.push(r / iwarp::runner::MB);
+            let m = run(&dps, &s, bytes).map_err(|e| format!("MTU {mtu}: {e}"))?;
+            ns.push(m.ns_per_frame);
+            rate.push(m.rate / iwarp::runner::MB);
+            per_ack.push(m.frames_per_ack);
             // The demo's baseline, in MiB/s as the demo counts.
             base.push(iwarp::demo::copy_crc_rate(MSG, bytes).0);
         }
-        let _ = dps[0].disconnect(&s[0].qp, false);
-        let (ns, rate, base) = (
+        for qp in &s[0].qps {
+            let _ = dps[0].disconnect(qp, false);
+        }
+        let (ns, rate, base, per_ack) = (
             benches::median(&mut ns),
             benches::median(&mut rate),
             benches::median(&mut base),
+            benches::median(&mut per_ack),
         );
         println!(
-            "{mtu:>6} {ns:>12.0} {rate:>12.0} {base:>14.0} {:>10.3}",
+            "{mtu:>6} {ns:>12.0} {rate:>12.0} {base:>14.0} {:>10.3} {per_ack:>12.1}",
             rate / base
         );
     }
