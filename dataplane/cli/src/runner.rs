@@ -1536,14 +1536,7 @@ impl<'a> Runner<'a> {
         if spec.verify {
             self.bw_verify(&scnt)?;
         }
-        Ok(bw_result(
-            size,
-            done,
-            elapsed,
-            &samples,
-            spec.duration,
-            self.verified,
-        ))
+        Ok(bw_result(size, &samples, spec.duration, self.verified))
     }
 
     /// After a `write-bw` or `read-bw` run: the destination slots hold the
@@ -1814,14 +1807,7 @@ impl<'a> Runner<'a> {
         for (i, s) in st.iter_mut().enumerate() {
             res.top_up(i, s, rx)?;
         }
-        Ok(bw_result(
-            size,
-            done,
-            elapsed,
-            &samples,
-            spec.duration,
-            self.verified,
-        ))
+        Ok(bw_result(size, &samples, spec.duration, self.verified))
     }
 
     // -----------------------------------------------------------------
@@ -2169,17 +2155,16 @@ impl<'a> Runner<'a> {
     }
 }
 
-/// Bandwidth figures from `(elapsed, messages done)` samples: the average
-/// over the run, the peak over the best window of a tenth of it (at least
-/// 10 ms).
+/// Bandwidth figures from `(elapsed, messages done)` samples, the last
+/// taken at the run's end: the average over the run, the peak over the
+/// best window of a tenth of it (at least 10 ms).
 fn bw_result(
     size: usize,
-    done: u64,
-    elapsed: Duration,
     samples: &[(Duration, u64)],
     duration: Option<Duration>,
     verified: u64,
 ) -> RunResult {
+    let (elapsed, done) = samples.last().copied().unwrap_or_default();
     let secs = elapsed.as_secs_f64().max(1e-9);
     let bytes = done * size as u64;
     let avg = bytes as f64 / secs / MB;
@@ -2576,7 +2561,7 @@ mod tests {
             .collect();
         let size = 1 << 20;
         let four = Duration::from_secs(4);
-        let r = bw_result(size, 3100, four, &samples, Some(four), 0);
+        let r = bw_result(size, &samples, Some(four), 0);
         // From 1 s to 3 s: 2000 messages in 2 s.
         let steady = r.bw_steady_mbps.expect("a duration run");
         assert!((steady - 1000.0).abs() < 1e-6, "{r:?}");
@@ -2584,17 +2569,14 @@ mod tests {
         // Between samples, interpolated: a window of 0.25 s to 0.75 s in a
         // 1 s run (the first second's 100 a second).
         let one = Duration::from_secs(1);
-        let r = bw_result(size, 100, one, &samples[..=10], Some(one), 0);
+        let r = bw_result(size, &samples[..=10], Some(one), 0);
         assert!((r.bw_steady_mbps.unwrap() - 100.0).abs() < 1e-6, "{r:?}");
         // No samples past the window's end, or iteration mode: none.
         assert_eq!(
-            bw_result(size, 10, four, &samples[..=1], Some(four), 0).bw_steady_mbps,
+            bw_result(size, &samples[..=1], Some(four), 0).bw_steady_mbps,
             None
         );
-        assert_eq!(
-            bw_result(size, 3100, four, &samples, None, 0).bw_steady_mbps,
-            None
-        );
+        assert_eq!(bw_result(size, &samples, None, 0).bw_steady_mbps, None);
     }
 
     #[test]
