@@ -20,8 +20,14 @@
 //! printed). `FRAMES_QPS` spreads the messages over that many queue
 //! pairs, each its own connection with two messages in flight and its own
 //! 128 KiB of each region, posted in turn (the demo's `--qps`): the cost
-//! per frame of many connections, without the second core. Needs no NIC
-//! and no hugepages.
+//! per frame of many connections, without the second core.
+//! `FRAMES_SLOTS` sets how many 64 KiB slots of each region the messages
+//! cycle over (default: each QP its own, as many as it has in flight):
+//! one QP over 20,000 slots has the payload footprint of 10,000 QPs
+//! (1.25 GiB a side, out of cache), and 10,000 QPs over 16 slots keep
+//! their payload in cache, which tells the cost of many connections'
+//! state apart from that of their buffers. Needs no NIC and no
+//! hugepages.
 
 use core::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -60,6 +66,8 @@ const PORT: u16 = 7471;
 /// region holding each QP's messages in turn.
 struct Side {
     qps: Vec<Qp>,
+    /// 64 KiB slots of the region the messages cycle over.
+    slots: usize,
     cq: Cq,
     mr: MemoryRegistration,
     _region: Region,
@@ -74,8 +82,8 @@ fn depth(qps: usize) -> usize {
     }
 }
 
-fn side(dp: &Dataplane, qps: usize) -> Result<Side, String> {
-    let len = MSG * depth(qps) * qps;
+fn side(dp: &Dataplane, qps: usize, slots: usize) -> Result<Side, String> {
+    let len = MSG * slots;
     let region = Region::new(len).map_err(|e| format!("region: {e}"))?;
     let pd = dp.alloc_pd().map_err(|e| format!("alloc_pd: {e}"))?;
     let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
@@ -95,6 +103,7 @@ fn side(dp: &Dataplane, qps: usize) -> Result<Side, String> {
         .map_err(|e| format!("create_qp: {e}"))?;
     Ok(Side {
         qps,
+        slots,
         cq,
         mr,
         _region: region,
@@ -108,6 +117,7 @@ fn pair(
     eal: &Arc<dpdk_bindings::Eal>,
     mtu: usize,
     qps: usize,
+    slots: usize,
 ) -> Result<([Dataplane; 2], [Side; 2]), String> {
     let opts = DpdkLinkOptions {
         queues: 1,
@@ -134,7 +144,7 @@ fn pair(
         .map_err(|e| format!("side A: {e}"))?;
     let b = Dataplane::open_with_link(&config(1), lb, DriveMode::Threads)
         .map_err(|e| format!("side B: {e}"))?;
-    let sides = [side(&a, qps)?, side(&b, qps)?];
+    let sides = [side(&a, qps, slots)?, side(&b, qps, slots)?];
     b.listen(PORT, CONNECT_BATCH)
         .map_err(|e| format!("listen: {e}"))?;
     let t0 = Instant::now();
@@ -198,7 +208,14 @@ fn transfer(dps: &[Dataplane; 2], s: &[Side; 2], bytes: u64) -> Result<(), Strin
             let Some(i) = ready.pop_front() else {
                 break;
             };
-            let slot = ((i * d) as u64 + posted[i] % d as u64) * MSG as u64;
+            // The QP's own slots in turn, or with `FRAMES_SLOTS` the
+            // region's, wrapped: one QP walks all of them, many share.
+            let k = if n == 1 {
+                posted[i]
+            } else {
+                (i * d) as u64 + posted[i] % d as u64
+            };
+            let slot = (k % src.slots as u64) * MSG as u64;
             let wr = SendWr::write(
                 i as u64,
                 SgeList::single(src.mr.sge(slot, MSG as u32)),
@@ -309,8 +326,12 @@ fn bench(eal: &Arc<dpdk_bindings::Eal>, mtus: &[usize]) -> Result<(), String> {
     let bytes = env("FRAMES_MIB", 512) << 20;
     let runs = env("FRAMES_RUNS", 5).max(1);
     let qps = usize::try_from(env("FRAMES_QPS", 1).clamp(1, 16_384)).unwrap_or(1);
+    let own = (qps * depth(qps)) as u64;
+    // At most 4 GiB a region.
+    let slots = usize::try_from(env("FRAMES_SLOTS", own).clamp(1, 1 << 16)).unwrap_or(1);
     println!(
-        "frames: WRITE {} KiB, {qps} QP(s) x {} in flight, {} MiB a run, {runs} runs, one thread",
+        "frames: WRITE {} KiB, {qps} QP(s) x {} in flight over {slots} slots, {} MiB a run, \
+         {runs} runs, one thread",
         MSG >> 10,
         depth(qps),
         bytes >> 20
@@ -322,7 +343,7 @@ fn bench(eal: &Arc<dpdk_bindings::Eal>, mtus: &[usize]) -> Result<(), String> {
     for &mtu in mtus {
         let (mut ns, mut rate, mut base, mut per_ack) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (dps, s) = pair(eal, mtu, qps).map_err(|e| format!("MTU {mtu}: {e}"))?;
+        let (dps, s) = pair(eal, mtu, qps, slots).map_err(|e| format!("MTU {mtu}: {e}"))?;
         // Every QP's buffers and queues in use once before the measure.
         let warmup = WARMUP.max((qps * depth(qps) * MSG) as u64);
         transfer(&dps, &s, warmup).map_err(|e| format!("MTU {mtu}: warm-up: {e}"))?;
