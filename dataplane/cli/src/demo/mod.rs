@@ -54,6 +54,9 @@ const DEFAULT_RATE_SIZE: usize = 64;
 const DEFAULT_SECONDS: f64 = 1.5;
 const DEFAULT_LAT_ITERATIONS: u64 = 2000;
 const DEFAULT_MTU: usize = 1500;
+/// The least receive queue depth of a send-bw round with many QPs (see
+/// where it is used).
+const MIN_SEND_RX_DEPTH: u32 = 16;
 
 const MAC_A: EthernetAddress = EthernetAddress([2, 0x69, 0x77, 0, 0, 1]);
 const MAC_B: EthernetAddress = EthernetAddress([2, 0x69, 0x77, 0, 0, 2]);
@@ -104,8 +107,9 @@ pub struct DemoArgs {
     pub drive: Drive,
     /// Queue pairs of each bandwidth round, each its own connection,
     /// sharing the round's work (1 to 16384). With more than one, each
-    /// QP's send queue is 128 / N deep (at least 2) and the tables are
-    /// sized to hold them; the message-rate and latency rounds keep one.
+    /// QP's send queue is 128 / N deep (at least 2), a send-bw receive
+    /// queue 512 / N (at least 16), and the tables are sized to hold
+    /// them; the message-rate and latency rounds keep one.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_qps)]
     pub qps: usize,
     /// Which rounds to run, comma-separated: bandwidth, rate (small
@@ -175,6 +179,45 @@ fn parse_size(s: &str) -> Result<usize, String> {
     match n.checked_mul(mult) {
         Some(v) if (1..=64 << 20).contains(&v) => Ok(v),
         _ => Err(format!("{s:?}: sizes go from 1 byte to 64M")),
+    }
+}
+
+/// The queue depths of one round's QPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Depths {
+    tx: u32,
+    rx: u32,
+    reads: u32,
+}
+
+impl Depths {
+    /// The depths of `test` over `qps` QPs, for `iterations` messages
+    /// each (`None`: a timed round). Many QPs share the depth of one: as
+    /// many requests in flight in all, and no more completions than the
+    /// queue holds. A send-bw receive queue keeps a floor: the server
+    /// returns credits by an RDMA Write every third of it, which a depth
+    /// of 2 would make one Write per Send (perftest does not shrink it
+    /// with `-q`; at 10,000 QPs the floor took send-bw from about 1.6 to
+    /// 2.0 GB/s).
+    fn of(test: TestKind, qps: usize, iterations: Option<u64>) -> Depths {
+        let share = |depth: u32| (depth / u32::try_from(qps).unwrap_or(u32::MAX)).max(2);
+        let rx = if test.is_send() {
+            let rx = share(512).max(MIN_SEND_RX_DEPTH);
+            iterations.map_or(rx, |n| rx.min(u32::try_from(n).unwrap_or(u32::MAX)))
+        } else {
+            1
+        };
+        Depths {
+            tx: if test.is_latency() { 1 } else { share(128) },
+            // perftest's workaround for odd receive depths.
+            rx: rx + rx % 2,
+            // As many Reads in flight as a queue pair allows, as
+            // perftest's read tests ask for by default (`-o`: the
+            // device's max_qp_rd_atom), shared like the send queue's
+            // depth among many (a Read takes a send-queue slot); write-bw
+            // reads its destination back once.
+            reads: share(dataplane::api::MAX_RD_ATOM),
+        }
     }
 }
 
@@ -449,7 +492,9 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
         // again still closing from the round before.
         let q = args.qps as u32;
         c.limits.max_qp = c.limits.max_qp.max(q.saturating_mul(3).saturating_add(16));
-        c.limits.max_cqe = c.limits.max_cqe.max(q.saturating_mul(16)).min(1 << 22);
+        // A send-bw QP's completions: its send queue, its receive queue
+        // (`MIN_SEND_RX_DEPTH` at least) and a few credit Writes.
+        c.limits.max_cqe = c.limits.max_cqe.max(q.saturating_mul(32)).min(1 << 22);
         c.tcp.max_connections = c.tcp.max_connections.max(3 * args.qps + 64);
         c
     };
@@ -885,9 +930,6 @@ fn round(
     busy_poll: bool,
 ) -> Result<RoundOut, ToolError> {
     let lat = test.is_latency();
-    // Many QPs share the depth of one: as many requests in flight in all,
-    // and no more completions than the queue holds.
-    let share = |depth: u32| (depth / qps as u32).max(2);
     let (iterations, duration) = if lat {
         (args.lat_iterations, None)
     } else {
@@ -896,15 +938,7 @@ fn round(
             None => (0, Some(Duration::from_secs_f64(args.seconds))),
         }
     };
-    let rx_depth = if test.is_send() {
-        if duration.is_some() {
-            share(512)
-        } else {
-            share(512).min(u32::try_from(iterations).unwrap_or(u32::MAX))
-        }
-    } else {
-        1
-    };
+    let d = Depths::of(test, qps, duration.is_none().then_some(iterations));
     let client = RunSpec {
         test,
         role: Role::Client,
@@ -912,15 +946,9 @@ fn round(
         iterations,
         duration,
         qps,
-        tx_depth: if lat { 1 } else { share(128) },
-        // perftest's workaround for odd receive depths.
-        rx_depth: rx_depth + rx_depth % 2,
-        // As many Reads in flight as a queue pair allows, as perftest's
-        // read tests ask for by default (`-o`: the device's
-        // max_qp_rd_atom), shared like the send queue's depth among many
-        // (a Read takes a send-queue slot); write-bw reads its destination
-        // back once.
-        outstanding_reads: share(dataplane::api::MAX_RD_ATOM),
+        tx_depth: d.tx,
+        rx_depth: d.rx,
+        outstanding_reads: d.reads,
         verify: true,
         all_sizes: false,
         busy_poll,
@@ -1285,6 +1313,37 @@ mod tests {
         assert_eq!(parse_seconds("0.5"), Ok(0.5));
         assert_eq!(parse_qps("10000"), Ok(10_000));
         assert!(parse_qps("0").is_err() && parse_qps("16385").is_err());
+    }
+
+    /// One QP has perftest's depths; many share them, with floors: two
+    /// requests in flight each, and a send-bw receive queue deep enough
+    /// that a credit Write covers several Sends.
+    #[test]
+    fn many_qps_share_the_depths_above_their_floors() {
+        let one = Depths::of(TestKind::SendBw, 1, None);
+        assert_eq!(
+            one,
+            Depths {
+                tx: 128,
+                rx: 512,
+                reads: dataplane::api::MAX_RD_ATOM.max(2)
+            }
+        );
+        let many = Depths::of(TestKind::SendBw, 10_000, None);
+        assert_eq!((many.tx, many.rx, many.reads), (2, MIN_SEND_RX_DEPTH, 2));
+        // The server's credit Write goes every third of the depth.
+        assert!(many.rx / 3 >= 4);
+        assert_eq!(
+            Depths::of(TestKind::SendBw, 100, None).rx,
+            MIN_SEND_RX_DEPTH
+        );
+        assert_eq!(Depths::of(TestKind::SendBw, 16, None).rx, 32);
+        // An iteration count caps the receive queue, kept even.
+        assert_eq!(Depths::of(TestKind::SendBw, 1, Some(7)).rx, 8);
+        // Only send tests use their receive queue (the others keep the
+        // least even depth); latency keeps one request in flight.
+        assert_eq!(Depths::of(TestKind::WriteBw, 10_000, None).rx, 2);
+        assert_eq!(Depths::of(TestKind::WriteLat, 1, None).tx, 1);
     }
 
     #[test]
