@@ -519,10 +519,12 @@ pub struct TcpConfig {
     pub pack_fpdus: bool,
     /// Payload bytes one connection sends in its turn before the next
     /// connection with data to send gets its own (0 to 16 MiB; 0: one
-    /// segment per turn). Long turns keep the sending connection's state
-    /// and data in cache, which is what keeps thousands of busy
-    /// connections near one's bandwidth; a connection that just got data
-    /// waits behind at most this much from each of the others.
+    /// segment per turn); past them the turn goes on to the end of the
+    /// message under way, up to twice as many. Long turns keep the
+    /// sending connection's state and data in cache, which is what keeps
+    /// thousands of busy connections near one's bandwidth; a connection
+    /// that just got data waits behind at most twice this much from each
+    /// of the others.
     #[serde(default = "default_turn_bytes")]
     pub turn_bytes: usize,
 }

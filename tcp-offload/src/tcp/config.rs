@@ -67,11 +67,14 @@ pub struct Config {
     pub pack_records: usize,
     /// Payload bytes one connection may send in a turn of the stack's
     /// transmit round robin before the next connection with data gets
-    /// its turn; a turn always carries at least one segment. Longer turns
+    /// its turn; a turn always carries at least one segment, and goes on
+    /// to the end of the message under way ([`crate::tcp::Record::ends_message`])
+    /// up to twice this, so that a message's last segments do not wait
+    /// a whole round of the other connections' turns. Longer turns
     /// keep a connection's state (and its data) in cache while it sends,
     /// which matters with thousands of busy connections; shorter ones let
     /// a connection that just got data wait less behind the others (at
-    /// most this much from each). 0: one segment per turn.
+    /// most twice this much from each). 0: one segment per turn.
     pub turn_bytes: usize,
 }
 

@@ -277,6 +277,17 @@ impl<'a, R: Record> Segment<'a, R> {
         self.payload.as_ref().map_or(0, |(_, r)| r.end - r.start)
             + self.more.as_ref().map_or(0, Train::bytes)
     }
+
+    /// Whether the segment's payload ends with the last byte of a record
+    /// that ends a message ([`Record::ends_message`]).
+    pub fn ends_message(&self) -> bool {
+        if let Some(t) = &self.more {
+            return t.records().last().is_some_and(Record::ends_message);
+        }
+        self.payload
+            .as_ref()
+            .is_some_and(|(r, range)| range.end == r.len() && r.ends_message())
+    }
 }
 
 /// What a connection reports upward, drained with

@@ -1141,11 +1141,15 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
                     let seg = e.conn.planned_segment(plan);
                     // The connection keeps its turn until it has sent
                     // `turn_bytes` (a segment without payload counts a
-                    // byte, so that no run of them holds it); then to the
-                    // back of the list, so that each gets a turn. It
-                    // leaves the list when it has nothing left.
+                    // byte, so that no run of them holds it) and the
+                    // message under way, at most twice `turn_bytes`; then
+                    // to the back of the list, so that each gets a turn.
+                    // It leaves the list when it has nothing left.
                     self.turn_used += seg.payload_len().max(1);
-                    if self.turn_used >= self.config.turn_bytes {
+                    let budget = self.config.turn_bytes;
+                    if self.turn_used >= budget
+                        && (seg.ends_message() || self.turn_used >= budget.saturating_mul(2))
+                    {
                         self.turn_used = 0;
                         self.sending.pop_front();
                         self.sending.push_back(i);
@@ -1539,7 +1543,11 @@ mod tests {
     /// Moves every pending segment between `a` (at `a_ip`) and `b`,
     /// copying payload into fresh buffers as a wire would, until both are
     /// quiet. Returns the number of segments moved.
-    fn exchange(a: &mut TestStack, b: &mut TestStack, now: Instant) -> usize {
+    fn exchange<RA: RecordBytes, RB: RecordBytes>(
+        a: &mut Stack<Vec<u8>, RA>,
+        b: &mut Stack<Vec<u8>, RB>,
+        now: Instant,
+    ) -> usize {
         let mut moved = 0;
         loop {
             let n = deliver(a, b, now) + deliver(b, a, now);
@@ -1552,7 +1560,11 @@ mod tests {
 
     /// Hands every segment `from` has to send now to `to`, payload copied
     /// into fresh buffers; the number moved.
-    fn deliver(from: &mut TestStack, to: &mut TestStack, now: Instant) -> usize {
+    fn deliver<RA: RecordBytes, RB: RecordBytes>(
+        from: &mut Stack<Vec<u8>, RA>,
+        to: &mut Stack<Vec<u8>, RB>,
+        now: Instant,
+    ) -> usize {
         let mut batch = Vec::new();
         while let Some((t, seg)) = from.poll_transmit(now) {
             let bytes = seg.payload.as_ref().map(|(r, range)| {
@@ -1571,7 +1583,12 @@ mod tests {
     }
 
     /// Runs both stacks' timers and exchanges until `until`.
-    fn run(a: &mut TestStack, b: &mut TestStack, now: &mut Instant, until: Instant) {
+    fn run<RA: RecordBytes, RB: RecordBytes>(
+        a: &mut Stack<Vec<u8>, RA>,
+        b: &mut Stack<Vec<u8>, RB>,
+        now: &mut Instant,
+        until: Instant,
+    ) {
         exchange(a, b, *now);
         while *now < until {
             let next = [a.poll_timeout(), b.poll_timeout()]
@@ -1741,6 +1758,94 @@ mod tests {
             assert_eq!(order.len(), 12, "turn {turn}");
             let expect: Vec<usize> = (0..12).map(|k| (k / run) % 2).collect();
             assert_eq!(order, expect, "turn {turn}");
+        }
+    }
+
+    /// A record that may end a message (an FPDU and its L bit).
+    #[derive(Debug)]
+    struct Part(Vec<u8>, bool);
+
+    impl Record for Part {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn ends_message(&self) -> bool {
+            self.1
+        }
+    }
+
+    impl RecordBytes for Part {
+        fn copy_to(&self, offset: usize, dst: &mut [u8]) {
+            dst.copy_from_slice(&self.0[offset..offset + dst.len()]);
+        }
+    }
+
+    /// A turn that has sent its `turn_bytes` in the middle of a message
+    /// goes on to the message's end, so that the message's last segments
+    /// do not wait a round of the other connections' turns; a message
+    /// longer than twice `turn_bytes` is cut there all the same.
+    #[test]
+    fn a_turn_goes_on_to_the_end_of_its_message() {
+        // Small enough that both connections' records fit the initial
+        // window.
+        const REC: usize = 500;
+        // (records per message, turn_bytes, records sent per turn)
+        for (per_msg, turn, per_turn) in
+            [(4, 3 * REC, 4), (3, 3 * REC, 3), (8, 3 * REC, 6), (1, 0, 1)]
+        {
+            let config = Config {
+                turn_bytes: turn,
+                ..Config::default()
+            };
+            let mut server = TestStack::new(Config::default(), KEY, 4);
+            server.listen(SocketAddrV4::new(SERVER, 5000), 4).unwrap();
+            let mut client: Stack<Vec<u8>, Part> = Stack::new(config, [9; 16], 4);
+            let mut now = Instant::from_millis(10);
+            let ids: Vec<ConnId> = (0..2)
+                .map(|_| {
+                    client
+                        .connect(now, CLIENT, SocketAddrV4::new(SERVER, 5000))
+                        .unwrap()
+                })
+                .collect();
+            let until = now + Duration::from_millis(50);
+            run(&mut server, &mut client, &mut now, until);
+            for &id in &ids {
+                for k in 0..2 * per_msg {
+                    let last = (k + 1) % per_msg == 0;
+                    client
+                        .conn_mut(id)
+                        .unwrap()
+                        .send_record(now, Part(vec![k as u8; REC], last))
+                        .unwrap();
+                }
+            }
+            let ports: Vec<u16> = ids
+                .iter()
+                .map(|&id| client.tuple(id).unwrap().local.port())
+                .collect();
+            let mut order = Vec::new();
+            while let Some((t, seg)) = client.poll_transmit(now) {
+                if seg.payload.is_some() {
+                    order.push(ports.iter().position(|&p| p == t.local.port()).unwrap());
+                }
+            }
+            let n = 4 * per_msg;
+            assert_eq!(order.len(), n, "{per_msg} records a message, turn {turn}");
+            // Turns of `per_turn` records, alternating, until one
+            // connection has sent all of its own.
+            let mut expect = Vec::new();
+            let mut left = [2 * per_msg, 2 * per_msg];
+            let mut who = 0;
+            while left != [0, 0] {
+                let k = per_turn.min(left[who]);
+                expect.extend(std::iter::repeat_n(who, k));
+                left[who] -= k;
+                if left[1 - who] > 0 {
+                    who = 1 - who;
+                }
+            }
+            assert_eq!(order, expect, "{per_msg} records a message, turn {turn}");
         }
     }
 
