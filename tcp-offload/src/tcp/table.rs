@@ -1724,6 +1724,26 @@ mod tests {
         assert_eq!(client.conn(one).unwrap().stats().retransmits, 1);
     }
 
+    /// Which of `ids` (by position) sent each segment with payload that
+    /// `client` has to send now, in order.
+    fn senders<R: Record>(
+        client: &mut Stack<Vec<u8>, R>,
+        ids: &[ConnId],
+        now: Instant,
+    ) -> Vec<usize> {
+        let ports: Vec<u16> = ids
+            .iter()
+            .map(|&id| client.tuple(id).unwrap().local.port())
+            .collect();
+        let mut order = Vec::new();
+        while let Some((t, seg)) = client.poll_transmit(now) {
+            if seg.payload.is_some() {
+                order.push(ports.iter().position(|&p| p == t.local.port()).unwrap());
+            }
+        }
+        order
+    }
+
     /// Connections with data to send take turns of `turn_bytes` each (at
     /// least a segment): with 0 they alternate segment by segment, with
     /// three records' worth each sends three before the other's turn.
@@ -1745,16 +1765,7 @@ mod tests {
                         .unwrap();
                 }
             }
-            let ports: Vec<u16> = ids
-                .iter()
-                .map(|&id| client.tuple(id).unwrap().local.port())
-                .collect();
-            let mut order = Vec::new();
-            while let Some((t, seg)) = client.poll_transmit(now) {
-                if seg.payload.is_some() {
-                    order.push(ports.iter().position(|&p| p == t.local.port()).unwrap());
-                }
-            }
+            let order = senders(&mut client, &ids, now);
             assert_eq!(order.len(), 12, "turn {turn}");
             let expect: Vec<usize> = (0..12).map(|k| (k / run) % 2).collect();
             assert_eq!(order, expect, "turn {turn}");
@@ -1797,19 +1808,7 @@ mod tests {
                 turn_bytes: turn,
                 ..Config::default()
             };
-            let mut server = TestStack::new(Config::default(), KEY, 4);
-            server.listen(SocketAddrV4::new(SERVER, 5000), 4).unwrap();
-            let mut client: Stack<Vec<u8>, Part> = Stack::new(config, [9; 16], 4);
-            let mut now = Instant::from_millis(10);
-            let ids: Vec<ConnId> = (0..2)
-                .map(|_| {
-                    client
-                        .connect(now, CLIENT, SocketAddrV4::new(SERVER, 5000))
-                        .unwrap()
-                })
-                .collect();
-            let until = now + Duration::from_millis(50);
-            run(&mut server, &mut client, &mut now, until);
+            let (_server, mut client, ids, now) = two_connections::<Part>(config);
             for &id in &ids {
                 for k in 0..2 * per_msg {
                     let last = (k + 1) % per_msg == 0;
@@ -1820,16 +1819,7 @@ mod tests {
                         .unwrap();
                 }
             }
-            let ports: Vec<u16> = ids
-                .iter()
-                .map(|&id| client.tuple(id).unwrap().local.port())
-                .collect();
-            let mut order = Vec::new();
-            while let Some((t, seg)) = client.poll_transmit(now) {
-                if seg.payload.is_some() {
-                    order.push(ports.iter().position(|&p| p == t.local.port()).unwrap());
-                }
-            }
+            let order = senders(&mut client, &ids, now);
             let n = 4 * per_msg;
             assert_eq!(order.len(), n, "{per_msg} records a message, turn {turn}");
             // Turns of `per_turn` records, alternating, until one
@@ -1902,10 +1892,12 @@ mod tests {
 
     /// A server listening on port 5000 and a client with `config` that
     /// has opened two connections to it, handshakes done; and the time.
-    fn two_connections(config: Config) -> (TestStack, TestStack, Vec<ConnId>, Instant) {
+    fn two_connections<R: RecordBytes>(
+        config: Config,
+    ) -> (TestStack, Stack<Vec<u8>, R>, Vec<ConnId>, Instant) {
         let mut server = TestStack::new(Config::default(), KEY, 4);
         server.listen(SocketAddrV4::new(SERVER, 5000), 4).unwrap();
-        let mut client = TestStack::new(config, [9; 16], 4);
+        let mut client = Stack::new(config, [9; 16], 4);
         let mut now = Instant::from_millis(10);
         let ids: Vec<ConnId> = (0..2)
             .map(|_| {
@@ -1918,7 +1910,11 @@ mod tests {
         (server, client, ids, now)
     }
 
-    fn run_until_quiet(a: &mut TestStack, b: &mut TestStack, now: &mut Instant) {
+    fn run_until_quiet<RA: RecordBytes, RB: RecordBytes>(
+        a: &mut Stack<Vec<u8>, RA>,
+        b: &mut Stack<Vec<u8>, RB>,
+        now: &mut Instant,
+    ) {
         let until = *now + Duration::from_millis(50);
         run(a, b, now, until);
     }
