@@ -431,7 +431,18 @@ fn vector_regions_sharing_a_page_over_net_ring() {
         a.qp.post_send(&rd).unwrap();
         let wc = wait_wc(&p, &mut a, 4);
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-        assert!(ry.to_vec(0, len).unwrap().iter().all(|&v| v == 0x77));
+        let got = ry.to_vec(0, len).unwrap();
+        let wrong: Vec<usize> = (0..len).filter(|&i| got[i] != 0x77).collect();
+        assert!(
+            wrong.is_empty(),
+            "the Read completed with {} of {len} bytes not placed (first at {:?}, last at \
+             {:?}); a's workers: {:?}; b's: {:?}",
+            wrong.len(),
+            wrong.first(),
+            wrong.last(),
+            p.a.stats(),
+            p.b.stats()
+        );
         total += len;
 
         // The second goes: every registration of both is gone.
