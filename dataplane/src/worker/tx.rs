@@ -781,9 +781,12 @@ pub(super) fn return_dropped<B: AsRef<[u8]>>(
 pub(super) enum Fill {
     /// Until the connection has [`AHEAD`] records unsent.
     Ahead,
-    /// At least one record, then until this many payload bytes (what is
-    /// left of the connection's turn).
-    Turn(usize),
+    /// At least one record, then until `left` payload bytes (what is
+    /// left of the connection's turn) or, with `to_end`, until a record
+    /// ends a message: the turn has sent its bytes and goes on only to
+    /// the end of the message under way (`tcp::Turn::to_message_end`),
+    /// so that nothing of the next message waits a round built.
+    Turn { left: usize, to_end: bool },
 }
 
 /// Records a connection keeps queued ahead of its turn.
@@ -807,13 +810,14 @@ impl Conn {
         };
         let mut n = 0;
         let mut bytes = 0;
+        let mut ended = false;
         while n < MAX_FPDUS_PER_POLL {
             let Some(conn) = cx.stack.conn_mut(self.tcp) else {
                 break;
             };
             let full = match fill {
                 Fill::Ahead => conn.unsent_records() >= AHEAD,
-                Fill::Turn(left) => n > 0 && bytes >= left,
+                Fill::Turn { left, to_end } => n > 0 && (bytes >= left || (to_end && ended)),
             };
             if self.small_built.0 != cx.epoch {
                 self.small_built = (cx.epoch, 0);
@@ -839,6 +843,7 @@ impl Conn {
             let r = cx.records.settle(b);
             let len = Record::len(&r);
             bytes += len;
+            ended = Record::ends_message(&r);
             if let Err((_, r)) = conn.send_record(cx.now, r) {
                 // Cannot happen (the record fits the capacity asked for);
                 // its pin goes back all the same.
@@ -1038,7 +1043,11 @@ impl<Q: LinkQueue> Worker<Q> {
             return;
         }
         let mut cx = worker_cx!(self, now);
-        if conn.send_records(&mut cx, Fill::Turn(t.bytes_left)) {
+        let fill = Fill::Turn {
+            left: t.bytes_left,
+            to_end: t.to_message_end,
+        };
+        if conn.send_records(&mut cx, fill) {
             // Building may have completed work or raised events (a
             // local protection error): the connection is serviced.
             self.ready.mark(t.id.index);

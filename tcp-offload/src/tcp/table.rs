@@ -166,8 +166,12 @@ pub struct Turn {
     /// ([`Connection::max_record_len`](super::Connection::max_record_len)):
     /// unsent bytes fewer than that leave the next segment short.
     pub max_record: usize,
-    /// Payload bytes left of its turn ([`Config::turn_bytes`]).
+    /// Payload bytes left of its turn ([`Config::turn_bytes`]); once
+    /// those are sent, left of twice them.
     pub bytes_left: usize,
+    /// The turn has sent its `turn_bytes` and goes on only to the end of
+    /// the message under way ([`Record::ends_message`]).
+    pub to_message_end: bool,
 }
 
 /// Errors of table operations.
@@ -1172,6 +1176,8 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
         let &i = self.sending.front()?;
         let s = &self.slots[i as usize];
         let e = s.entry.as_ref()?;
+        let budget = self.config.turn_bytes;
+        let past = self.turn_used >= budget;
         Some(Turn {
             id: ConnId {
                 index: i,
@@ -1180,7 +1186,12 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             unsent_records: e.conn.unsent_records(),
             unsent_bytes: e.conn.unsent_bytes(),
             max_record: e.conn.max_record_len(),
-            bytes_left: self.config.turn_bytes.saturating_sub(self.turn_used),
+            bytes_left: if past {
+                budget.saturating_mul(2).saturating_sub(self.turn_used)
+            } else {
+                budget - self.turn_used
+            },
+            to_message_end: past,
         })
     }
 
@@ -1837,6 +1848,41 @@ mod tests {
             }
             assert_eq!(order, expect, "{per_msg} records a message, turn {turn}");
         }
+    }
+
+    /// What `turn` tells the builder of records: the bytes left of the
+    /// turn, and once those are sent, that it goes on only to the end of
+    /// the message under way, at most to twice `turn_bytes`.
+    #[test]
+    fn the_turn_says_when_it_goes_on_to_a_message_end() {
+        const REC: usize = 500;
+        let config = Config {
+            turn_bytes: 3 * REC,
+            ..Config::default()
+        };
+        let (_server, mut client, ids, now) = two_connections::<Part>(config);
+        for k in 0..8 {
+            client
+                .conn_mut(ids[0])
+                .unwrap()
+                .send_record(now, Part(vec![k; REC], k == 7))
+                .unwrap();
+        }
+        let t = client.turn().unwrap();
+        assert_eq!(
+            (t.id, t.bytes_left, t.to_message_end),
+            (ids[0], 3 * REC, false)
+        );
+        client.poll_transmit(now).unwrap();
+        let t = client.turn().unwrap();
+        assert_eq!((t.bytes_left, t.to_message_end), (2 * REC, false));
+        client.poll_transmit(now).unwrap();
+        client.poll_transmit(now).unwrap();
+        let t = client.turn().unwrap();
+        assert_eq!(
+            (t.id, t.bytes_left, t.to_message_end),
+            (ids[0], 3 * REC, true)
+        );
     }
 
     /// A connection that owes an ACK while another has the turn to send
