@@ -321,6 +321,9 @@ pub struct Worker<Q: LinkQueue> {
     device: Device,
     mem: MemoryTable,
     conns: Vec<Option<Conn>>,
+    /// The slot of the connection whose turn to send was seen last
+    /// ([`Worker::top_up_turn`]).
+    turn_seen: u32,
     /// The connections to service next (see [`ready`]).
     ready: ready::ReadyList,
     /// The connections' setup deadlines (see [`Conn::next_due`]).
@@ -453,6 +456,7 @@ impl<Q: LinkQueue> Worker<Q> {
             device,
             mem,
             conns: Vec::new(),
+            turn_seen: u32::MAX,
             records: {
                 let mut r = Records::with_capacity(RECORDS_AT_START);
                 r.odd_payload_solo = odd_payload_solo;

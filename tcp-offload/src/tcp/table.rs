@@ -1195,6 +1195,35 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
         })
     }
 
+    /// Where slot `index`'s state lives and how long it is, read from
+    /// nothing but the table's base address: a user that will look at
+    /// the connection soon (the next one of its ready list) hints the
+    /// CPU to load those lines while it works on another. The pointer is
+    /// only an address; whether the slot holds a connection is not
+    /// looked at.
+    pub fn slot_lines(&self, index: u32) -> (*const u8, usize) {
+        (
+            self.slots.as_ptr().wrapping_add(index as usize).cast(),
+            core::mem::size_of::<Slot<B, R>>(),
+        )
+    }
+
+    /// The connection whose turn comes after the one under way, if one
+    /// waits. With thousands of connections its state is out of cache
+    /// by the time its turn comes round: a user may bring it in while
+    /// the turn under way sends. A connection that has sent its all
+    /// stays in line until its turn comes, so the one named may turn out
+    /// to have nothing to send.
+    pub fn next_turn(&self) -> Option<ConnId> {
+        let &i = self.sending.get(1)?;
+        let s = &self.slots[i as usize];
+        s.entry.as_ref()?;
+        Some(ConnId {
+            index: i,
+            generation: s.generation,
+        })
+    }
+
     /// The connection at the front of `sending` has nothing to send: it
     /// leaves the list, and the next one's turn starts.
     fn leave_sending(&mut self) {
@@ -1882,6 +1911,42 @@ mod tests {
         assert_eq!(
             (t.id, t.bytes_left, t.to_message_end),
             (ids[0], 3 * REC, true)
+        );
+    }
+
+    /// `next_turn` names the connection in line after the turn under
+    /// way, and nothing while only one is in line;
+    /// `slot_lines` gives each slot its own address range.
+    #[test]
+    fn the_next_turn_is_the_one_in_line_after_this_one() {
+        const REC: usize = 500;
+        let config = Config {
+            turn_bytes: REC,
+            ..Config::default()
+        };
+        let (_server, mut client, ids, now) = two_connections::<Part>(config);
+        let send = |client: &mut Stack<Vec<u8>, Part>, id: ConnId| {
+            client
+                .conn_mut(id)
+                .unwrap()
+                .send_record(now, Part(vec![1; REC], true))
+                .unwrap();
+        };
+        send(&mut client, ids[0]);
+        assert_eq!(client.turn().map(|t| t.id), Some(ids[0]));
+        assert_eq!(client.next_turn(), None, "only one has bytes to send");
+        send(&mut client, ids[1]);
+        assert_eq!(client.turn().map(|t| t.id), Some(ids[0]));
+        assert_eq!(client.next_turn(), Some(ids[1]));
+        client.poll_transmit(now).unwrap();
+        assert_eq!(client.turn().map(|t| t.id), Some(ids[1]));
+
+        let (a, len) = client.slot_lines(ids[0].index);
+        let (b, _) = client.slot_lines(ids[1].index);
+        let gap = (b as usize).abs_diff(a as usize);
+        assert!(
+            len > 0 && gap >= len,
+            "slots {a:?} and {b:?}, {len} bytes each"
         );
     }
 
