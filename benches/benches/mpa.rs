@@ -280,7 +280,7 @@ fn deframe_place(stream: &[u8], mrs: &MrTable, pd: PdId, mem: &mut VecMemory) ->
                     let at = to + u64::from(seg.placed);
                     let n = b.len() as u32;
                     if let Some(range) = mrs.check_remote_write(stag, at, n, pd).expect("piece") {
-                        mem.write(range, b);
+                        mem.write(range, b).expect("placed");
                     }
                     seg.placed += n;
                     total += b.len();

@@ -205,6 +205,13 @@ impl RegionRef {
     }
 }
 
+/// A placement whose memory was not there: nothing was written. Never
+/// the peer's doing (every range was checked against the memory-region
+/// table first), so the engine answers it with a local catastrophic
+/// error (RFC 5041 §7.2), not a completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unplaced;
+
 /// Access to registered memory, implemented by the dataplane.
 ///
 /// Every range passed in was minted by the memory-region table after its
@@ -213,8 +220,11 @@ impl RegionRef {
 pub trait Placement {
     /// Copies `data` into `dst`. `data.len()` equals `dst.len()`: callers cut
     /// the range to the slice with [`CheckedRange::take_front`] or
-    /// [`CheckedRange::sub`].
-    fn write(&mut self, dst: CheckedRange<'_>, data: &[u8]);
+    /// [`CheckedRange::sub`]. [`Unplaced`] when the memory behind the
+    /// range is not there after all (a broken invariant of the
+    /// implementation): the engine then ends the stream rather than
+    /// complete a message whose bytes are missing.
+    fn write(&mut self, dst: CheckedRange<'_>, data: &[u8]) -> Result<(), Unplaced>;
 
     /// Copies `src` into `dst`; `dst.len()` equals `src.len()`. The send path
     /// uses it only where the port cannot attach the region as an external
@@ -354,6 +364,8 @@ fn fold64(mut s: u64) -> u16 {
 pub struct VecMemory {
     regions: Vec<Vec<u8>>,
     crc_at_transmit: bool,
+    /// Regions whose placements fail ([`VecMemory::refuse_writes`]).
+    refused: Vec<RegionHandle>,
 }
 
 impl VecMemory {
@@ -366,6 +378,13 @@ impl VecMemory {
     /// payload ([`Placement::crc_at_transmit`]); off at first.
     pub fn set_crc_at_transmit(&mut self, on: bool) {
         self.crc_at_transmit = on;
+    }
+
+    /// Makes every placement into `region` fail with [`Unplaced`] from
+    /// now on, as memory the implementation lost track of would (tests
+    /// of the engine's answer to it).
+    pub fn refuse_writes(&mut self, region: RegionHandle) {
+        self.refused.push(region);
     }
 
     /// Adds a zeroed region of `len` bytes.
@@ -419,11 +438,15 @@ impl VecMemory {
 }
 
 impl Placement for VecMemory {
-    fn write(&mut self, dst: CheckedRange<'_>, data: &[u8]) {
+    fn write(&mut self, dst: CheckedRange<'_>, data: &[u8]) -> Result<(), Unplaced> {
         assert_eq!(data.len(), dst.len as usize, "placement length mismatch");
+        if self.refused.contains(&dst.region) {
+            return Err(Unplaced);
+        }
         let slot = self.slot(&dst);
         let bytes = &mut self.regions[dst.region.0 as usize];
         bytes[slot].copy_from_slice(data);
+        Ok(())
     }
 
     fn read(&self, src: CheckedRange<'_>, dst: &mut [u8]) {
@@ -484,8 +507,8 @@ mod tests {
     struct Plain(VecMemory);
 
     impl Placement for Plain {
-        fn write(&mut self, dst: CheckedRange<'_>, data: &[u8]) {
-            self.0.write(dst, data);
+        fn write(&mut self, dst: CheckedRange<'_>, data: &[u8]) -> Result<(), Unplaced> {
+            self.0.write(dst, data)
         }
         fn read(&self, src: CheckedRange<'_>, dst: &mut [u8]) {
             self.0.read(src, dst);

@@ -327,6 +327,8 @@ struct Case {
     /// Memory that may change: none, or the region written before the
     /// fault was known (the CRC case).
     may_write: Option<fn(&Target) -> Stag>,
+    /// A region whose placements fail ([`VecMemory::refuse_writes`]).
+    refuse: Option<fn(&Target) -> Stag>,
 }
 
 impl Case {
@@ -340,6 +342,16 @@ impl Case {
             bad: 0,
             corrupt: Corrupt::None,
             may_write: None,
+            refuse: None,
+        }
+    }
+
+    /// The memory behind `stag` is gone from under the engine: every
+    /// placement into it fails.
+    fn refuse(self, stag: fn(&Target) -> Stag) -> Case {
+        Case {
+            refuse: Some(stag),
+            ..self
         }
     }
 
@@ -402,6 +414,10 @@ fn provoke(case: Case) -> TerminateMessage {
         Corrupt::None => {}
         Corrupt::LastCrc => *wire.last_mut().unwrap() ^= 0x01,
         Corrupt::LeadingMarker => wire[3] = 0x40,
+    }
+    if let Some(stag) = case.refuse {
+        let region = t.dev.mrs().query_mr(stag(&t)).unwrap().mem.region;
+        t.mem.refuse_writes(region);
     }
     let before = t.mem.clone();
     t.feed(&wire, &mut Rng::new(case.cause.ecode as u64 + 17));
@@ -474,6 +490,13 @@ fn provoke(case: Case) -> TerminateMessage {
     );
     let recvs: Vec<_> = wcs.iter().filter(|c| c.opcode == WcOpcode::Recv).collect();
     assert_eq!(recvs.len() as u32, t.recvs_posted, "{what}: {wcs:?}");
+    if case.refuse.is_some() {
+        // Nothing was placed: no receive may say it got its bytes.
+        assert!(
+            recvs.iter().all(|c| c.status != WcStatus::Success),
+            "{what}: {wcs:?}"
+        );
+    }
     for c in recvs {
         assert!(
             matches!(
@@ -672,6 +695,18 @@ fn ddp_local_catastrophic() {
     provoke(
         Case::new(C::DDP_LOCAL_CATASTROPHIC, |_| vec![send(1, 0, true, 10)])
             .recvs(&[(500, r, RB_LEN)]),
+    );
+}
+
+#[test]
+fn memory_that_cannot_be_placed_into_is_a_local_catastrophe() {
+    // The STag checks pass but the memory behind it is not there: the
+    // stream ends, and no receive completes with bytes it never got.
+    provoke(Case::new(C::DDP_LOCAL_CATASTROPHIC, |t| vec![write(t.w, VA_W, 100)]).refuse(w));
+    provoke(
+        Case::new(C::DDP_LOCAL_CATASTROPHIC, |_| vec![send(1, 0, true, 10)])
+            .recvs(ONE_RECV)
+            .refuse(rb),
     );
 }
 

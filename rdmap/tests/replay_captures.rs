@@ -41,7 +41,7 @@ use rdmap::mpa::deframe::{DeframeEvent, Deframer};
 use rdmap::mpa::frame::{FrameKind, FrameRepr, RtrSet, RtrType, REQUEST_KEY};
 use rdmap::mpa::negotiate::{Config, Role};
 use rdmap::mpa::rtr::{read_response_ulpdu, read_rtr_sink};
-use rdmap::placement::{CheckedRange, Placement, RegionHandle, VecMemory};
+use rdmap::placement::{CheckedRange, Placement, RegionHandle, Unplaced, VecMemory};
 use rdmap::verbs::{
     Access, CompletionQueue, Device, DeviceLimits, PdId, QpInitAttr, RecvWr, RegOptions, SendFlags,
     SendWr, Sge, SgeList, Stag, WcOpcode, WcStatus, WorkCompletion,
@@ -308,10 +308,10 @@ struct LoggedMemory {
 }
 
 impl Placement for LoggedMemory {
-    fn write(&mut self, dst: CheckedRange<'_>, data: &[u8]) {
+    fn write(&mut self, dst: CheckedRange<'_>, data: &[u8]) -> Result<(), Unplaced> {
         self.writes.push((dst.region(), dst.offset(), data.len()));
         self.bytes.extend_from_slice(data);
-        self.mem.write(dst, data);
+        self.mem.write(dst, data)
     }
 
     fn read(&self, src: CheckedRange<'_>, dst: &mut [u8]) {

@@ -341,10 +341,10 @@ fn placement_writes_only_the_checked_bytes() {
         .unwrap()
         .unwrap();
     let first = seg.take_front(4).unwrap();
-    f.mem.write(first, &[0xa0; 4]);
+    f.mem.write(first, &[0xa0; 4]).unwrap();
     assert!(seg.take_front(7).is_none(), "longer than what is left");
     let rest = seg.take_front(6).unwrap();
-    f.mem.write(rest, &[0xb0; 6]);
+    f.mem.write(rest, &[0xb0; 6]).unwrap();
     assert!(seg.is_empty());
     assert!(seg.take_front(1).is_none());
     let after = f.mem.bytes(f.region).unwrap();

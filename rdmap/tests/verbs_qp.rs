@@ -748,7 +748,7 @@ fn receive_completion_carries_invalidate_and_solicited() {
         .check_local(buf.lkey, buf.addr, 5, h.qp.pd(), Access::LOCAL_WRITE)
         .unwrap()
         .unwrap();
-    rdmap::placement::Placement::write(&mut h.mem, dst, b"hello");
+    rdmap::placement::Placement::write(&mut h.mem, dst, b"hello").unwrap();
     let victim = h
         .dev
         .reg_mr_with(

@@ -123,7 +123,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use dpdk_bindings::{DpdkError, Eal, ExtMem, HugeMap, HugeMapError};
 
-use rdmap::placement::{CheckedRange, Placement, RegionHandle};
+use rdmap::placement::{CheckedRange, Placement, RegionHandle, Unplaced};
 
 /// Alignment and granularity of every region the dataplane allocates, and
 /// the page size application memory is registered with: one base page.
@@ -1327,7 +1327,8 @@ struct Slot {
 pub struct MemoryTable {
     slots: Vec<Option<Slot>>,
     /// Placement calls that named a region this worker does not know
-    /// (a broken invariant; counted instead of panicking).
+    /// (a broken invariant; counted, and the engine ends the stream with
+    /// a local catastrophic error instead of completing the message).
     misses: u64,
     /// Take the TCP checksum's payload sum in the CRC pass (a port
     /// without checksum offload).
@@ -1431,7 +1432,7 @@ impl MemoryTable {
 const PLACE_AHEAD: usize = 2048;
 
 impl Placement for MemoryTable {
-    fn write(&mut self, dst: CheckedRange<'_>, data: &[u8]) {
+    fn write(&mut self, dst: CheckedRange<'_>, data: &[u8]) -> Result<(), Unplaced> {
         let ok = match self.range(&dst) {
             Some((region, offset)) => {
                 let ok = region.write(offset, data).is_ok();
@@ -1446,8 +1447,11 @@ impl Placement for MemoryTable {
             }
             None => false,
         };
-        if !ok {
+        if ok {
+            Ok(())
+        } else {
             self.misses += 1;
+            Err(Unplaced)
         }
     }
 
@@ -1678,6 +1682,34 @@ mod tests {
             .unwrap()
             .is_hugepage_backed());
         assert_eq!(Region::new_hugepage(0).unwrap_err(), MemoryError::Empty);
+    }
+
+    #[test]
+    fn a_placement_into_a_region_the_table_lacks_fails_and_is_counted() {
+        use rdmap::placement::MemSpan;
+        use rdmap::verbs::{Access, Device, DeviceLimits};
+        let region = Region::new(64).unwrap();
+        let mut dev = Device::new(DeviceLimits::default());
+        let pd = dev.alloc_pd().unwrap();
+        let span = MemSpan::new(region.handle(), 0, 64);
+        let stag = dev
+            .reg_mr(pd, span, 0x1000, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        let range = || {
+            dev.mrs()
+                .check_remote_write(stag, 0x1008, 4, pd)
+                .unwrap()
+                .unwrap()
+        };
+        let mut t = MemoryTable::new();
+        // The STag table knows the region, this worker does not.
+        assert_eq!(t.write(range(), &[1, 2, 3, 4]), Err(Unplaced));
+        assert_eq!(t.misses(), 1);
+        assert_eq!(region.to_vec(0, 64).unwrap(), vec![0; 64]);
+        t.insert(&region);
+        assert_eq!(t.write(range(), &[1, 2, 3, 4]), Ok(()));
+        assert_eq!(t.misses(), 1);
+        assert_eq!(region.to_vec(8, 4).unwrap(), [1, 2, 3, 4]);
     }
 
     #[test]

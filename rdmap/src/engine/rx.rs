@@ -13,7 +13,7 @@ use super::{Blamed, Endpoint, Env};
 use crate::error::TerminateCause;
 use crate::mpa::rtr::{read_rtr_sink, recognize_rtr};
 use crate::mpa::DeframeEvent;
-use crate::placement::Placement;
+use crate::placement::{CheckedRange, Placement, Unplaced};
 use crate::verbs::{Access, InboundRead, QpError, RecvDone, Stag, WcStatus, IRD_EXCEEDED};
 use crate::wire::ddp::{header_len_for_ctrl, DDP_VERSION};
 use crate::wire::rdmap::READ_REQUEST_LEN;
@@ -472,12 +472,8 @@ impl Endpoint {
                     .device
                     .mrs()
                     .check_remote_write(Stag(stag), at, n, pd)
-                    .map(|r| {
-                        if let Some(r) = r {
-                            env.mem.write(r, data);
-                        }
-                    })
-                    .map_err(|e| e.ddp_tagged_cause()),
+                    .map_err(|e| e.ddp_tagged_cause())
+                    .and_then(|r| place(env.mem, r, data)),
                 None => Err(TerminateCause::DDP_TAGGED_TO_WRAP),
             },
             SegKind::ReadResponse { stag, to, .. } => match to.checked_add(u64::from(off)) {
@@ -485,12 +481,8 @@ impl Endpoint {
                     .device
                     .mrs()
                     .check_local(Stag(stag), at, n, pd, Access::LOCAL_WRITE)
-                    .map(|r| {
-                        if let Some(r) = r {
-                            env.mem.write(r, data);
-                        }
-                    })
-                    .map_err(|e| e.ddp_tagged_cause()),
+                    .map_err(|e| e.ddp_tagged_cause())
+                    .and_then(|r| place(env.mem, r, data)),
                 None => Err(TerminateCause::DDP_TAGGED_TO_WRAP),
             },
             SegKind::Send { mo, .. } => self.place_recv(mo.saturating_add(off), data, env),
@@ -534,9 +526,7 @@ impl Endpoint {
                     .check_local(sge.lkey, addr, n, pd, Access::LOCAL_WRITE)
                     .map_err(|_| TerminateCause::DDP_LOCAL_CATASTROPHIC)?;
                 let (now, rest) = data.split_at(n as usize);
-                if let Some(range) = range {
-                    env.mem.write(range, now);
-                }
+                place(env.mem, range, now)?;
                 data = rest;
                 at += n;
             }
@@ -716,15 +706,33 @@ impl Endpoint {
     }
 }
 
-/// The cause for a ULPDU whose DDP header could not be read: what the
-/// header parser says (invalid DDP version first), or a catastrophic
-/// stream error for a header cut short.
+/// Writes `data` into the checked range `range`, if there is one (a
+/// zero-length piece has none). Memory that is not there after all
+/// (the implementation lost the region: [`Unplaced`]) ends the stream
+/// with a local catastrophic error: completing the message would report
+/// bytes that were never placed.
+fn place<M: Placement + ?Sized>(
+    mem: &mut M,
+    range: Option<CheckedRange<'_>>,
+    data: &[u8],
+) -> Result<(), TerminateCause> {
+    match range {
+        Some(r) => mem
+            .write(r, data)
+            .map_err(|Unplaced| TerminateCause::DDP_LOCAL_CATASTROPHIC),
+        None => Ok(()),
+    }
+}
+
 /// The length of the DDP header that starts with control octet `ctrl`,
 /// if its DDP version is ours (else the rest has no known layout).
 fn header_len_of(ctrl: u8) -> Option<usize> {
     (ctrl & crate::wire::ddp::ddp_ctrl::VERSION == DDP_VERSION).then(|| header_len_for_ctrl(ctrl))
 }
 
+/// The cause for a ULPDU whose DDP header could not be read: what the
+/// header parser says (invalid DDP version first), or a catastrophic
+/// stream error for a header cut short.
 fn header_cause(bytes: &[u8]) -> TerminateCause {
     DdpRepr::parse_ulpdu(bytes)
         .err()
