@@ -809,8 +809,17 @@ pub const CONNECT_WINDOW: usize = 64;
 /// that can be outstanding at once, signalled sends (credit writes
 /// included) and receives.
 fn cq_entries(spec: &RunSpec) -> u32 {
-    let (tx, rx) = (spec.tx_depth.max(1), spec.rx_depth.max(1));
-    (spec.qps as u32).saturating_mul(tx.saturating_add(rx).saturating_add(8))
+    cq_entries_of(spec.qps, spec.tx_depth, spec.rx_depth)
+}
+
+/// The entries of the CQ that `qps` queue pairs with send and receive
+/// queue depths `tx` and `rx` share: each QP's two queues and a few
+/// more (credit Writes, a final Read).
+pub(crate) fn cq_entries_of(qps: usize, tx: u32, rx: u32) -> u32 {
+    let (tx, rx) = (tx.max(1), rx.max(1));
+    u32::try_from(qps)
+        .unwrap_or(u32::MAX)
+        .saturating_mul(tx.saturating_add(rx).saturating_add(8))
 }
 
 fn check_spec(spec: &RunSpec) -> Result<(), ToolError> {

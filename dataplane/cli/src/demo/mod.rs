@@ -38,8 +38,8 @@ use tcp_offload::wire::EthernetAddress;
 use super::common::eal_prefix_dir;
 use super::report::to_json;
 use super::runner::{
-    connect_direct, LatencySummary, Progress, RemoteBuf, Resources, Role, RunResult, RunSpec,
-    TestKind, MAX_QPS, MB,
+    connect_direct, cq_entries_of, LatencySummary, Progress, RemoteBuf, Resources, Role, RunResult,
+    RunSpec, TestKind, MAX_QPS, MB,
 };
 use super::ToolError;
 use dataplane::api::{Dataplane, DriveMode, Error};
@@ -57,6 +57,8 @@ const DEFAULT_MTU: usize = 1500;
 /// The least receive queue depth of a send-bw round with many QPs (see
 /// where it is used).
 const MIN_SEND_RX_DEPTH: u32 = 16;
+/// The most CQ entries the configuration takes (`limits.max_cqe`).
+const MAX_CQE: u32 = 1 << 22;
 
 const MAC_A: EthernetAddress = EthernetAddress([2, 0x69, 0x77, 0, 0, 1]);
 const MAC_B: EthernetAddress = EthernetAddress([2, 0x69, 0x77, 0, 0, 2]);
@@ -492,9 +494,12 @@ fn rounds(args: &DemoArgs, eal: &Arc<dpdk_bindings::Eal>) -> Result<DemoReport, 
         // again still closing from the round before.
         let q = args.qps as u32;
         c.limits.max_qp = c.limits.max_qp.max(q.saturating_mul(3).saturating_add(16));
-        // A send-bw QP's completions: its send queue, its receive queue
-        // (`MIN_SEND_RX_DEPTH` at least) and a few credit Writes.
-        c.limits.max_cqe = c.limits.max_cqe.max(q.saturating_mul(32)).min(1 << 22);
+        // The CQ of the round with the deepest queues (send-bw's, whose
+        // receive queue keeps `MIN_SEND_RX_DEPTH` at least), as the
+        // runner sizes it.
+        let d = Depths::of(TestKind::SendBw, args.qps, None);
+        let cqe = cq_entries_of(args.qps, d.tx, d.rx);
+        c.limits.max_cqe = c.limits.max_cqe.max(cqe).min(MAX_CQE);
         c.tcp.max_connections = c.tcp.max_connections.max(3 * args.qps + 64);
         c
     };
@@ -1344,6 +1349,26 @@ mod tests {
         // least even depth); latency keeps one request in flight.
         assert_eq!(Depths::of(TestKind::WriteBw, 10_000, None).rx, 2);
         assert_eq!(Depths::of(TestKind::WriteLat, 1, None).tx, 1);
+    }
+
+    /// The demo's CQ limit holds the runner's CQ for every round at the
+    /// largest QP counts (a smaller limit would cut the shared CQ below
+    /// its queues' depths).
+    #[test]
+    fn the_cq_limit_holds_every_rounds_cq() {
+        for q in [1, 7, 16, 100, 1000, 10_000, MAX_QPS] {
+            let need = [TestKind::SendBw, TestKind::WriteBw, TestKind::ReadBw]
+                .map(|t| {
+                    let d = Depths::of(t, q, None);
+                    cq_entries_of(q, d.tx, d.rx)
+                })
+                .into_iter()
+                .max()
+                .unwrap();
+            let d = Depths::of(TestKind::SendBw, q, None);
+            assert_eq!(cq_entries_of(q, d.tx, d.rx), need, "{q} QPs");
+            assert!(need <= MAX_CQE, "{q} QPs: {need}");
+        }
     }
 
     #[test]
