@@ -1827,7 +1827,7 @@ mod tests {
 
     impl RecordBytes for Part {
         fn copy_to(&self, offset: usize, dst: &mut [u8]) {
-            dst.copy_from_slice(&self.0[offset..offset + dst.len()]);
+            self.0.copy_to(offset, dst);
         }
     }
 
