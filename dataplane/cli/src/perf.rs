@@ -90,7 +90,12 @@ pub struct PerfOptions {
         conflicts_with = "duration"
     )]
     pub iters: Option<String>,
-    /// Run for this many seconds instead of a number of iterations.
+    /// Run for this many seconds instead of a number of iterations. As
+    /// with perftest, the table's messages, average bandwidth and message
+    /// rate are those of the middle half of the run (a quarter of it at
+    /// each end is left out: the start with its cold connections, the
+    /// end); `--json` gives both that (`bw_steady_mbps`) and the whole
+    /// run's (`bw_avg_mbps`).
     #[arg(short = 'D', long = "duration", value_name = "SECONDS")]
     pub duration: Option<String>,
     /// Queue pairs, each its own connection on the same port (default 1,
@@ -811,9 +816,9 @@ fn run_on(
         }
     }
     let mine = match (role, plan.test) {
-        (Role::Client, TestKind::WriteBw | TestKind::ReadBw) => {
-            results.last().map(|r| figures_of(r, plan))
-        }
+        (Role::Client, TestKind::WriteBw | TestKind::ReadBw) => results
+            .last()
+            .map(|r| figures_of(&r.as_perftest_reports(plan.duration), plan)),
         _ => None,
     };
     let theirs = session.finish(mine.as_ref())?;
@@ -1173,6 +1178,21 @@ mod tests {
                 let r = &c.results[0];
                 if duration {
                     assert!(r.iterations > 10, "{test}: {r:?}");
+                    if !test.is_latency() {
+                        // The table's figures are the middle half's, and
+                        // a write-bw or read-bw server that only waits
+                        // prints the client's, as perftest does.
+                        let shown = r.as_perftest_reports(Some(Duration::from_secs(1)));
+                        assert!(r.bw_steady_mbps.is_some(), "{test}: {r:?}");
+                        assert!(
+                            shown.iterations > 0 && shown.iterations < r.iterations,
+                            "{test}: {shown:?} of {r:?}"
+                        );
+                        if matches!(test, TestKind::WriteBw | TestKind::ReadBw) {
+                            let theirs = s.results[0].iterations;
+                            assert_eq!(theirs, shown.iterations, "{test}");
+                        }
+                    }
                 } else {
                     // write-lat and send-lat count one sample per round
                     // trip after the first, as perftest does.

@@ -126,7 +126,7 @@ pub fn table_heading(spec: &RunSpec, units: BwUnits) -> String {
 /// One result's line of the table (with its newline).
 pub fn table_line(r: &RunResult, spec: &RunSpec, units: BwUnits) -> String {
     let l = if !spec.test.is_latency() {
-        bw_line(r, units)
+        bw_line(&r.as_perftest_reports(spec.duration), units)
     } else if spec.duration.is_some() {
         lat_duration_line(r)
     } else {
@@ -272,6 +272,32 @@ mod tests {
         assert!(g.contains("BW average[Gb/sec]"));
         // 1250 MiB/s = 10.49 Gb/s.
         assert!(g.contains("10.49"), "{g}");
+    }
+
+    /// With `-D`, perftest counts only what happens between its margins
+    /// (a quarter of the duration at each end): the table shows that
+    /// window's messages, average and message rate, not the whole run's
+    /// with its start; iteration mode keeps the whole run's.
+    #[test]
+    fn a_duration_run_reports_the_window_between_the_margins() {
+        let mut r = bw();
+        r.elapsed = Duration::from_secs(4);
+        r.bw_steady_mbps = Some(1600.0);
+        let mut timed = spec(TestKind::WriteBw);
+        timed.duration = Some(Duration::from_secs(4));
+        let t = perftest_table(&[r.clone()], &timed);
+        let f: Vec<&str> = t.lines().nth(2).unwrap().split_whitespace().collect();
+        // 1600 MiB/s of 64 KiB messages: 25,600 a second, over the two
+        // seconds of the window.
+        assert_eq!(f, ["65536", "51200", "1300.50", "1600.00", "0.025600"]);
+        let t = perftest_table(&[r], &spec(TestKind::WriteBw));
+        let f: Vec<&str> = t.lines().nth(2).unwrap().split_whitespace().collect();
+        assert_eq!(f, ["65536", "5000", "1300.50", "1250.00", "0.020000"]);
+        // A run too short for its window keeps its own figures.
+        let mut short = bw();
+        short.bw_steady_mbps = None;
+        let t = perftest_table(&[short], &timed);
+        assert!(t.contains("1250.00"), "{t}");
     }
 
     #[test]

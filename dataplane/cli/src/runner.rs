@@ -2215,13 +2215,41 @@ const MARGIN_DIVISOR: u32 = 4;
 /// [`RunResult::bw_steady_mbps`]), from the run's `(time, messages done)`
 /// samples; `None` when the samples do not reach past the window's end.
 fn steady_rate(samples: &[(Duration, u64)], duration: Duration, size: usize) -> Option<f64> {
-    let margin = duration / MARGIN_DIVISOR;
-    let (from, to) = (margin, duration.checked_sub(margin)?);
-    if to <= from {
-        return None;
-    }
+    let (from, to) = steady_window(duration)?;
     let done = done_at(samples, to)? - done_at(samples, from)?;
     Some(done * size as f64 / (to - from).as_secs_f64() / MB)
+}
+
+/// The window of a run of `duration` between perftest's margins: from a
+/// margin in to a margin before the end (`None` when that is empty).
+pub(crate) fn steady_window(duration: Duration) -> Option<(Duration, Duration)> {
+    let margin = duration / MARGIN_DIVISOR;
+    let (from, to) = (margin, duration.checked_sub(margin)?);
+    (to > from).then_some((from, to))
+}
+
+impl RunResult {
+    /// The figures perftest prints for this run: in duration mode, those
+    /// of the window between the margins (messages, average bandwidth
+    /// and message rate over it, as perftest counts only the messages
+    /// done in that window); else the whole run's. The peak stays the
+    /// run's.
+    pub fn as_perftest_reports(&self, duration: Option<Duration>) -> RunResult {
+        let window = duration.and_then(steady_window);
+        match (self.bw_steady_mbps, window) {
+            (Some(bw), Some((from, to))) if self.size > 0 => {
+                let messages = bw * MB / self.size as f64;
+                let secs = (to - from).as_secs_f64();
+                RunResult {
+                    iterations: (messages * secs).round() as u64,
+                    bw_avg_mbps: bw,
+                    msg_rate_mpps: messages / 1e6,
+                    ..self.clone()
+                }
+            }
+            _ => self.clone(),
+        }
+    }
 }
 
 /// Messages done `at` into a run, interpolated between the samples on
