@@ -3,7 +3,8 @@
 # pairs: runs `iwarp demo --json --rounds bandwidth --qps N` for each N of
 # QPS (default "1 100 1000 10000"), RUNS times (default 3), alternating
 # the counts so that a noisy neighbour hurts all alike, and prints the
-# medians with each count's ratio to one QP (scale-table). Then the heap
+# medians with each count's ratio to one QP, and the ratios taken run by
+# run against the one-QP run next to it (scale-table). Then the heap
 # an idle connected QP costs, from the dataplane's qp_memory test. Extra
 # arguments go to every demo run, e.g. `benches/scale.sh --size 16K`.
 #

@@ -101,3 +101,49 @@ fn the_scale_table_gives_both_ratios_to_one_qp() {
     assert_eq!(cols[3..7], ["600.0", "0.600", "990.0", "0.900"], "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Each run's ratio is taken against the one-QP run of the same round
+/// (files `Q-I.json`): the machine ran at 1,000, 2,000 and 3,000 MB/s in
+/// three rounds, 10,000 QPs at 0.7, 0.9 and 0.8 of each. The ratio of
+/// the medians (1800 / 2000) says 0.9; the paired ratios say 0.8, from
+/// 0.7 to 0.9.
+#[test]
+fn the_scale_table_pairs_each_run_with_its_own_round() {
+    let dir = std::env::temp_dir().join(format!("table-tools-paired-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let runs = [(1, 1000.0, 700.0), (2, 2000.0, 1800.0), (3, 3000.0, 2400.0)];
+    let mut files = Vec::new();
+    for (run, one, many) in runs {
+        for (qps, bw) in [(1, one), (10_000, many)] {
+            let f = dir.join(format!("{qps}-{run}.json"));
+            let doc = serde_json::json!({
+                "bandwidth": [{
+                    "test": "write-bw", "qps": qps, "bw_avg_mbps": bw,
+                    "bw_steady_mbps": bw, "setup_seconds": 0.5,
+                    "connects_per_second": 20000.0
+                }],
+            });
+            std::fs::write(&f, doc.to_string()).expect("write a document");
+            files.push(f.display().to_string());
+        }
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_scale-table"))
+        .args(&files)
+        .output()
+        .expect("run scale-table");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let row = |qps: &str| {
+        text.lines()
+            .find(|l| l.starts_with("write-bw") && l.split_whitespace().nth(1) == Some(qps))
+            .unwrap_or_else(|| panic!("no {qps}-QP row: {text}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let many = row("10000");
+    assert_eq!(many[4], "0.900", "{text}");
+    assert_eq!(many[9..12], ["0.800", "0.700-0.900", "0.800"], "{text}");
+    assert_eq!(row("1")[9..12], ["1.000", "1.000-1.000", "1.000"], "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}

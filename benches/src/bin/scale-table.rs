@@ -6,6 +6,13 @@
 //! window perftest reports with `-D`: without the start, where thousands
 //! of connections take their first buffers), the time the QPs took to
 //! connect and connections per second.
+//!
+//! Then the same ratios taken run by run: a document named `Q-I.json`
+//! (as `benches/scale.sh` names them: QP count, run) is paired with the
+//! one-QP document of the same run `I`, which ran next to it in time,
+//! and the table gives the median of those ratios and their range. On a
+//! shared machine whose speed drifts over minutes, the paired ratio
+//! cancels the drift that the ratio of two medians keeps.
 //! `benches/scale.sh` runs the demos and calls it.
 
 use std::collections::BTreeMap;
@@ -22,6 +29,23 @@ struct Runs {
     steady: Vec<f64>,
     setup: Vec<f64>,
     rate: Vec<f64>,
+    /// Each run's name (from its file) with its bandwidth, whole round
+    /// and middle half, for the paired ratios.
+    named: Vec<(Option<String>, f64, f64)>,
+}
+
+/// The run a document belongs to: `I` of a file named `Q-I.json`.
+fn run_of(file: &str) -> Option<String> {
+    let stem = std::path::Path::new(file).file_stem()?.to_str()?;
+    let (_, run) = stem.rsplit_once('-')?;
+    Some(run.to_string())
+}
+
+/// Median, least and greatest of `v` (NaN when empty).
+fn spread(v: &mut [f64]) -> (f64, f64, f64) {
+    let lo = v.iter().copied().fold(f64::NAN, f64::min);
+    let hi = v.iter().copied().fold(f64::NAN, f64::max);
+    (median(v), lo, hi)
 }
 
 fn main() -> ExitCode {
@@ -49,6 +73,8 @@ fn main() -> ExitCode {
             let num = |k: &str| row[k].as_f64().unwrap_or(f64::NAN);
             r.bw.push(num("bw_avg_mbps"));
             r.steady.push(num("bw_steady_mbps"));
+            r.named
+                .push((run_of(f), num("bw_avg_mbps"), num("bw_steady_mbps")));
             r.setup.push(num("setup_seconds"));
             r.rate.push(num("connects_per_second"));
         }
@@ -56,6 +82,17 @@ fn main() -> ExitCode {
     if rows.is_empty() {
         eprintln!("scale-table: no bandwidth rows in the documents");
         return ExitCode::FAILURE;
+    }
+    // (test, run) -> (whole round, middle half) with one QP.
+    let mut one_run: BTreeMap<(String, String), (f64, f64)> = BTreeMap::new();
+    for ((test, qps), r) in &rows {
+        if *qps == 1 {
+            for (run, bw, steady) in &r.named {
+                if let Some(run) = run {
+                    one_run.insert((test.clone(), run.clone()), (*bw, *steady));
+                }
+            }
+        }
     }
     // test -> (whole round, middle half) with one QP.
     let mut one: BTreeMap<String, (f64, f64)> = BTreeMap::new();
@@ -67,7 +104,7 @@ fn main() -> ExitCode {
     let mut out = String::new();
     outln!(
         out,
-        "{:<10} {:>6} {:>5} {:>10} {:>9} {:>10} {:>9} {:>10} {:>12}",
+        "{:<10} {:>6} {:>5} {:>10} {:>9} {:>10} {:>9} {:>10} {:>12} {:>8} {:>13} {:>9}",
         "test",
         "QPs",
         "runs",
@@ -76,9 +113,22 @@ fn main() -> ExitCode {
         "steady",
         "x 1 QP",
         "setup s",
-        "connects/s"
+        "connects/s",
+        "paired",
+        "range",
+        "paired st"
     );
     for ((test, qps), r) in &mut rows {
+        let (mut whole, mut middle): (Vec<f64>, Vec<f64>) = r
+            .named
+            .iter()
+            .filter_map(|(run, bw, steady)| {
+                let b = one_run.get(&(test.clone(), run.clone()?))?;
+                Some((bw / b.0, steady / b.1))
+            })
+            .unzip();
+        let (paired, lo, hi) = spread(&mut whole);
+        let paired_steady = median(&mut middle);
         let bw = median(&mut r.bw);
         let steady = median(&mut r.steady);
         let (ratio, steady_ratio) = one
@@ -86,7 +136,7 @@ fn main() -> ExitCode {
             .map_or((f64::NAN, f64::NAN), |b| (bw / b.0, steady / b.1));
         outln!(
             out,
-            "{:<10} {:>6} {:>5} {:>10.1} {:>9.3} {:>10.1} {:>9.3} {:>10.3} {:>12.0}",
+            "{:<10} {:>6} {:>5} {:>10.1} {:>9.3} {:>10.1} {:>9.3} {:>10.3} {:>12.0} {:>8.3} {:>13} {:>9.3}",
             test,
             qps,
             r.bw.len(),
@@ -95,13 +145,19 @@ fn main() -> ExitCode {
             steady,
             steady_ratio,
             median(&mut r.setup),
-            median(&mut r.rate)
+            median(&mut r.rate),
+            paired,
+            format!("{lo:.3}-{hi:.3}"),
+            paired_steady
         );
     }
     outln!(
         out,
         "(medians; x 1 QP = the median with N QPs / the median with one, same runs;\n \
-         steady = the round's middle half, perftest's -D window)"
+         steady = the round's middle half, perftest's -D window;\n \
+         paired = the median of each run's ratio to the one-QP run of the same\n \
+         round of runs (files Q-I.json), range = their least and greatest,\n \
+         paired st = the same over the middle half)"
     );
     write_out("scale-table", &out)
 }
