@@ -66,16 +66,16 @@ fn the_demo_table_tells_each_run_where_its_cores_were() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[test]
-fn the_scale_table_gives_both_ratios_to_one_qp() {
-    let dir = std::env::temp_dir().join(format!("table-tools-scale-{}", std::process::id()));
+/// scale-table's output for write-bw documents, one per `(file stem,
+/// QPs, whole-round MB/s, middle-half MB/s)`, written to a directory of
+/// their own (`name`) and removed after.
+fn scale_table(name: &str, docs: &[(String, u64, f64, f64)]) -> String {
+    let dir = std::env::temp_dir().join(format!("table-tools-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    // One QP: 1000 over the round, 1100 in its middle half; 10,000 QPs:
-    // 600 over the round (a slow start), 990 in the middle.
-    let files: Vec<String> = [(1, 1000.0, 1100.0), (10_000, 600.0, 990.0)]
+    let files: Vec<String> = docs
         .iter()
-        .map(|&(qps, avg, steady)| {
-            let f = dir.join(format!("run-{qps}.json"));
+        .map(|(stem, qps, avg, steady)| {
+            let f = dir.join(format!("{stem}.json"));
             let doc = serde_json::json!({
                 "bandwidth": [{
                     "test": "write-bw", "qps": qps, "bw_avg_mbps": avg,
@@ -91,15 +91,34 @@ fn the_scale_table_gives_both_ratios_to_one_qp() {
         .args(&files)
         .output()
         .expect("run scale-table");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{text}");
-    let row = text
-        .lines()
-        .find(|l| l.starts_with("write-bw") && l.contains(" 10000 "))
-        .unwrap_or_else(|| panic!("no 10,000-QP row: {text}"));
-    let cols: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(cols[3..7], ["600.0", "0.600", "990.0", "0.900"], "{text}");
     let _ = std::fs::remove_dir_all(dir);
+    text
+}
+
+/// The columns of `text`'s write-bw row for `qps` queue pairs.
+fn row(text: &str, qps: &str) -> Vec<String> {
+    text.lines()
+        .find(|l| l.starts_with("write-bw") && l.split_whitespace().nth(1) == Some(qps))
+        .unwrap_or_else(|| panic!("no {qps}-QP row: {text}"))
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_scale_table_gives_both_ratios_to_one_qp() {
+    // One QP: 1000 over the round, 1100 in its middle half; 10,000 QPs:
+    // 600 over the round (a slow start), 990 in the middle.
+    let docs = [(1, 1000.0, 1100.0), (10_000, 600.0, 990.0)]
+        .map(|(qps, avg, steady)| (format!("run-{qps}"), qps, avg, steady));
+    let text = scale_table("scale", &docs);
+    assert_eq!(
+        row(&text, "10000")[3..7],
+        ["600.0", "0.600", "990.0", "0.900"],
+        "{text}"
+    );
 }
 
 /// Each run's ratio is taken against the one-QP run of the same round
@@ -109,41 +128,20 @@ fn the_scale_table_gives_both_ratios_to_one_qp() {
 /// 0.7 to 0.9.
 #[test]
 fn the_scale_table_pairs_each_run_with_its_own_round() {
-    let dir = std::env::temp_dir().join(format!("table-tools-paired-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
     let runs = [(1, 1000.0, 700.0), (2, 2000.0, 1800.0), (3, 3000.0, 2400.0)];
-    let mut files = Vec::new();
-    for (run, one, many) in runs {
-        for (qps, bw) in [(1, one), (10_000, many)] {
-            let f = dir.join(format!("{qps}-{run}.json"));
-            let doc = serde_json::json!({
-                "bandwidth": [{
-                    "test": "write-bw", "qps": qps, "bw_avg_mbps": bw,
-                    "bw_steady_mbps": bw, "setup_seconds": 0.5,
-                    "connects_per_second": 20000.0
-                }],
-            });
-            std::fs::write(&f, doc.to_string()).expect("write a document");
-            files.push(f.display().to_string());
-        }
-    }
-    let out = Command::new(env!("CARGO_BIN_EXE_scale-table"))
-        .args(&files)
-        .output()
-        .expect("run scale-table");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
-    let row = |qps: &str| {
-        text.lines()
-            .find(|l| l.starts_with("write-bw") && l.split_whitespace().nth(1) == Some(qps))
-            .unwrap_or_else(|| panic!("no {qps}-QP row: {text}"))
-            .split_whitespace()
-            .map(str::to_string)
-            .collect::<Vec<_>>()
-    };
-    let many = row("10000");
+    let docs: Vec<_> = runs
+        .iter()
+        .flat_map(|&(run, one, many)| {
+            [(1, one), (10_000, many)].map(|(qps, bw)| (format!("{qps}-{run}"), qps, bw, bw))
+        })
+        .collect();
+    let text = scale_table("paired", &docs);
+    let many = row(&text, "10000");
     assert_eq!(many[4], "0.900", "{text}");
     assert_eq!(many[9..12], ["0.800", "0.700-0.900", "0.800"], "{text}");
-    assert_eq!(row("1")[9..12], ["1.000", "1.000-1.000", "1.000"], "{text}");
-    let _ = std::fs::remove_dir_all(dir);
+    assert_eq!(
+        row(&text, "1")[9..12],
+        ["1.000", "1.000-1.000", "1.000"],
+        "{text}"
+    );
 }

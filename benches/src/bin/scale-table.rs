@@ -25,13 +25,20 @@ use serde_json::Value;
 /// connections per second of each run.
 #[derive(Default)]
 struct Runs {
-    bw: Vec<f64>,
-    steady: Vec<f64>,
+    /// Each run's name (from its file, for the paired ratios) with its
+    /// bandwidth, whole round and middle half.
+    bw: Vec<(Option<String>, f64, f64)>,
     setup: Vec<f64>,
     rate: Vec<f64>,
-    /// Each run's name (from its file) with its bandwidth, whole round
-    /// and middle half, for the paired ratios.
-    named: Vec<(Option<String>, f64, f64)>,
+}
+
+impl Runs {
+    /// The medians of the bandwidth, whole round and middle half.
+    fn medians(&self) -> (f64, f64) {
+        let mut whole: Vec<f64> = self.bw.iter().map(|r| r.1).collect();
+        let mut middle: Vec<f64> = self.bw.iter().map(|r| r.2).collect();
+        (median(&mut whole), median(&mut middle))
+    }
 }
 
 /// The run a document belongs to: `I` of a file named `Q-I.json`.
@@ -71,10 +78,7 @@ fn main() -> ExitCode {
             };
             let r = rows.entry((test.to_string(), qps)).or_default();
             let num = |k: &str| row[k].as_f64().unwrap_or(f64::NAN);
-            r.bw.push(num("bw_avg_mbps"));
-            r.steady.push(num("bw_steady_mbps"));
-            r.named
-                .push((run_of(f), num("bw_avg_mbps"), num("bw_steady_mbps")));
+            r.bw.push((run_of(f), num("bw_avg_mbps"), num("bw_steady_mbps")));
             r.setup.push(num("setup_seconds"));
             r.rate.push(num("connects_per_second"));
         }
@@ -83,22 +87,18 @@ fn main() -> ExitCode {
         eprintln!("scale-table: no bandwidth rows in the documents");
         return ExitCode::FAILURE;
     }
-    // (test, run) -> (whole round, middle half) with one QP.
+    // With one QP: test -> medians (whole round, middle half), and
+    // (test, run) -> that run's.
+    let mut one: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     let mut one_run: BTreeMap<(String, String), (f64, f64)> = BTreeMap::new();
     for ((test, qps), r) in &rows {
         if *qps == 1 {
-            for (run, bw, steady) in &r.named {
+            one.insert(test.clone(), r.medians());
+            for (run, bw, steady) in &r.bw {
                 if let Some(run) = run {
                     one_run.insert((test.clone(), run.clone()), (*bw, *steady));
                 }
             }
-        }
-    }
-    // test -> (whole round, middle half) with one QP.
-    let mut one: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    for ((test, qps), r) in &mut rows {
-        if *qps == 1 {
-            one.insert(test.clone(), (median(&mut r.bw), median(&mut r.steady)));
         }
     }
     let mut out = String::new();
@@ -119,18 +119,16 @@ fn main() -> ExitCode {
         "paired st"
     );
     for ((test, qps), r) in &mut rows {
-        let (mut whole, mut middle): (Vec<f64>, Vec<f64>) = r
-            .named
-            .iter()
-            .filter_map(|(run, bw, steady)| {
-                let b = one_run.get(&(test.clone(), run.clone()?))?;
-                Some((bw / b.0, steady / b.1))
-            })
-            .unzip();
+        let (mut whole, mut middle): (Vec<f64>, Vec<f64>) =
+            r.bw.iter()
+                .filter_map(|(run, bw, steady)| {
+                    let b = one_run.get(&(test.clone(), run.clone()?))?;
+                    Some((bw / b.0, steady / b.1))
+                })
+                .unzip();
         let (paired, lo, hi) = spread(&mut whole);
         let paired_steady = median(&mut middle);
-        let bw = median(&mut r.bw);
-        let steady = median(&mut r.steady);
+        let (bw, steady) = r.medians();
         let (ratio, steady_ratio) = one
             .get(test)
             .map_or((f64::NAN, f64::NAN), |b| (bw / b.0, steady / b.1));
