@@ -337,11 +337,21 @@ fn write_and_check(
     id: u64,
 ) -> usize {
     let n = src.len() as u32;
+    let want = src.region().to_vec(src.offset(), n as usize).unwrap();
+    // The Write completes on b's ACK, which b may send before it places
+    // the FPDUs that segment carried: only a sink where every byte must
+    // change tells that all of them landed (a sink still holding the
+    // previous Write's bytes matched once the first FPDU was in).
+    let blank = (0..=u8::MAX)
+        .find(|v| !want.contains(v))
+        .expect("a byte value the source lacks");
+    sink.region()
+        .fill(sink.offset(), n as usize, blank)
+        .unwrap();
     let wr = SendWr::write(id, SgeList::single(src.sge(0, n)), sink.addr(), sink.rkey());
     a.qp.post_send(&wr).unwrap();
     let wc = wait_wc(p, a, id);
     assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, n), "{wc:?}");
-    let want = src.region().to_vec(src.offset(), n as usize).unwrap();
     wait_placed(p, &format!("Write {id}"), &want, || {
         sink.region().to_vec(sink.offset(), n as usize).unwrap()
     });
