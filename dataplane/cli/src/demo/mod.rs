@@ -1050,11 +1050,11 @@ fn round(
 /// from one buffer into another, then CRC32c it. Returns MiB/s and the
 /// time taken.
 ///
-/// The bytes go in [`BASELINE_SLICES`] slices, each timed, and the rate is
-/// the fastest slice's ([`fastest_rate`]): on a shared machine a
-/// neighbour's burst once halved one run's whole baseline (16.7 GB/s
-/// against 37 in the runs beside it) and so doubled the ratio against
-/// it; the fastest slice is what the core does undisturbed.
+/// The bytes go in eight slices, each timed, and the rate is the
+/// fastest slice's: on a shared machine a neighbour's burst once halved
+/// one run's whole baseline (16.7 GB/s against 37 in the runs beside
+/// it) and so doubled the ratio against it; the fastest slice is what
+/// the core does undisturbed.
 ///
 /// Both buffers start on a page boundary (`PageBuf`). Left to the
 /// allocator, the destination sometimes lay 1 to 31 bytes past the
