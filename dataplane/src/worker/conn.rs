@@ -159,6 +159,15 @@ pub(super) struct Conn {
     /// The engine may have records beyond the one queued ahead of the
     /// connection's turn ([`Fill`]): the turn tops the queue up.
     pub(super) more: bool,
+    /// The application may have posted to the queue pair's submission
+    /// rings since they were last seen empty: set when the slot comes
+    /// out of the worker's posted ring (the doorbell), on a ring
+    /// overflow, at binding, on entering `Life::Up` and while a drain
+    /// leaves work behind; cleared only when a drain of a connection that
+    /// is up finds both rings empty. A visit for traffic alone then reads
+    /// nothing of the shared state (doorbell, ring indices): with
+    /// thousands of connections those lines are cold at every visit.
+    pub(super) posted: bool,
     /// Small records built in an iteration: the iteration and how many
     /// ([`MAX_SMALL_FPDUS_PER_ITERATION`](super::tx::MAX_SMALL_FPDUS_PER_ITERATION)).
     pub(super) small_built: (u64, usize),
@@ -208,6 +217,7 @@ impl Conn {
             kick: false,
             timed: None,
             more: false,
+            posted: true,
             small_built: (0, 0),
             room: Room::default(),
         }
@@ -218,6 +228,9 @@ impl Conn {
         if let (Some(q), Some(s)) = (&self.shared, life.status()) {
             q.set_status(s);
         }
+        // Posts made while the connection came up are looked for once
+        // more, whatever rang for them.
+        self.posted |= matches!(life, Life::Up);
         self.life = life;
     }
 
@@ -252,6 +265,7 @@ impl Conn {
             _ => None,
         };
         self.shared = Some(shared);
+        self.posted = true;
     }
 
     /// Whether the connection needs another service though nothing new
@@ -368,7 +382,10 @@ impl Conn {
         finished: &mut bool,
     ) -> bool {
         self.kick = false;
-        if let Some(q) = &self.shared {
+        // The doorbell is cleared before every drain that reads the
+        // rings; while `posted` is clear it is too (a post since the last
+        // clear rang, and its slot sets `posted` on the way here).
+        if let (true, Some(q)) = (self.posted, &self.shared) {
             q.take_doorbell();
         }
         let mut work = false;
@@ -564,20 +581,23 @@ impl Conn {
             kick,
             ep,
             life,
+            posted,
             ..
         } = self;
         let Some(shared) = shared.as_deref() else {
             return false;
         };
-        // Nothing posted and nothing held back: the common case of a
-        // connection serviced for its traffic, checked before any of the
-        // setup below (it runs twice per service, for every connection
-        // with traffic).
-        if stash_recv.is_none()
-            && stash_send.is_none()
-            && shared.rq.is_empty()
-            && shared.sq.is_empty()
-        {
+        let stashed = stash_recv.is_some() || stash_send.is_some();
+        // Nothing rang since the rings were last seen empty, nothing held
+        // back: the common case of a connection serviced for its traffic,
+        // decided without reading the shared state.
+        if !*posted && !stashed {
+            return false;
+        }
+        // Nothing posted after all (checked before any of the setup
+        // below: it runs twice per service).
+        if !stashed && shared.rq.is_empty() && shared.sq.is_empty() {
+            *posted = !matches!(life, Life::Up);
             return false;
         }
         let attr = &shared.attr;
@@ -1014,9 +1034,15 @@ impl<Q: LinkQueue> Worker<Q> {
         if let Some(w) = self.wake.get(self.index) {
             while let Some(slot) = w.take_posted() {
                 ready.mark(slot);
+                if let Some(c) = conns.get_mut(slot as usize).and_then(Option::as_mut) {
+                    c.posted = true;
+                }
             }
             if w.take_overflow() {
-                ready.mark_all(self.conns.len());
+                ready.mark_all(conns.len());
+                for c in conns.iter_mut().flatten() {
+                    c.posted = true;
+                }
             }
         }
     }
