@@ -363,6 +363,12 @@ pub struct Stack<B, R> {
     /// generation; others are skipped when they surface and swept out
     /// when the heap fills its capacity.
     timers: BinaryHeap<TimerEntry>,
+    /// The heap's top entry as [`Stack::poll_timeout`] last found it
+    /// current, while nothing that could make it stale has happened
+    /// since (a slot freed, an entry pushed or popped): the driver asks
+    /// every iteration, and with thousands of connections the top's slot
+    /// is out of the cache by the next ask.
+    top_current: Option<TimerEntry>,
     /// Slots whose user has received the terminal event: what `reap`
     /// looks at.
     reapable: Vec<u32>,
@@ -424,6 +430,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             acking: VecDeque::with_capacity(max_connections),
             turn_used: 0,
             timers: BinaryHeap::with_capacity(2 * max_connections + 64),
+            top_current: None,
             reapable: Vec::with_capacity(max_connections),
             touched: Vec::with_capacity(max_connections),
             port_counter: 0,
@@ -963,6 +970,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
         slot.generation = slot.generation.wrapping_add(1);
         // Its heap entries are stale now; the lists skip the empty slot.
         slot.queued = None;
+        self.top_current = None;
         if e.mapped {
             self.map.remove(&e.tuple);
             self.recent = None;
@@ -1042,6 +1050,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
             sending,
             acking,
             timers,
+            top_current,
             ..
         } = self;
         for &i in pending.iter() {
@@ -1063,6 +1072,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
                     if !s.queued.is_some_and(|q| d >= q) {
                         s.queued = Some(d);
                         timers.push(Reverse((d, i, s.generation)));
+                        *top_current = None;
                     }
                 }
             }
@@ -1072,6 +1082,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
 
     /// Drops the heap entries that are no longer any slot's current one.
     fn sweep_timers(&mut self) {
+        self.top_current = None;
         let slots = &self.slots;
         self.timers.retain(|&Reverse((t, i, g))| {
             let s = &slots[i as usize];
@@ -1252,8 +1263,9 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
     /// comes due), never later.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         self.settle();
-        while let Some(top) = self.timers.peek() {
-            if self.current(top) {
+        while let Some(&top) = self.timers.peek() {
+            if self.top_current == Some(top) || self.current(&top) {
+                self.top_current = Some(top);
                 return Some(top.0 .0);
             }
             self.timers.pop();
@@ -1274,6 +1286,7 @@ impl<B: AsRef<[u8]>, R: Record> Stack<B, R> {
                 break;
             }
             self.timers.pop();
+            self.top_current = None;
             self.stats.timer_checks += 1;
             if !self.current(&top) {
                 continue;
@@ -2088,6 +2101,45 @@ mod tests {
         }
         assert_eq!(got.len(), 30);
         assert_eq!(client.poll_timeout(), None);
+    }
+
+    /// The deadline `poll_timeout` found current last time is not
+    /// reported again once its connection is gone, nor once a later one
+    /// takes the heap's top, nor after it ran.
+    #[test]
+    fn a_remembered_deadline_goes_with_its_connection() {
+        let mut c = TestStack::new(Config::default(), KEY, 64);
+        let now = Instant::from_millis(10);
+        let first = c
+            .connect(now, CLIENT, SocketAddrV4::new(SERVER, 5000))
+            .unwrap();
+        while c.poll_transmit(now).is_some() {}
+        let syn = c.poll_timeout().expect("the SYN's timer");
+        assert_eq!(c.poll_timeout(), Some(syn), "asked twice, same answer");
+        c.remove(now, first).unwrap();
+        assert_eq!(c.poll_timeout(), None, "the removed connection's timer");
+        // A second connection's timer, then an earlier third one's.
+        let later = now + Duration::from_millis(5);
+        let second = c
+            .connect(later, CLIENT, SocketAddrV4::new(SERVER, 5001))
+            .unwrap();
+        while c.poll_transmit(later).is_some() {}
+        let t2 = c.poll_timeout().expect("the second SYN's timer");
+        assert!(t2 > syn);
+        let third = c
+            .connect(now, CLIENT, SocketAddrV4::new(SERVER, 5002))
+            .unwrap();
+        while c.poll_transmit(now).is_some() {}
+        let t3 = c.poll_timeout().expect("the third SYN's timer");
+        assert!(t3 < t2, "the earlier deadline comes first");
+        c.remove(now, third).unwrap();
+        assert_eq!(c.poll_timeout(), Some(t2));
+        // Run it: the SYN goes again and the timer moves on.
+        c.handle_timeout(t2);
+        while c.poll_transmit(t2).is_some() {}
+        let next = c.poll_timeout().expect("the retransmitted SYN's timer");
+        assert!(next > t2);
+        assert_eq!(c.conn(second).unwrap().stats().retransmits, 1);
     }
 
     #[test]
