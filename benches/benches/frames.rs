@@ -18,12 +18,15 @@
 //! (default 1500 and 9000); `FRAMES_MIB` sets the measured volume (MiB,
 //! default 512), `FRAMES_RUNS` the repetitions (default 5, medians
 //! printed, and the cheapest run's cost beside the median: a noisy
-//! neighbour only ever adds time). Each side's data frames per
-//! connection service (`conn_visits`) say how far the cost of visiting
-//! a connection is spread. `FRAMES_QPS` spreads the messages over that many queue
-//! pairs, each its own connection with two messages in flight and its own
-//! 128 KiB of each region, posted in turn (the demo's `--qps`): the cost
-//! per frame of many connections, without the second core.
+//! neighbour only ever adds time). The time spent in side A's polls and
+//! in side B's, per frame, splits the cost between the sender and the
+//! receiver (the rest is the application's posting and completions).
+//! Each side's data frames per connection service (`conn_visits`) say
+//! how far the cost of visiting a connection is spread. `FRAMES_QPS`
+//! spreads the messages over that many queue pairs, each its own
+//! connection with two messages in flight and its own 128 KiB of each
+//! region, posted in turn (the demo's `--qps`): the cost per frame of
+//! many connections, without the second core.
 //! `FRAMES_SLOTS` sets how many 64 KiB slots of each region the messages
 //! cycle over (default: each QP its own, as many as it has in flight):
 //! one QP over 20,000 slots has the payload footprint of 10,000 QPs
@@ -192,7 +195,10 @@ fn pair(
 /// WRITEs `bytes` (whole messages) from A to B, each QP's messages to
 /// the same place in B's region as from A's, the QPs in turn with at
 /// most `depth` in flight each, both dataplanes driven by this thread.
-fn transfer(dps: &[Dataplane; 2], s: &[Side; 2], bytes: u64) -> Result<(), String> {
+/// Returns the time spent in each side's polls (A's, B's); the rest is
+/// the application's posting and completion handling.
+fn transfer(dps: &[Dataplane; 2], s: &[Side; 2], bytes: u64) -> Result<[Duration; 2], String> {
+    let mut in_poll = [Duration::ZERO; 2];
     let busy = |i: usize| dps[i].busy_poll().map_err(|e| format!("busy_poll: {e}"));
     let (mut pa, mut pb) = (busy(0)?, busy(1)?);
     let total = bytes.div_ceil(MSG as u64);
@@ -234,12 +240,17 @@ fn transfer(dps: &[Dataplane; 2], s: &[Side; 2], bytes: u64) -> Result<(), Strin
                 ready.push_back(i);
             }
         }
+        let t = Instant::now();
         pa.poll();
+        let u = Instant::now();
         // Side B takes all that came before A sends more, as a receiver
         // on a core of its own keeps up: otherwise frames queue in the
         // ring by the thousand with many QPs, and each is out of cache by
         // the time B reads it, which the demo does not see.
         while pb.poll() {}
+        let v = Instant::now();
+        in_poll[0] += u - t;
+        in_poll[1] += v - u;
         while let Some(wc) = src.cq.poll_one() {
             if wc.status != WcStatus::Success {
                 return Err(format!("completion: {wc:?}"));
@@ -255,7 +266,7 @@ fn transfer(dps: &[Dataplane; 2], s: &[Side; 2], bytes: u64) -> Result<(), Strin
             return Err(format!("{done} of {total} messages after {PATIENCE:?}"));
         }
     }
-    Ok(())
+    Ok(in_poll)
 }
 
 /// What the two sides' counters say so far.
@@ -292,13 +303,16 @@ struct Measured {
     /// Data frames per connection service, side A's and side B's: how
     /// far the cost of visiting a connection is spread.
     frames_per_visit: [f64; 2],
+    /// Nanoseconds per data frame in side A's polls and in side B's
+    /// (wall time: one thread, busy throughout).
+    ns_in_polls: [f64; 2],
 }
 
 /// One measured transfer on a warm pair.
 fn run(dps: &[Dataplane; 2], s: &[Side; 2], bytes: u64) -> Result<Measured, String> {
     let c0 = counts(dps);
     let t0 = benches::thread_cpu();
-    transfer(dps, s, bytes)?;
+    let polls = transfer(dps, s, bytes)?;
     let t1 = benches::thread_cpu();
     let c1 = counts(dps);
     let cpu = (t1 - t0).as_secs_f64();
@@ -315,6 +329,7 @@ fn run(dps: &[Dataplane; 2], s: &[Side; 2], bytes: u64) -> Result<Measured, Stri
         rate: bytes as f64 / cpu,
         frames_per_ack: frames / (c1.acks - c0.acks).max(1) as f64,
         frames_per_visit: [per_visit(0), per_visit(1)],
+        ns_in_polls: polls.map(|d| d.as_secs_f64() * 1e9 / frames),
     })
 }
 
@@ -362,10 +377,11 @@ fn bench(eal: &Arc<dpdk_bindings::Eal>, mtus: &[usize]) -> Result<(), String> {
         bytes >> 20
     );
     println!(
-        "{:>6} {:>12} {:>12} {:>12} {:>14} {:>10} {:>12} {:>17}",
+        "{:>6} {:>12} {:>12} {:>13} {:>12} {:>14} {:>10} {:>12} {:>17}",
         "MTU",
         "ns/frame",
         "best ns",
+        "in polls A B",
         "MiB/s of CPU",
         "copy+CRC MiB/s",
         "x copy+CRC",
@@ -376,6 +392,7 @@ fn bench(eal: &Arc<dpdk_bindings::Eal>, mtus: &[usize]) -> Result<(), String> {
         let (mut ns, mut rate, mut base, mut per_ack) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut visit_a, mut visit_b) = (Vec::new(), Vec::new());
+        let (mut poll_a, mut poll_b) = (Vec::new(), Vec::new());
         let (dps, s) = pair(eal, mtu, qps, slots).map_err(|e| format!("MTU {mtu}: {e}"))?;
         // Every QP's buffers and queues in use once before the measure.
         let warmup = WARMUP.max((qps * depth(qps) * MSG) as u64);
@@ -387,6 +404,8 @@ fn bench(eal: &Arc<dpdk_bindings::Eal>, mtus: &[usize]) -> Result<(), String> {
             per_ack.push(m.frames_per_ack);
             visit_a.push(m.frames_per_visit[0]);
             visit_b.push(m.frames_per_visit[1]);
+            poll_a.push(m.ns_in_polls[0]);
+            poll_b.push(m.ns_in_polls[1]);
             // The demo's baseline, in MiB/s as the demo counts.
             base.push(iwarp::demo::copy_crc_rate(MSG, bytes).0);
         }
@@ -396,6 +415,7 @@ fn bench(eal: &Arc<dpdk_bindings::Eal>, mtus: &[usize]) -> Result<(), String> {
         // The cheapest run: a neighbour's burst only ever adds time.
         let best = ns.iter().copied().fold(f64::INFINITY, f64::min);
         let (visit_a, visit_b) = (benches::median(&mut visit_a), benches::median(&mut visit_b));
+        let (poll_a, poll_b) = (benches::median(&mut poll_a), benches::median(&mut poll_b));
         let (ns, rate, base, per_ack) = (
             benches::median(&mut ns),
             benches::median(&mut rate),
@@ -403,7 +423,7 @@ fn bench(eal: &Arc<dpdk_bindings::Eal>, mtus: &[usize]) -> Result<(), String> {
             benches::median(&mut per_ack),
         );
         println!(
-            "{mtu:>6} {ns:>12.0} {best:>12.0} {rate:>12.0} {base:>14.0} {:>10.3} {per_ack:>12.1} \
+            "{mtu:>6} {ns:>12.0} {best:>12.0} {poll_a:>6.0} {poll_b:>6.0} {rate:>12.0} {base:>14.0} {:>10.3} {per_ack:>12.1} \
              {visit_a:>8.1} {visit_b:>8.1}",
             rate / base
         );
