@@ -437,7 +437,11 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             crate::room::room_for(&mut self.rx_queue, self.rx_max_segments);
             self.rx_queue.push_back(p);
             self.schedule_ack(now, len);
-            self.pull_assembler();
+            // Only held payload or a held FIN can have come in order: the
+            // common segment of a stream in order has neither to pull.
+            if filled_hole || self.rx_fin.is_some() {
+                self.pull_assembler();
+            }
             if filled_hole || dsack.is_some() {
                 // RFC 5681 §4.2: ACK at once when a gap is (partly) filled.
                 self.queue_ack(dsack);
