@@ -389,39 +389,34 @@ fn bench(eal: &Arc<dpdk_bindings::Eal>, mtus: &[usize]) -> Result<(), String> {
         "frames/visit A B"
     );
     for &mtu in mtus {
-        let (mut ns, mut rate, mut base, mut per_ack) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (mut visit_a, mut visit_b) = (Vec::new(), Vec::new());
-        let (mut poll_a, mut poll_b) = (Vec::new(), Vec::new());
         let (dps, s) = pair(eal, mtu, qps, slots).map_err(|e| format!("MTU {mtu}: {e}"))?;
         // Every QP's buffers and queues in use once before the measure.
         let warmup = WARMUP.max((qps * depth(qps) * MSG) as u64);
         transfer(&dps, &s, warmup).map_err(|e| format!("MTU {mtu}: warm-up: {e}"))?;
+        // Each run's figures, and the demo's baseline beside it (MiB/s,
+        // as the demo counts).
+        let mut measured = Vec::new();
         for _ in 0..runs {
             let m = run(&dps, &s, bytes).map_err(|e| format!("MTU {mtu}: {e}"))?;
-            ns.push(m.ns_per_frame);
-            rate.push(m.rate / iwarp::runner::MB);
-            per_ack.push(m.frames_per_ack);
-            visit_a.push(m.frames_per_visit[0]);
-            visit_b.push(m.frames_per_visit[1]);
-            poll_a.push(m.ns_in_polls[0]);
-            poll_b.push(m.ns_in_polls[1]);
-            // The demo's baseline, in MiB/s as the demo counts.
-            base.push(iwarp::demo::copy_crc_rate(MSG, bytes).0);
+            measured.push((m, iwarp::demo::copy_crc_rate(MSG, bytes).0));
         }
         for qp in &s[0].qps {
             let _ = dps[0].disconnect(qp, false);
         }
+        let median = |f: &dyn Fn(&(Measured, f64)) -> f64| {
+            benches::median(&mut measured.iter().map(f).collect::<Vec<_>>())
+        };
+        let ns = median(&|(m, _)| m.ns_per_frame);
         // The cheapest run: a neighbour's burst only ever adds time.
-        let best = ns.iter().copied().fold(f64::INFINITY, f64::min);
-        let (visit_a, visit_b) = (benches::median(&mut visit_a), benches::median(&mut visit_b));
-        let (poll_a, poll_b) = (benches::median(&mut poll_a), benches::median(&mut poll_b));
-        let (ns, rate, base, per_ack) = (
-            benches::median(&mut ns),
-            benches::median(&mut rate),
-            benches::median(&mut base),
-            benches::median(&mut per_ack),
-        );
+        let best = measured
+            .iter()
+            .map(|(m, _)| m.ns_per_frame)
+            .fold(f64::INFINITY, f64::min);
+        let rate = median(&|(m, _)| m.rate / iwarp::runner::MB);
+        let base = median(&|&(_, b)| b);
+        let per_ack = median(&|(m, _)| m.frames_per_ack);
+        let [visit_a, visit_b] = [0, 1].map(|i| median(&|(m, _)| m.frames_per_visit[i]));
+        let [poll_a, poll_b] = [0, 1].map(|i| median(&|(m, _)| m.ns_in_polls[i]));
         println!(
             "{mtu:>6} {ns:>12.0} {best:>12.0} {poll_a:>6.0} {poll_b:>6.0} {rate:>12.0} {base:>14.0} {:>10.3} {per_ack:>12.1} \
              {visit_a:>8.1} {visit_b:>8.1}",
