@@ -162,9 +162,9 @@ pub(super) struct Conn {
     /// The application may have posted to the queue pair's submission
     /// rings since they were last seen empty: set when the slot comes
     /// out of the worker's posted ring (the doorbell), on a ring
-    /// overflow, at binding, on entering `Life::Up` and while a drain
-    /// leaves work behind; cleared only when a drain of a connection that
-    /// is up finds both rings empty. A visit for traffic alone then reads
+    /// overflow, at binding and on entering `Life::Up`; cleared only when
+    /// a drain of a connection that is up finds both rings empty, so it
+    /// stays set while a drain leaves work behind. A visit for traffic alone then reads
     /// nothing of the shared state (doorbell, ring indices): with
     /// thousands of connections those lines are cold at every visit.
     pub(super) posted: bool,
