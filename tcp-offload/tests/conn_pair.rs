@@ -2950,3 +2950,49 @@ fn measure_loss_recovery() {
         }
     }
 }
+
+/// The receive path's prediction takes the in-order data of a one-way
+/// stream and nothing else: a segment out of order, or one with a new
+/// window, goes the full way, and the window it carries is taken.
+#[test]
+fn prediction_takes_in_order_data_alone() {
+    let (mut p, nxt, _) = after_3000_bytes(31);
+    let before = *p.b.conn.stats();
+    assert!(before.predicted > 0, "the stream's segments: {before:?}");
+    // The window b holds for a, as a's last segment gave it.
+    let wnd = p.segs(Dir::AtoB).last().expect("a segment").repr.window;
+    let held = p.b.conn.peer_window();
+    let at = |p: &Pair, seq: SeqNumber, window: u16| TcpRepr {
+        window,
+        ..from_a(p, seq, TcpFlags::ACK)
+    };
+
+    // In order, same ACK and window: predicted.
+    p.inject_b(at(&p, nxt, wnd), b"0123456789");
+    assert_eq!(p.b.conn.stats().predicted, before.predicted + 1);
+    assert_eq!(p.b.conn.rcv_nxt(), nxt + 10);
+    assert_eq!(p.b.conn.peer_window(), held);
+
+    // Out of order: the full path, which holds it and answers at once.
+    let out = p.inject_b(at(&p, nxt + 15, wnd), b"later");
+    assert_eq!(p.b.conn.stats().predicted, before.predicted + 1);
+    assert_eq!(p.b.conn.rcv_nxt(), nxt + 10);
+    assert_eq!(out.len(), 1, "a duplicate ACK");
+
+    // The hole filled (SND.WL1 is past it now: the full path).
+    p.inject_b(at(&p, nxt + 10, wnd), b"abcde");
+    assert_eq!(p.b.conn.stats().predicted, before.predicted + 1);
+    assert_eq!(p.b.conn.rcv_nxt(), nxt + 20, "the held bytes follow");
+
+    // A new window: the full path, which takes it; the next segment
+    // with that window is predicted again.
+    p.inject_b(at(&p, nxt + 20, wnd / 2), b"fghij");
+    assert_eq!(p.b.conn.stats().predicted, before.predicted + 1);
+    assert_ne!(p.b.conn.peer_window(), held, "the new window is taken");
+    let halved = p.b.conn.peer_window();
+    p.inject_b(at(&p, nxt + 25, wnd / 2), b"klmno");
+    assert_eq!(p.b.conn.stats().predicted, before.predicted + 2);
+    assert_eq!(p.b.conn.rcv_nxt(), nxt + 30);
+    assert_eq!(p.b.conn.peer_window(), halved);
+    assert_eq!(p.b.conn.stats().dropped, before.dropped);
+}

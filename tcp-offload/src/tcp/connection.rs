@@ -100,6 +100,9 @@ pub struct ConnStats {
     /// new data went out in place of retransmissions (F-RTO, RFC 5682).
     /// Either way the data had arrived, only late.
     pub spurious_rtos: u64,
+    /// Segments taken by the receive path's prediction (in-order data
+    /// with nothing else to process; `established.rs`).
+    pub predicted: u64,
 }
 
 /// Pure ACKs a connection owes at most between two drains of

@@ -165,6 +165,12 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         }
     }
 
+    /// Whether RACK and TLP have nothing to do with an ACK that delivers
+    /// nothing: no D-SACK round open, no probe outstanding.
+    pub(super) fn rack_idle(&self) -> bool {
+        self.rack.dsack_round.is_none() && self.tlp.end.is_none()
+    }
+
     /// `RACK.rtt`: the round trip of the latest transmission delivered.
     pub(super) fn rack_rtt(&self) -> Duration {
         self.rack.rtt
