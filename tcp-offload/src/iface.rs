@@ -2395,8 +2395,10 @@ mod tests {
         assert!(cut > 4 * trains, "{cut} segments cut from {trains} trains");
         let c = client.stack().conn(cid).unwrap().stats();
         assert_eq!(c.retransmits, 0);
-        // Every segment cut counts as sent, and the ident moved past them.
+        // Every segment cut counts as sent, and the ident moved past them;
+        // every byte of the trains' records counts once.
         assert!(c.segments_out as usize >= cut + singles);
+        assert_eq!(c.bytes_out, data.len() as u64);
         assert_eq!(server.stats().drops, [0; 7]);
     }
 

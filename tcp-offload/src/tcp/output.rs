@@ -166,9 +166,8 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
                 // A train's or a pack's records: one header for all, which
                 // carries the last one's flags; each segment the port cuts
                 // from a train counts as one sent.
-                for j in idx + 1..=idx + count {
-                    let l = self.sendq.get(j).len;
-                    flags = self.note_data(now, j, 0, l, Send::New).1;
+                if count > 0 {
+                    flags = self.note_train(now, idx + 1, count);
                 }
                 if !pack {
                     self.stats.segments_out += count as u64;
@@ -571,6 +570,41 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             j += 1;
         }
         (count, total - len)
+    }
+
+    /// [`Connection::note_data`] for the `count` records of a train or a
+    /// pack after its first (from `first` on): each new and whole, sent
+    /// right after the one before. Each changes what `note_data` changes
+    /// for it; the timers, which `note_data` would re-arm for each in
+    /// turn at the same `now` (the retransmission timer running already,
+    /// the probe timeout set from the flight after the last), are armed
+    /// once, after the last. Returns the last one's flags, which the
+    /// train's header carries.
+    fn note_train(&mut self, now: Instant, first: usize, count: usize) -> TcpFlags {
+        let mut bytes = 0;
+        for j in first..first + count {
+            let (seq, len) = {
+                let r = self.sendq.get(j);
+                (r.seq, r.len)
+            };
+            self.sendq.stamp(j, now);
+            self.frto_sent_new();
+            self.snd_nxt = seq + len;
+            self.sendq.advance_new();
+            bytes += len;
+        }
+        self.stats.bytes_out += bytes as u64;
+        if self.cc.in_recovery {
+            self.cc.prr_out += bytes;
+        }
+        self.arm_rto(now);
+        self.arm_pto(now);
+        let last = first + count - 1;
+        if last + 1 == self.sendq.len() || self.sendq.get(last).record.ends_message() {
+            TcpFlags::ACK | TcpFlags::PSH
+        } else {
+            TcpFlags::ACK
+        }
     }
 
     /// The bookkeeping of sending bytes `off..off + len` of record `idx`:
