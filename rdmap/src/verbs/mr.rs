@@ -936,7 +936,13 @@ impl MrTable {
     }
 
     /// The checks, in the order DDP's error list and siw apply them: STag,
-    /// domain, rights, wrap, bounds.
+    /// domain, rights, wrap, bounds. Inlined into its callers, the send
+    /// path's pin of every record and the receive path's check of every
+    /// tagged segment among them: called, its result came back through
+    /// memory and was read back in pieces wider than the stores that
+    /// wrote it, which the CPU cannot forward (the hottest instruction
+    /// of `pin_local`). A hint was not taken: it is always inlined.
+    #[inline(always)]
     fn resolve(
         &self,
         stag: Stag,
@@ -974,6 +980,7 @@ impl MrTable {
         }))
     }
 
+    #[inline]
     fn pin_resolved(&mut self, r: Resolved) -> Result<RegionRef, AccessError> {
         let mr = self
             .entry_mut(r.index)
