@@ -181,7 +181,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     /// way (RFC 9293's processing, predicted as in Van Jacobson's header
     /// prediction): in ESTABLISHED, only ACK (and PSH), payload starting
     /// at RCV.NXT, the ACK and window of the last segment, no SACK
-    /// blocks, a timestamp that passes PAWS outright, and nothing of ours
+    /// blocks, PAWS's plain pass (not its tolerance), and nothing of ours
     /// in flight, no recovery, F-RTO, undo, D-SACK round or probe under
     /// way. For such a segment every step of the full path but these is a
     /// no-op: TS.Recent, the keepalive, SND.WL1/WL2 (the window is the
@@ -201,19 +201,14 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             && self.snd_una == self.snd_nxt
             && usize::from(repr.window) << self.opts.snd_shift == self.snd_wnd
             && repr.options.sack.as_slice().is_empty()
-            && match (self.opts.timestamps, repr.options.timestamp) {
-                (true, Some(ts)) => (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0,
-                (false, _) => true,
-                (true, None) => false,
-            }
             && !self.cc.in_recovery
             && !self.frto_holds()
             && self.cc.undo.is_none()
             && self.rack_idle()
-            && (self.snd_wl1 < repr.seq
-                || (self.snd_wl1 == repr.seq && self.snd_wl2 <= repr.ack_number));
+            && self.takes_send_window(repr)
+            && matches!(self.paws(now, repr), Paws::Pass);
         let p = match payload {
-            Some(p) if predicted && !p.is_empty() => p,
+            Some(p) if predicted => p,
             other => return Err(other),
         };
         self.stats.predicted += 1;
@@ -226,6 +221,12 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         }
         self.on_text(now, repr.seq, p);
         Ok(())
+    }
+
+    /// RFC 9293's SND.WL1/WL2 rule: whether `repr` is no older than the
+    /// segment that last set the send window.
+    fn takes_send_window(&self, repr: &TcpRepr) -> bool {
+        self.snd_wl1 < repr.seq || (self.snd_wl1 == repr.seq && self.snd_wl2 <= repr.ack_number)
     }
 
     /// Owes a challenge ACK, within the rate limit.
@@ -325,10 +326,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         // moving SND.UNA without taking that window would move the right
         // edge past what the peer offered (then the peer finds our
         // segments, pure ACKs included, outside its window and drops them).
-        if self.snd_una < ack
-            || self.snd_wl1 < repr.seq
-            || (self.snd_wl1 == repr.seq && self.snd_wl2 <= ack)
-        {
+        if self.snd_una < ack || self.takes_send_window(repr) {
             self.snd_wnd = wnd;
             self.snd_wl1 = repr.seq;
             self.snd_wl2 = ack;

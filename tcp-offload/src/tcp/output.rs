@@ -599,8 +599,17 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         }
         self.arm_rto(now);
         self.arm_pto(now);
-        let last = first + count - 1;
-        if last + 1 == self.sendq.len() || self.sendq.get(last).record.ends_message() {
+        self.whole_record_flags(first + count - 1)
+    }
+
+    /// The flags of a segment that ends record `idx`. PSH ends what the
+    /// sender has to send (RFC 9293 §3.9.1.2): a record that ends a
+    /// message, or the last record queued, not every record. The
+    /// receiver acknowledges a pushed segment as soon as it is read; on
+    /// every record, that would be an ACK per segment whenever segments
+    /// of many connections arrive interleaved.
+    fn whole_record_flags(&self, idx: usize) -> TcpFlags {
+        if idx + 1 == self.sendq.len() || self.sendq.get(idx).record.ends_message() {
             TcpFlags::ACK | TcpFlags::PSH
         } else {
             TcpFlags::ACK
@@ -621,17 +630,11 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             let r = self.sendq.get(idx);
             (r.seq + off, r.len)
         };
-        let mut flags = TcpFlags::ACK;
-        // PSH ends what the sender has to send (RFC 9293 §3.9.1.2): a
-        // record that ends a message, or the last record queued, not every
-        // record. The receiver acknowledges a pushed segment as soon as it
-        // is read; on every record, that would be an ACK per segment
-        // whenever segments of many connections arrive interleaved.
-        if off + len == rec_len
-            && (idx + 1 == self.sendq.len() || self.sendq.get(idx).record.ends_message())
-        {
-            flags |= TcpFlags::PSH;
-        }
+        let flags = if off + len == rec_len {
+            self.whole_record_flags(idx)
+        } else {
+            TcpFlags::ACK
+        };
         if matches!(why, Send::Speculative | Send::Rescue | Send::Probe) {
             self.sendq.mark_speculative(idx, now);
             if why == Send::Rescue {
