@@ -42,7 +42,7 @@
 //!    in-order payload to `Endpoint::handle_stream` (at
 //!    most [`MAX_CHUNKS_PER_POLL`] chunks); work requests from the QP's
 //!    submission rings ([`MAX_POSTS_PER_POLL`]); records from
-//!    `Endpoint::poll_record_into(send_capacity)`, built in the records
+//!    `Endpoint::poll_record_into(send_room)`, built in the records
 //!    table, into TCP
 //!    ([`MAX_FPDUS_PER_POLL`]); engine events; completions to the CQ
 //!    rings.

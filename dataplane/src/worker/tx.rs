@@ -830,7 +830,8 @@ impl Conn {
                 self.more = true;
                 break;
             }
-            let cap = conn.send_capacity();
+            let room = conn.send_room();
+            let cap = room.len();
             if cap == 0 {
                 break;
             }
@@ -848,7 +849,7 @@ impl Conn {
             let len = Record::len(&r);
             bytes += len;
             ended = Record::ends_message(&r);
-            if let Err((_, r)) = conn.send_record(cx.now, r) {
+            if let Err((_, r)) = room.send(cx.now, r) {
                 // Cannot happen (the record fits the capacity asked for);
                 // its pin goes back all the same.
                 if let Some(r) = cx.records.remove(r).and_then(FpduRecord::take) {

@@ -253,6 +253,55 @@ fn record_capacity(config: &Config) -> usize {
     (config.recv_buffer / 536).clamp(64, 2048)
 }
 
+/// Room for one record on a connection, from [`Connection::send_room`].
+#[must_use = "a room is for sending a record into"]
+pub struct SendRoom<'c, B, R> {
+    conn: &'c mut Connection<B, R>,
+    cap: usize,
+}
+
+impl<B, R> core::fmt::Debug for SendRoom<'_, B, R> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SendRoom").field("cap", &self.cap).finish()
+    }
+}
+
+impl<B, R> SendRoom<'_, B, R> {
+    /// The largest record [`SendRoom::send`] takes: what
+    /// [`Connection::send_capacity`] answered.
+    pub fn len(&self) -> usize {
+        self.cap
+    }
+
+    /// Whether no record fits (nothing may be sent now).
+    pub fn is_empty(&self) -> bool {
+        self.cap == 0
+    }
+}
+
+impl<B: AsRef<[u8]>, R: Record> SendRoom<'_, B, R> {
+    /// Queues `record` as [`Connection::send_record`] does, checked
+    /// against the room already worked out: [`SendError::Empty`] for an
+    /// empty record, [`SendError::InvalidState`] where nothing may be
+    /// sent, [`SendError::TooLarge`] for one longer than the room.
+    pub fn send(self, now: Instant, record: R) -> Result<(), (SendError, R)> {
+        let len = record.len();
+        if len == 0 {
+            return Err((SendError::Empty, record));
+        }
+        if self.cap == 0 && !self.conn.may_send() {
+            return Err((SendError::InvalidState, record));
+        }
+        if len > self.cap {
+            return Err((SendError::TooLarge, record));
+        }
+        // A room is zero unless the state allows sending (see
+        // `send_capacity`), so a record that fits one may be queued.
+        self.conn.sendq.push(record, len, now);
+        Ok(())
+    }
+}
+
 impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     /// A TCB in `state` with nothing negotiated yet. The handshake
     /// constructors fill in the rest.
@@ -530,7 +579,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     /// outstanding, less than a full segment is offered only when it is at
     /// least half the largest window the peer ever offered.
     pub fn send_capacity(&self) -> usize {
-        if !matches!(self.state, State::Established | State::CloseWait) || self.fin_seq.is_some() {
+        if !self.may_send() {
             return 0;
         }
         let mss = self.record_mss();
@@ -552,6 +601,12 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
             }
         }
         cap
+    }
+
+    /// Whether the state lets new records be queued: ESTABLISHED or
+    /// CLOSE-WAIT, before our FIN.
+    fn may_send(&self) -> bool {
+        matches!(self.state, State::Established | State::CloseWait) && self.fin_seq.is_none()
     }
 
     /// The largest record a segment can ever carry on this connection,
@@ -579,7 +634,7 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         if len == 0 {
             return Err((SendError::Empty, record));
         }
-        if !matches!(self.state, State::Established | State::CloseWait) || self.fin_seq.is_some() {
+        if !self.may_send() {
             return Err((SendError::InvalidState, record));
         }
         if len > self.send_capacity() {
@@ -587,6 +642,19 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
         }
         self.sendq.push(record, len, now);
         Ok(())
+    }
+
+    /// [`Connection::send_capacity`], held for one record: the room is
+    /// worked out once, and [`SendRoom::send`] queues a record within it
+    /// without working it out again, as [`Connection::send_record`] would.
+    /// The room borrows the connection, so nothing can change it in
+    /// between. For an upper layer that builds each record to the room it
+    /// is offered: asked with `send_capacity` and then checked again by
+    /// `send_record`, the room was worked out twice a record (some 150
+    /// instructions each time, on every data frame).
+    pub fn send_room(&mut self) -> SendRoom<'_, B, R> {
+        let cap = self.send_capacity();
+        SendRoom { conn: self, cap }
     }
 
     /// Lowers the effective MSS (a path MTU decrease, RFC 1191). New

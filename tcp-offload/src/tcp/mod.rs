@@ -10,7 +10,8 @@
 //! 3. drain `poll_event()` (acknowledged records, state changes),
 //!    `poll_dropped()` (records given up unacknowledged after a reset or
 //!    timeout) and `recv()` (in-order payload);
-//! 4. offer new records while `send_capacity()` is non-zero;
+//! 4. offer new records while `send_capacity()` is non-zero (or, building
+//!    each record to the room offered, through `send_room()`);
 //! 5. drain `poll_transmit(now)` and put each segment on the wire.
 //!
 //! Shaped for iWARP: a *record* (an MPA FPDU) is sent as exactly one
@@ -47,7 +48,7 @@ mod timers;
 
 pub use assembler::Assembler;
 pub use config::Config;
-pub use connection::{ConnStats, Connection};
+pub use connection::{ConnStats, Connection, SendRoom};
 pub use established::PAWS_WINDOW;
 pub use sendq::Train;
 pub use table::{ConnId, FourTuple, Stack, StackError, Turn};
