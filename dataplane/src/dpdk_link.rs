@@ -981,6 +981,7 @@ impl LinkQueue for DpdkQueue {
         buf.cksum
     }
 
+    #[inline(always)]
     fn alloc_tx(&mut self) -> Option<DpdkFrame> {
         if self.in_flight.len() > self.ext.capacity() / 2 {
             self.reap(true);
