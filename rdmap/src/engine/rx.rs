@@ -259,7 +259,7 @@ impl Endpoint {
     /// The header is in `ctl` (and in `hdr`, if given: read from there).
     fn rx_header<M: Placement + ?Sized>(&mut self, hdr: Option<&[u8]>, env: &mut Env<'_, M>) {
         let seg = &mut self.rx.seg;
-        let repr = match DdpRepr::parse_ulpdu(hdr.unwrap_or(&seg.ctl[..seg.hdr_len])) {
+        let repr = match DdpRepr::parse_ulpdu_inline(hdr.unwrap_or(&seg.ctl[..seg.hdr_len])) {
             Ok((repr, _)) => repr,
             Err(e) => {
                 let cause = e
