@@ -5,8 +5,8 @@
 //! `copy_crc_sum`; the CRC and the sum come from the same loads.
 //!
 //! Where the CPU has AVX-512 with VPCLMULQDQ and VNNI (`avx512`), or
-//! else AVX2 with VPCLMULQDQ (`avx2`; checked once per call, by the
-//! standard library's cached feature test), each vector loaded is stored
+//! else AVX2 with VPCLMULQDQ (`avx2`; the widest found once, `kernel`),
+//! each vector loaded is stored
 //! to the destination, folded into one of four CRC accumulators
 //! (carry-less multiplication by x^n mod P, the folding of Gopal et al.,
 //! "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ", with
@@ -52,17 +52,51 @@ pub fn crc_sum(crc: u32, bytes: &[u8]) -> (u32, u32) {
     (crc, sum)
 }
 
+/// The widest vector kernel the CPU has.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kernel {
+    Avx512 = 1,
+    Avx2 = 2,
+    Neither = 3,
+}
+
+/// [`Kernel`], found once: each pass asked the CPU feature cache for
+/// five features (two or three passes a frame; every answer an atomic
+/// load and a test of its own).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn kernel() -> Kernel {
+    use core::sync::atomic::{AtomicU8, Ordering};
+    static KERNEL: AtomicU8 = AtomicU8::new(0);
+    match KERNEL.load(Ordering::Relaxed) {
+        1 => Kernel::Avx512,
+        2 => Kernel::Avx2,
+        3 => Kernel::Neither,
+        _ => {
+            let k = if avx512::available() {
+                Kernel::Avx512
+            } else if avx2::available() {
+                Kernel::Avx2
+            } else {
+                Kernel::Neither
+            };
+            KERNEL.store(k as u8, Ordering::Relaxed);
+            k
+        }
+    }
+}
+
 fn crc_sum_run(crc: u32, bytes: &[u8]) -> (u32, u32) {
     #[cfg(target_arch = "x86_64")]
     if bytes.len() >= VECTOR_MIN {
-        if avx512::available() {
+        match kernel() {
             // SAFETY: the CPU has the features `crc_sum` is compiled for
-            // (checked just above).
-            return unsafe { avx512::crc_sum(crc, bytes) };
-        }
-        if avx2::available() {
+            // (`kernel` checked them).
+            Kernel::Avx512 => return unsafe { avx512::crc_sum(crc, bytes) },
             // SAFETY: as above, for the 256-bit kernel.
-            return unsafe { avx2::crc_sum(crc, bytes) };
+            Kernel::Avx2 => return unsafe { avx2::crc_sum(crc, bytes) },
+            Kernel::Neither => {}
         }
     } else if std::arch::is_x86_feature_detected!("sse4.2") {
         // SAFETY: the CPU has SSE4.2 (checked just above).
@@ -163,14 +197,13 @@ pub(crate) unsafe fn copy_crc_sum(
 unsafe fn copy_crc_sum_run(dst: *mut u8, src: *const u8, len: usize, crc: u32) -> (u32, u32) {
     #[cfg(target_arch = "x86_64")]
     if len >= VECTOR_MIN {
-        if avx512::available() {
-            // SAFETY: the CPU has the features (checked just above); the
-            // pointers are as the caller guarantees.
-            return unsafe { avx512::copy_crc_sum(dst, src, len, crc) };
-        }
-        if avx2::available() {
+        match kernel() {
+            // SAFETY: the CPU has the features (`kernel` checked them);
+            // the pointers are as the caller guarantees.
+            Kernel::Avx512 => return unsafe { avx512::copy_crc_sum(dst, src, len, crc) },
             // SAFETY: as above, for the 256-bit kernel.
-            return unsafe { avx2::copy_crc_sum(dst, src, len, crc) };
+            Kernel::Avx2 => return unsafe { avx2::copy_crc_sum(dst, src, len, crc) },
+            Kernel::Neither => {}
         }
     }
     // SAFETY: as the caller guarantees; `dst` is then the caller's own
@@ -363,6 +396,20 @@ mod tests {
     // The comparisons above go through the dispatch, which takes the
     // widest kernel the CPU has; these take each kernel directly, and
     // say so where the CPU lacks one.
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_kernel_found_once_is_the_widest_the_cpu_has() {
+        let widest = if avx512::available() {
+            Kernel::Avx512
+        } else if avx2::available() {
+            Kernel::Avx2
+        } else {
+            Kernel::Neither
+        };
+        assert_eq!(kernel(), widest);
+        assert_eq!(kernel(), widest, "the remembered answer");
+    }
 
     #[cfg(target_arch = "x86_64")]
     #[test]
