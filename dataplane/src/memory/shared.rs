@@ -220,6 +220,41 @@ pub(crate) fn prefetch_write(ptr: *const u8, len: usize) {
     prefetch_lines::<true>(ptr, len);
 }
 
+/// The loop of [`prefetch_lines`] with the hint instruction `$hint`:
+/// `{n}` lines from `{p}` on, four a turn, then one at a time.
+#[cfg(target_arch = "x86_64")]
+macro_rules! hint_lines {
+    ($hint:literal) => {
+        concat!(
+            "cmp {n}, 4\n",
+            "jb 3f\n",
+            "2:\n",
+            $hint,
+            " byte ptr [{p}]\n",
+            $hint,
+            " byte ptr [{p} + 64]\n",
+            $hint,
+            " byte ptr [{p} + 128]\n",
+            $hint,
+            " byte ptr [{p} + 192]\n",
+            "add {p}, 256\n",
+            "sub {n}, 4\n",
+            "cmp {n}, 4\n",
+            "jae 2b\n",
+            "3:\n",
+            "test {n}, {n}\n",
+            "jz 5f\n",
+            "4:\n",
+            $hint,
+            " byte ptr [{p}]\n",
+            "add {p}, 64\n",
+            "dec {n}\n",
+            "jnz 4b\n",
+            "5:",
+        )
+    };
+}
+
 /// [`prefetch`] (`prefetcht0`) or, with `WRITE`, [`prefetch_write`]
 /// (`prefetchw`) of every line of `len` bytes at `ptr`.
 ///
@@ -246,52 +281,14 @@ fn prefetch_lines<const WRITE: bool>(ptr: *const u8, len: usize) {
         unsafe {
             if WRITE {
                 core::arch::asm!(
-                    "cmp {n}, 4",
-                    "jb 3f",
-                    "2:",
-                    "prefetchw byte ptr [{p}]",
-                    "prefetchw byte ptr [{p} + 64]",
-                    "prefetchw byte ptr [{p} + 128]",
-                    "prefetchw byte ptr [{p} + 192]",
-                    "add {p}, 256",
-                    "sub {n}, 4",
-                    "cmp {n}, 4",
-                    "jae 2b",
-                    "3:",
-                    "test {n}, {n}",
-                    "jz 5f",
-                    "4:",
-                    "prefetchw byte ptr [{p}]",
-                    "add {p}, 64",
-                    "dec {n}",
-                    "jnz 4b",
-                    "5:",
+                    hint_lines!("prefetchw"),
                     p = inout(reg) first => _,
                     n = inout(reg) lines => _,
                     options(nostack, readonly)
                 );
             } else {
                 core::arch::asm!(
-                    "cmp {n}, 4",
-                    "jb 3f",
-                    "2:",
-                    "prefetcht0 byte ptr [{p}]",
-                    "prefetcht0 byte ptr [{p} + 64]",
-                    "prefetcht0 byte ptr [{p} + 128]",
-                    "prefetcht0 byte ptr [{p} + 192]",
-                    "add {p}, 256",
-                    "sub {n}, 4",
-                    "cmp {n}, 4",
-                    "jae 2b",
-                    "3:",
-                    "test {n}, {n}",
-                    "jz 5f",
-                    "4:",
-                    "prefetcht0 byte ptr [{p}]",
-                    "add {p}, 64",
-                    "dec {n}",
-                    "jnz 4b",
-                    "5:",
+                    hint_lines!("prefetcht0"),
                     p = inout(reg) first => _,
                     n = inout(reg) lines => _,
                     options(nostack, readonly)

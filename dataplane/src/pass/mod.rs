@@ -74,16 +74,22 @@ fn kernel() -> Kernel {
         2 => Kernel::Avx2,
         3 => Kernel::Neither,
         _ => {
-            let k = if avx512::available() {
-                Kernel::Avx512
-            } else if avx2::available() {
-                Kernel::Avx2
-            } else {
-                Kernel::Neither
-            };
+            let k = widest();
             KERNEL.store(k as u8, Ordering::Relaxed);
             k
         }
+    }
+}
+
+/// The widest kernel the CPU has, asked of its feature cache.
+#[cfg(target_arch = "x86_64")]
+fn widest() -> Kernel {
+    if avx512::available() {
+        Kernel::Avx512
+    } else if avx2::available() {
+        Kernel::Avx2
+    } else {
+        Kernel::Neither
     }
 }
 
@@ -400,15 +406,8 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_kernel_found_once_is_the_widest_the_cpu_has() {
-        let widest = if avx512::available() {
-            Kernel::Avx512
-        } else if avx2::available() {
-            Kernel::Avx2
-        } else {
-            Kernel::Neither
-        };
-        assert_eq!(kernel(), widest);
-        assert_eq!(kernel(), widest, "the remembered answer");
+        assert_eq!(kernel(), widest());
+        assert_eq!(kernel(), widest(), "the remembered answer");
     }
 
     #[cfg(target_arch = "x86_64")]
