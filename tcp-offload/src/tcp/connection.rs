@@ -280,8 +280,9 @@ impl<B, R> SendRoom<'_, B, R> {
 }
 
 impl<B: AsRef<[u8]>, R: Record> SendRoom<'_, B, R> {
-    /// Queues `record` as [`Connection::send_record`] does, checked
-    /// against the room already worked out: [`SendError::Empty`] for an
+    /// Queues `record`, checked against the room already worked out
+    /// (the one way records are queued; [`Connection::send_record`] asks
+    /// for a room and sends into it): [`SendError::Empty`] for an
     /// empty record, [`SendError::InvalidState`] where nothing may be
     /// sent, [`SendError::TooLarge`] for one longer than the room.
     pub fn send(self, now: Instant, record: R) -> Result<(), (SendError, R)> {
@@ -628,25 +629,15 @@ impl<B: AsRef<[u8]>, R: Record> Connection<B, R> {
     }
 
     /// Queues one record, sent as exactly one segment. Its length must be
-    /// at most [`Connection::send_capacity`].
+    /// at most [`Connection::send_capacity`]: a room is asked for and the
+    /// record sent into it, with [`SendRoom::send`]'s checks and errors.
     pub fn send_record(&mut self, now: Instant, record: R) -> Result<(), (SendError, R)> {
-        let len = record.len();
-        if len == 0 {
-            return Err((SendError::Empty, record));
-        }
-        if !self.may_send() {
-            return Err((SendError::InvalidState, record));
-        }
-        if len > self.send_capacity() {
-            return Err((SendError::TooLarge, record));
-        }
-        self.sendq.push(record, len, now);
-        Ok(())
+        self.send_room().send(now, record)
     }
 
     /// [`Connection::send_capacity`], held for one record: the room is
     /// worked out once, and [`SendRoom::send`] queues a record within it
-    /// without working it out again, as [`Connection::send_record`] would.
+    /// without working it out again.
     /// The room borrows the connection, so nothing can change it in
     /// between. For an upper layer that builds each record to the room it
     /// is offered: asked with `send_capacity` and then checked again by
